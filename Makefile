@@ -1,0 +1,41 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Both create (or reuse) .venv and install the project from its own files.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.gpufleet-installed
+
+.PHONY: demo test lint unit fmt docs bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/gpufleet run examples/digits.yaml --fresh
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/mypy
+	$(BIN)/python scripts/gen_spec_docs.py --check
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+fmt: $(STAMP)
+	$(BIN)/ruff format src tests benchmarks scripts
+	$(BIN)/ruff check --fix src tests benchmarks scripts
+
+docs: $(STAMP)
+	$(BIN)/python scripts/gen_spec_docs.py
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/runtime_overhead.py
+
+clean:
+	rm -rf $(VENV) .gpufleet .mypy_cache .ruff_cache .pytest_cache

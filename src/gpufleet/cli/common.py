@@ -1,0 +1,55 @@
+"""What every command shares: loading specs, reporting errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from enum import StrEnum
+from typing import Any, NoReturn
+
+from rich.console import Console
+
+from gpufleet.errors import EXIT_FAILED, GpufleetError, UserInputError
+from gpufleet.spec import TrainingJob, load_training_job
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class Output(StrEnum):
+    """How a command prints its result."""
+
+    text = "text"
+    json = "json"
+
+
+def load_job(path: str, overrides: list[str] | None) -> TrainingJob:
+    """Load a TrainingJob or exit 2 with every error and its field path."""
+    try:
+        return load_training_job(path, overrides)
+    except UserInputError as exc:
+        fail(exc)
+
+
+def fail(exc: GpufleetError) -> NoReturn:
+    """Print a gpufleet error without a traceback and exit with its code."""
+    err_console.print(f"[bold red]error:[/] {exc}", markup=True)
+    sys.exit(exc.exit_code)
+
+
+def internal_error(exc: BaseException) -> NoReturn:
+    """Report a bug without a wall of traceback (GPUFLEET_DEBUG=1 shows it)."""
+    if os.environ.get("GPUFLEET_DEBUG"):
+        raise exc
+    err_console.print(
+        f"[bold red]internal error:[/] {type(exc).__name__}: {exc}\n"
+        "set GPUFLEET_DEBUG=1 for the traceback, and please report it",
+        markup=True,
+    )
+    sys.exit(EXIT_FAILED)
+
+
+def print_json(data: Any) -> None:
+    """One JSON object on stdout."""
+    sys.stdout.write(json.dumps(data, sort_keys=True) + "\n")
+    sys.stdout.flush()

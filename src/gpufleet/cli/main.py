@@ -1,0 +1,45 @@
+"""The ``gpufleet`` console script."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gpufleet import __version__
+from gpufleet.cli.common import fail, internal_error
+from gpufleet.cli.run import run
+from gpufleet.cli.validate import validate
+from gpufleet.errors import GpufleetError
+
+app = typer.Typer(
+    name="gpufleet",
+    help="One job spec for distributed PyTorch training: on this machine and on Kubernetes.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(run)
+app.command()(validate)
+
+
+@app.command()
+def version() -> None:
+    """Print gpufleet's version."""
+    print(__version__)
+
+
+def main() -> None:
+    """Entry point: run the app; gpufleet errors exit with their code and no traceback."""
+    try:
+        app()
+    except GpufleetError as exc:
+        fail(exc)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # a bug: a short message, not a traceback
+        internal_error(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

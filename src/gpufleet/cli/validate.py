@@ -1,0 +1,35 @@
+"""``gpufleet validate FILE``: check a spec and report every problem with its field path."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli.common import Output, err_console, load_job, print_json
+from gpufleet.launch.local import local_notes
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a field: --set spec.nodes=2 (repeatable)."),
+]
+
+
+def validate(
+    file: Annotated[str, typer.Argument(help="A TrainingJob YAML file.")],
+    set_: SetOption = None,
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json")] = Output.text,
+) -> None:
+    """Validate a spec: exit 0 if it is valid, 2 with every error (field path, line) if not."""
+    job = load_job(file, set_)
+    if output is Output.json:
+        print_json({"valid": True, "job": job.model_dump(mode="json", by_alias=True)})
+        return
+    s = job.spec
+    what = s.workload.name if s.workload else " ".join(s.command or [])
+    err_console.print(
+        f"{file}: valid TrainingJob {job.metadata.name!r}: {what} on {s.nodes} node(s) x "
+        f"{s.procs_per_node} process(es)"
+    )
+    for note in local_notes(job):
+        err_console.print(note)

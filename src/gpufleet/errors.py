@@ -1,0 +1,79 @@
+"""One exception tree and the exit codes every part of gpufleet shares.
+
+Exit codes mean the same thing locally and inside pods, so restart policies can use them:
+
+* ``EXIT_OK`` (0) - the job succeeded.
+* ``EXIT_FAILED`` (1) - the job failed (a worker failed after all restarts, or another error).
+* ``EXIT_BAD_INPUT`` (2) - the spec or the command line is wrong; nothing was started.
+* ``EXIT_HUNG`` (3) - a worker's hang watchdog fired (no step progress within ``hangTimeout``);
+  the launcher restarts the group, like any other worker failure.
+* ``EXIT_PREEMPTED`` (75, ``EX_TEMPFAIL``) - stopped by SIGTERM/SIGINT *after* a preemption
+  checkpoint was committed; running the same job again resumes from it. Retriable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_HUNG = 3
+EXIT_PREEMPTED = 75
+
+
+class GpufleetError(Exception):
+    """Base of every error gpufleet raises on purpose."""
+
+    exit_code: int = EXIT_FAILED
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem in user input: where it is, what is wrong, and (when known) the YAML line."""
+
+    path: str
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}" if self.path else "<document>"
+        if self.line is not None:
+            where += f" (line {self.line})"
+        return f"{where}: {self.message}"
+
+
+class UserInputError(GpufleetError):
+    """Bad input from the user: a spec, a file or a command-line value. Exit code 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, errors: list[FieldError], source: str | None = None) -> None:
+        self.errors = errors
+        self.source = source
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        head = f"{self.source}: " if self.source else ""
+        n = len(self.errors)
+        lines = [f"{head}{n} error{'s' if n != 1 else ''}"]
+        lines += [f"  - {e}" for e in self.errors]
+        return "\n".join(lines)
+
+
+class JobFailedError(GpufleetError):
+    """The job ran and failed: a worker failed after all restarts were spent."""
+
+    exit_code = EXIT_FAILED
+
+
+class JobPreemptedError(GpufleetError):
+    """The job was stopped by a signal after a preemption checkpoint was committed."""
+
+    exit_code = EXIT_PREEMPTED
+
+
+class MissingExtraError(GpufleetError):
+    """An optional dependency is not installed; the message says which extra to install."""
+
+    exit_code = EXIT_BAD_INPUT

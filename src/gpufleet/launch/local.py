@@ -1,0 +1,276 @@
+"""The local backend: run a TrainingJob on this machine with PyTorch's elastic launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
+from gpufleet.launch.logs import last_lines_of_rank
+from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
+from gpufleet.runtime.context import JobContext
+from gpufleet.runtime.files import read_json, write_json_atomic
+from gpufleet.spec.models import TrainingJob
+
+DEFAULT_RUN_ROOT = Path(".gpufleet/runs")
+
+
+@dataclass(kw_only=True)
+class RunSummary:
+    """The outcome of ``gpufleet run``; ``--output json`` prints exactly these fields."""
+
+    name: str
+    status: str  # Succeeded | Failed | Preempted | Interrupted
+    exit_code: int
+    steps: int | None = None
+    restarts: int = 0
+    launches: int = 1
+    final_loss: float | None = None
+    accuracy: float | None = None
+    checkpoint: str | None = None
+    resumed_from: int | None = None
+    wall_seconds: float = 0.0
+    samples_per_second: float | None = None
+    state_digest: str | None = None
+    run_dir: str = ""
+    message: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able dict of every field."""
+        return asdict(self)
+
+
+def worker_argv(job: TrainingJob) -> list[str]:
+    """The worker command: the user's script/module (or a built-in) behind gpufleet's shim."""
+    command = job.spec.command or ["-m", "gpufleet.workloads"]
+    return [sys.executable, "-u", "-m", "gpufleet.launch.shim", *command]
+
+
+def job_context(job: TrainingJob, run_dir: Path) -> JobContext:
+    """The runtime settings workers read from GPUFLEET_* variables."""
+    s = job.spec
+    return JobContext(
+        name=job.metadata.name,
+        run_dir=run_dir.resolve(),
+        checkpoint_dir=s.checkpoint.dir or str((run_dir / "checkpoints").resolve()),
+        checkpoint_every=s.checkpoint.every_steps,
+        checkpoint_keep=s.checkpoint.keep,
+        checkpoint_async=s.checkpoint.async_save,
+        hang_timeout=s.hang_timeout,
+        workload=s.workload.model_dump(by_alias=True) if s.workload else {},
+    )
+
+
+def worker_env(job: TrainingJob, run_dir: Path) -> dict[str, str]:
+    """Variables added to torchrun's worker environment."""
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as torchrun sets it
+    env.update(job_context(job, run_dir).to_env())
+    env.update(job.spec.env)
+    return env
+
+
+def prepare_run_dir(run_root: Path, name: str, *, fresh: bool) -> Path:
+    """The job's run directory; with ``fresh`` an old one is moved aside (never deleted)."""
+    run_dir = run_root / name
+    if fresh and run_dir.exists():
+        archive = run_root / ".archive" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(run_dir), str(archive))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("result.json", "preempted.json", "progress.json"):
+        (run_dir / stale).unlink(missing_ok=True)
+    return run_dir
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def local_notes(job: TrainingJob) -> list[str]:
+    """One-line notes about spec fields that do not apply on this machine."""
+    notes = []
+    ignored = job.spec.cluster_only_fields()
+    if job.spec.resources.cpu or job.spec.resources.memory:
+        ignored.append("resources.cpu/memory")
+    if ignored:
+        notes.append(f"note: cluster-only fields ignored locally: {', '.join(ignored)}")
+    if job.spec.resources.gpu and not torch.cuda.is_available():
+        notes.append("note: spec.resources.gpu is set but no CUDA device is here; using gloo on CPU")
+    return notes
+
+
+def run_local(
+    job: TrainingJob,
+    *,
+    run_root: Path = DEFAULT_RUN_ROOT,
+    fresh: bool = False,
+    echo: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr, flush=True),
+) -> RunSummary:
+    """Run ``job`` to its end on this machine and return its summary (never raises for failure).
+
+    Workers get torchrun's environment; their output is prefixed ``[rankN]:`` on the console and
+    kept under ``<run dir>/logs``. Re-running a job resumes from its newest complete checkpoint.
+    """
+    run_dir = prepare_run_dir(run_root, job.metadata.name, fresh=fresh)
+    for note in local_notes(job):
+        echo(note)
+    state = read_json(run_dir / "state.json") or {"launches": []}
+    started = time.time()
+    s = job.spec
+    run_id = f"{job.metadata.name}-{uuid.uuid4().hex[:8]}"
+    endpoint = f"127.0.0.1:{free_port()}"
+    base = dict(
+        run_id=run_id,
+        nnodes=s.nodes,
+        nproc_per_node=s.procs_per_node,
+        rdzv_endpoint=endpoint,
+        max_restarts=s.max_restarts,
+        shutdown_timeout=s.preemption.grace_period,
+        argv=worker_argv(job),
+        env=worker_env(job, run_dir),
+    )
+    configs = [
+        NodeConfig(node_rank=i, log_dir=str(run_dir / "logs" / f"node{i}"), **base)  # type: ignore[arg-type]
+        for i in range(s.nodes)
+    ]
+    if s.nodes == 1:
+        outcomes = [launch_node(configs[0])]
+    else:
+        outcomes = _launch_node_processes(configs)
+    summary = _summarize(job, run_dir, outcomes, started)
+    state["launches"].append(
+        {"started": started, "status": summary.status, "restarts": summary.restarts}
+    )
+    summary.launches = len(state["launches"])
+    summary.restarts = sum(int(launch["restarts"]) for launch in state["launches"])
+    write_json_atomic(run_dir / "state.json", state)
+    return summary
+
+
+def _summarize(
+    job: TrainingJob, run_dir: Path, outcomes: list[NodeOutcome], started: float
+) -> RunSummary:
+    result = read_json(run_dir / "result.json") or {}
+    preempted = read_json(run_dir / "preempted.json")
+    summary = RunSummary(
+        name=job.metadata.name,
+        status="Succeeded",
+        exit_code=EXIT_OK,
+        steps=result.get("steps"),
+        restarts=int(result.get("restart_count", 0)),
+        final_loss=result.get("final_loss"),
+        accuracy=(result.get("metrics") or {}).get("accuracy"),
+        checkpoint=result.get("checkpoint"),
+        resumed_from=result.get("resumed_from"),
+        wall_seconds=round(time.time() - started, 3),
+        samples_per_second=result.get("samples_per_second"),
+        state_digest=result.get("state_digest"),
+        run_dir=str(run_dir),
+    )
+    failed = [(i, o) for i, o in enumerate(outcomes) if o.exit_code == EXIT_FAILED]
+    signalled = [o for o in outcomes if o.signal is not None]
+    if failed:
+        node, o = failed[0]
+        summary.status, summary.exit_code = "Failed", EXIT_FAILED
+        summary.restarts = job.spec.max_restarts
+        summary.message = _failure_message(job, run_dir / "logs" / f"node{node}", o)
+    elif signalled and preempted is not None:
+        summary.status, summary.exit_code = "Preempted", EXIT_PREEMPTED
+        summary.message = (
+            f"preempted at step {preempted.get('step')} after checkpoint "
+            f"{preempted.get('checkpoint')}; run the same command again to resume"
+        )
+    elif signalled:
+        sig = signalled[0].signal or signal.SIGTERM
+        summary.status, summary.exit_code = "Interrupted", 128 + sig
+        summary.message = (
+            f"stopped by {signal.Signals(sig).name} before a preemption checkpoint was confirmed"
+        )
+    return summary
+
+
+def _failure_message(job: TrainingJob, node_log_dir: Path, o: NodeOutcome) -> str:
+    rank = o.failed_rank
+    code = o.failed_exitcode
+    what = f"exit code {code}"
+    if code is not None and code < 0:
+        try:
+            what = f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            what = f"signal {-code}"
+    head = (
+        f"job {job.metadata.name} failed: rank {rank} ended with {what} "
+        f"after {job.spec.max_restarts} restart(s) (spec.maxRestarts)"
+    )
+    tail = last_lines_of_rank(node_log_dir, o.failed_local_rank or 0)
+    if tail:
+        head += f"\nlast lines of rank {rank} ({tail[0]}):\n" + "\n".join(f"  {ln}" for ln in tail[1])
+    return head
+
+
+@contextmanager
+def _forward_signals(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+    def forward(signum: int, _frame: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)  # agents treat SIGTERM as "take a checkpoint"
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _launch_node_processes(configs: list[NodeConfig]) -> list[NodeOutcome]:
+    """One agent process per local node, like one torchrun per machine on a cluster."""
+    tmp = Path(tempfile.mkdtemp(prefix="gpufleet-nodes-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with _forward_signals(procs):
+            for cfg in configs:
+                cfg_file = tmp / f"node{cfg.node_rank}.json"
+                cfg_file.write_text(json.dumps(asdict(cfg)))
+                out_file = tmp / f"node{cfg.node_rank}.out.json"
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "gpufleet.launch.node", str(cfg_file), str(out_file)],
+                        start_new_session=True,  # Ctrl-C reaches us; we forward it once
+                        stdout=sys.stdout.fileno(),
+                    )
+                )
+            for p in procs:
+                p.wait()
+        outcomes = []
+        for cfg, p in zip(configs, procs, strict=True):
+            data = read_json(tmp / f"node{cfg.node_rank}.out.json")
+            outcomes.append(
+                NodeOutcome(**data) if data else NodeOutcome(exit_code=p.returncode or EXIT_FAILED)
+            )
+        return outcomes
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)

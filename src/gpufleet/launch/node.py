@@ -1,0 +1,100 @@
+"""One node's elastic agent: PyTorch's own launcher (torch.distributed.launcher.api).
+
+``launch_node`` is what ``torchrun`` does for one node, called as a function so gpufleet can
+read the outcome (which rank failed, with what code) instead of parsing a process's stderr.
+For jobs of several local nodes each agent runs in its own process:
+``python -m gpufleet.launch.node CONFIG_JSON``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from gpufleet.errors import EXIT_FAILED, EXIT_OK
+from gpufleet.launch.orphans import die_with_parent
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeConfig:
+    """Everything one node's agent needs; JSON-able so it can cross a process boundary."""
+
+    run_id: str
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    rdzv_endpoint: str
+    max_restarts: int
+    shutdown_timeout: float
+    log_dir: str
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeOutcome:
+    """How one node's agent ended."""
+
+    exit_code: int
+    signal: int | None = None
+    failed_rank: int | None = None
+    failed_local_rank: int | None = None
+    failed_exitcode: int | None = None
+    failed_message: str | None = None
+
+
+def launch_node(cfg: NodeConfig) -> NodeOutcome:
+    """Run one node's worker group to completion under torch's elastic agent."""
+    os.environ.update(cfg.env)
+    config = LaunchConfig(
+        min_nodes=cfg.nnodes,
+        max_nodes=cfg.nnodes,
+        nproc_per_node=cfg.nproc_per_node,
+        run_id=cfg.run_id,
+        role="worker",
+        rdzv_backend="c10d",
+        rdzv_endpoint=cfg.rdzv_endpoint,
+        # Every local agent resolves 127.0.0.1 as its own address; name one store host.
+        rdzv_configs={"is_host": cfg.node_rank == 0},
+        max_restarts=cfg.max_restarts,
+        monitor_interval=0.1,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=cfg.log_dir, redirects=Std.ALL, tee=Std.ALL),
+        log_line_prefix_template="[rank${rank}]: ",
+        local_addr="127.0.0.1",
+        shutdown_timeout=max(1, int(cfg.shutdown_timeout)),
+    )
+    try:
+        elastic_launch(config, entrypoint=cfg.argv[0])(*cfg.argv[1:])
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        return NodeOutcome(
+            exit_code=EXIT_FAILED,
+            failed_rank=rank,
+            failed_local_rank=failure.local_rank,
+            failed_exitcode=failure.exitcode,
+            failed_message=failure.message if failure.error_file_data else None,
+        )
+    except SignalException as exc:
+        return NodeOutcome(exit_code=128 + int(exc.sigval), signal=int(exc.sigval))
+    return NodeOutcome(exit_code=EXIT_OK)
+
+
+def main() -> int:
+    """Entry point of a node process: run the agent, print the outcome as JSON on the last line."""
+    die_with_parent()
+    cfg = NodeConfig(**json.loads(Path(sys.argv[1]).read_text()))
+    outcome = launch_node(cfg)
+    Path(sys.argv[2]).write_text(json.dumps(asdict(outcome)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

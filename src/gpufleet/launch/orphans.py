@@ -1,0 +1,27 @@
+"""Keep children from outliving their parent, even when the parent is SIGKILLed."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies.
+
+    torch's elastic agent starts workers in new sessions (so a terminal's Ctrl-C reaches only the
+    agent, which forwards it). That also means nothing kills them if the agent is SIGKILLed.
+    PR_SET_PDEATHSIG closes that gap; the stdlib has no wrapper for prctl, hence ctypes.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), sig)

@@ -1,0 +1,232 @@
+"""Checkpoints with torch.distributed.checkpoint: one new directory per step, committed atomically.
+
+Layout under the checkpoint root (a local directory or an fsspec URI such as ``s3://b/p``)::
+
+    step_000000050-3f9a1c/      # DCP files (.metadata, __0_0.distcp, ...)
+        COMPLETE.json           # the completion marker, written last, by rank 0
+    step_000000100-a71e02/
+
+A directory without ``COMPLETE.json`` is torn (its writer died) and is never loaded. Every save
+goes to a directory name no earlier attempt used (a fresh random suffix), so a retry never writes
+into a torn directory and never overwrites a complete one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
+
+from gpufleet.runtime import faults
+
+MARKER = "COMPLETE.json"
+_DIR_RE = re.compile(r"^step_(\d{9})-([0-9a-f]{6})$")
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A complete checkpoint: its step and where it lies."""
+
+    step: int
+    path: str
+
+
+@dataclass
+class _Pending:
+    future: Future[Any]
+    path: str
+    step: int
+    started: float
+
+
+def _is_local(root: str) -> bool:
+    return "://" not in root or root.startswith("file://")
+
+
+class Checkpointer:
+    """Saves and loads job state with DCP. Every rank constructs it at the same point (collective).
+
+    ``async_save=True`` stages the state to CPU memory, returns, and writes in a background
+    thread over a dedicated gloo group; ``poll()`` at step boundaries commits it once written.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        keep: int = 3,
+        async_save: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.root = root.removeprefix("file://").rstrip("/") if _is_local(root) else root
+        self.keep = keep
+        self.async_save = async_save
+        self._fs, self._root_path = fsspec.core.url_to_fs(self.root)
+        self._local = _is_local(root)
+        self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self._distributed = dist.is_available() and dist.is_initialized()
+        self._rank = dist.get_rank() if self._distributed else 0
+        # DCP's planning collectives get their own gloo group: an async save runs them in a
+        # background thread, and collectives on one group must be issued in the same order on
+        # every rank, which a thread racing the training loop cannot promise.
+        self._pg = dist.new_group(backend="gloo") if self._distributed else None
+        self._pending: _Pending | None = None
+        self.last_blocking_seconds = 0.0
+        if self._rank == 0:
+            self._fs.makedirs(self._root_path, exist_ok=True)
+
+    # ---- listing -------------------------------------------------------------------------
+    def list_dirs(self) -> list[tuple[int, str, bool]]:
+        """Every step directory as (step, path, complete), oldest first."""
+        try:
+            entries = self._fs.ls(self._root_path, detail=False)
+        except FileNotFoundError:
+            return []
+        out = []
+        for entry in entries:
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            match = _DIR_RE.match(name)
+            if match:
+                path = self._join(self._root_path, name)
+                out.append((int(match.group(1)), path, self._fs.exists(self._join(path, MARKER))))
+        return sorted(out)
+
+    def complete(self) -> list[CheckpointRef]:
+        """Complete checkpoints, oldest first."""
+        return [CheckpointRef(step, path) for step, path, ok in self.list_dirs() if ok]
+
+    def latest(self) -> CheckpointRef | None:
+        """The newest complete checkpoint, agreed by all ranks (rank 0 decides)."""
+        found = self.complete() if self._rank == 0 else []
+        ref = found[-1] if found else None
+        return self._broadcast(ref)
+
+    # ---- saving --------------------------------------------------------------------------
+    def save(self, step: int, state: dict[str, Any], *, force_sync: bool = False) -> str:
+        """Checkpoint ``state`` for ``step`` into a new directory; returns its path.
+
+        Sync saves are committed when this returns. Async saves are committed by a later
+        ``poll()`` or ``wait()``; at most one is in flight (a new save waits for the previous).
+        """
+        self.wait()
+        path = self._broadcast(self._join(self._root_path, f"step_{step:09d}-{secrets.token_hex(3)}"))
+        assert isinstance(path, str)
+        if self._rank == 0 and self._fs.exists(path):
+            raise RuntimeError(f"checkpoint directory {path} exists; refusing to write into it")
+        started = time.perf_counter()
+        writer = self._writer(path)
+        if self.async_save and not force_sync:
+            result = dcp.async_save(state, storage_writer=writer, process_group=self._pg)
+            future = getattr(result, "upload_completion", result)
+            self._pending = _Pending(future, path, step, started)
+        else:
+            dcp.save(state, storage_writer=writer, process_group=self._pg)
+            faults.maybe_fire("checkpoint_written", step)
+            self._commit(path, step, started)
+        self.last_blocking_seconds = time.perf_counter() - started
+        return path
+
+    def poll(self) -> None:
+        """Commit a finished async save, if any; raises if it failed. Cheap: call every step."""
+        if self._pending is not None and self._pending.future.done():
+            self.wait()
+
+    def wait(self) -> None:
+        """Block until an in-flight async save is written and committed."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        pending.future.result()
+        faults.maybe_fire("checkpoint_written", pending.step)
+        self._commit(pending.path, pending.step, pending.started)
+
+    def _commit(self, path: str, step: int, started: float) -> None:
+        # DCP's finish step (rank 0 writes .metadata after every rank reported its writes) has
+        # run when save() or the future returns, so every rank's data is on storage here.
+        if self._rank != 0:
+            return
+        world = dist.get_world_size() if self._distributed else 1
+        marker = {"step": step, "world_size": world, "seconds": time.perf_counter() - started}
+        self._write_atomic(self._join(path, MARKER), json.dumps(marker).encode())
+        self._purge(step)
+
+    def _purge(self, newest: int) -> None:
+        dirs = self.list_dirs()
+        complete = [p for _, p, ok in dirs if ok]
+        doomed = complete[: max(0, len(complete) - self.keep)]
+        # Torn directories at or below the newest commit can never complete; newer ones may
+        # belong to a save still being written, so they stay.
+        doomed += [p for s, p, ok in dirs if not ok and s <= newest]
+        for path in doomed:
+            try:
+                self._fs.rm(path, recursive=True)
+            except OSError as exc:  # a failed delete must not fail training; retried next time
+                self._log(f"gpufleet: could not delete old checkpoint {path}: {exc}")
+
+    # ---- loading -------------------------------------------------------------------------
+    def load_latest(self, state: dict[str, Any]) -> CheckpointRef | None:
+        """Load the newest complete checkpoint into ``state`` in place; None if there is none."""
+        ref = self.latest()
+        if ref is not None:
+            dcp.load(state, storage_reader=self._reader(ref.path), process_group=self._pg)
+        return ref
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _writer(self, path: str) -> StorageWriter:
+        if self._local:
+            return FileSystemWriter(path, sync_files=True)
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+        writer: StorageWriter = FsspecWriter(self._url(path), sync_files=False)
+        return writer
+
+    def _reader(self, path: str) -> StorageReader:
+        if self._local:
+            return FileSystemReader(path)
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+        reader: StorageReader = FsspecReader(self._url(path))
+        return reader
+
+    def _url(self, path: str) -> str:
+        return str(self._fs.unstrip_protocol(path))
+
+    def _write_atomic(self, path: str, data: bytes) -> None:
+        if self._local:
+            tmp = f"{path}.tmp-{secrets.token_hex(4)}"
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        else:
+            self._fs.pipe_file(path, data)  # one PUT: object stores make it visible atomically
+
+    @staticmethod
+    def _join(a: str, b: str) -> str:
+        return f"{a.rstrip('/')}/{b}"
+
+    def _broadcast(self, obj: Any) -> Any:
+        if not self._distributed:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self._pg)
+        return box[0]

@@ -1,0 +1,68 @@
+"""What the launcher tells a worker, read from the environment.
+
+The worker environment is exactly torchrun's (RANK, WORLD_SIZE, ...) plus these ``GPUFLEET_*``
+variables, set the same way locally and in pods. A plain torchrun script ignores them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV_RUN_DIR = "GPUFLEET_RUN_DIR"
+ENV_JOB_NAME = "GPUFLEET_JOB_NAME"
+ENV_CHECKPOINT_DIR = "GPUFLEET_CHECKPOINT_DIR"
+ENV_CHECKPOINT_EVERY = "GPUFLEET_CHECKPOINT_EVERY"
+ENV_CHECKPOINT_KEEP = "GPUFLEET_CHECKPOINT_KEEP"
+ENV_CHECKPOINT_ASYNC = "GPUFLEET_CHECKPOINT_ASYNC"
+ENV_HANG_TIMEOUT = "GPUFLEET_HANG_TIMEOUT"
+ENV_WORKLOAD = "GPUFLEET_WORKLOAD"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobContext:
+    """Settings a worker runs with. Defaults serve a script started by plain torchrun."""
+
+    name: str = "job"
+    run_dir: Path = field(default_factory=lambda: Path(".gpufleet/runs/job"))
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 50
+    checkpoint_keep: int = 3
+    checkpoint_async: bool = False
+    hang_timeout: float = 0.0
+    workload: dict[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> JobContext:
+        """Read the context from ``env`` (default: ``os.environ``)."""
+        e = dict(os.environ if env is None else env)
+        name = e.get(ENV_JOB_NAME, "job")
+        run_dir = Path(e.get(ENV_RUN_DIR, f".gpufleet/runs/{name}"))
+        return cls(
+            name=name,
+            run_dir=run_dir,
+            checkpoint_dir=e.get(ENV_CHECKPOINT_DIR) or str(run_dir / "checkpoints"),
+            checkpoint_every=int(e.get(ENV_CHECKPOINT_EVERY, "50")),
+            checkpoint_keep=int(e.get(ENV_CHECKPOINT_KEEP, "3")),
+            checkpoint_async=e.get(ENV_CHECKPOINT_ASYNC, "0") == "1",
+            hang_timeout=float(e.get(ENV_HANG_TIMEOUT, "0")),
+            workload=json.loads(e.get(ENV_WORKLOAD, "{}")),
+        )
+
+    def to_env(self) -> dict[str, str]:
+        """The environment variables that reproduce this context in a worker."""
+        env = {
+            ENV_JOB_NAME: self.name,
+            ENV_RUN_DIR: str(self.run_dir),
+            ENV_CHECKPOINT_EVERY: str(self.checkpoint_every),
+            ENV_CHECKPOINT_KEEP: str(self.checkpoint_keep),
+            ENV_CHECKPOINT_ASYNC: "1" if self.checkpoint_async else "0",
+            ENV_HANG_TIMEOUT: str(self.hang_timeout),
+        }
+        if self.checkpoint_dir:
+            env[ENV_CHECKPOINT_DIR] = self.checkpoint_dir
+        if self.workload:
+            env[ENV_WORKLOAD] = json.dumps(self.workload, sort_keys=True)
+        return env

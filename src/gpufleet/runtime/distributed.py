@@ -1,0 +1,92 @@
+"""Process-group setup and teardown for workers started by torchrun or gpufleet."""
+
+from __future__ import annotations
+
+import atexit
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits in the job."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        """True on global rank 0, which writes job-level files."""
+        return self.rank == 0
+
+
+_info: DistInfo | None = None
+_control_group: dist.ProcessGroup | None = None
+
+
+def init_distributed(timeout: timedelta = timedelta(minutes=30)) -> DistInfo:
+    """Join the job's process group from torchrun's environment (idempotent).
+
+    nccl with one GPU per process when CUDA is present (LOCAL_RANK picks the GPU), gloo on CPU.
+    A single process without torchrun variables runs with world size 1 and no process group.
+    """
+    global _info, _control_group
+    if _info is not None:
+        return _info
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available()
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    backend = "nccl" if use_cuda else "gloo"
+    if world > 1 and not dist.is_initialized():
+        # "cpu:gloo,cuda:nccl" lets CPU tensors (checkpoint planning, control flags) use gloo.
+        pg_backend = "cpu:gloo,cuda:nccl" if use_cuda else "gloo"
+        kwargs: dict[str, object] = {}
+        if use_cuda:
+            kwargs["device_id"] = device
+        dist.init_process_group(backend=pg_backend, timeout=timeout, **kwargs)  # type: ignore[arg-type]
+        _control_group = dist.new_group(backend="gloo")
+        atexit.register(shutdown_distributed)
+    _info = DistInfo(rank, local_rank, world, device, backend)
+    return _info
+
+
+def control_group() -> dist.ProcessGroup | None:
+    """A gloo group for small control messages (preemption flags), separate from training."""
+    return _control_group
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op without a process group)."""
+    if dist.is_initialized():
+        dist.barrier(group=_control_group)
+
+
+def shutdown_distributed() -> None:
+    """Tear the process group down so the process exits cleanly (idempotent).
+
+    All ranks meet at a barrier first: a rank that destroys its group while a peer still has
+    gloo work in flight closes the peer's connections under it, and the peer's gloo threads then
+    abort the process ("terminate called without an active exception", SIGABRT).
+    """
+    global _info, _control_group
+    if dist.is_initialized():
+        try:
+            dist.barrier(group=_control_group)
+        except RuntimeError:
+            pass  # a peer is already gone; destroy anyway
+        dist.destroy_process_group()
+    _control_group = None
+    _info = None

@@ -1,0 +1,83 @@
+"""Fault injection for chaos tests, like etcd's failpoints: off unless GPUFLEET_FAULTS is set.
+
+``GPUFLEET_FAULTS="kill@step=7,rank=1;hang@checkpoint_written=10"`` - each entry is
+``action@point=N`` with optional ``rank=R`` (default 0) and ``restart=K`` (default 0: only the
+first attempt, so the restarted group can get past the point). Actions: ``kill`` (SIGKILL
+itself), ``hang`` (stop making progress), ``exit`` (exit code 1). Points: ``step`` (after step N's
+optimizer update) and ``checkpoint_written`` (step N's checkpoint data is written, its
+completion marker is not).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from functools import cache
+
+ENV_FAULTS = "GPUFLEET_FAULTS"
+_ACTIONS = ("kill", "hang", "exit")
+_POINTS = ("step", "checkpoint_written")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault."""
+
+    action: str
+    point: str
+    at: int
+    rank: int = 0
+    restart: int = 0
+
+
+def parse_faults(text: str) -> list[Fault]:
+    """Parse the GPUFLEET_FAULTS syntax; raises ValueError on anything malformed."""
+    faults = []
+    for entry in filter(None, (e.strip() for e in text.split(";"))):
+        action, sep, rest = entry.partition("@")
+        if not sep or action not in _ACTIONS:
+            raise ValueError(f"bad fault {entry!r}: expected one of {_ACTIONS} followed by '@'")
+        fields: dict[str, int] = {}
+        point = ""
+        for i, item in enumerate(rest.split(",")):
+            key, eq, value = item.partition("=")
+            if not eq or not value.isdigit():
+                raise ValueError(f"bad fault {entry!r}: expected key=number, got {item!r}")
+            if i == 0:
+                point = key
+            fields[key] = int(value)
+        if point not in _POINTS:
+            raise ValueError(f"bad fault {entry!r}: point must be one of {_POINTS}")
+        faults.append(
+            Fault(action, point, fields[point], fields.get("rank", 0), fields.get("restart", 0))
+        )
+    return faults
+
+
+@cache
+def _active() -> tuple[Fault, ...]:
+    return tuple(parse_faults(os.environ.get(ENV_FAULTS, "")))
+
+
+def maybe_fire(point: str, step: int) -> None:
+    """Fire the faults configured for this point, step, rank and restart (no-op normally)."""
+    faults = _active()
+    if not faults:
+        return
+    rank = int(os.environ.get("RANK", "0"))
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    for f in faults:
+        if (f.point, f.at, f.rank, f.restart) != (point, step, rank, restart):
+            continue
+        print(f"gpufleet-fault: {f.action} at {point}={step} on rank {rank}", file=sys.stderr)
+        sys.stderr.flush()
+        if f.action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif f.action == "exit":
+            os._exit(1)
+        elif f.action == "hang":
+            while True:  # a hung rank: alive, holding its peers in the next collective
+                time.sleep(3600)

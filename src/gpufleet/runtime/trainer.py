@@ -1,0 +1,325 @@
+"""A training loop for users who don't want to write one: DDP, checkpoints, exact resume,
+preemption and the hang watchdog, wired together."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.stateful import Stateful
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
+
+from gpufleet.errors import EXIT_PREEMPTED
+from gpufleet.runtime import faults
+from gpufleet.runtime.checkpoint import Checkpointer
+from gpufleet.runtime.context import JobContext
+from gpufleet.runtime.data import ResumableDistributedSampler
+from gpufleet.runtime.digest import state_digest
+from gpufleet.runtime.distributed import DistInfo, control_group, init_distributed
+from gpufleet.runtime.files import write_json_atomic
+from gpufleet.runtime.preemption import PreemptionGuard
+from gpufleet.runtime.rng import capture_rng, restore_rng, seed_everything
+from gpufleet.runtime.watchdog import HangWatchdog
+
+StepFn = Callable[[torch.nn.Module, Any], torch.Tensor]
+LossFn = StepFn
+
+
+def cross_entropy_step(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+    """Default step: ``batch`` is ``(inputs, targets)``; returns the cross-entropy loss."""
+    inputs, targets = batch
+    return torch.nn.functional.cross_entropy(model(inputs), targets)
+
+
+@dataclass(kw_only=True)
+class TrainerConfig:
+    """How long to train and how to log; checkpoint and watchdog settings come from the job."""
+
+    steps: int
+    batch_size: int
+    seed: int = 0
+    log_every: int = 25
+    shuffle: bool = True
+
+
+@dataclass(kw_only=True)
+class TrainResult:
+    """What a finished (or preempted) run reports. Written to <run dir>/result.json by rank 0."""
+
+    steps: int
+    final_loss: float | None
+    state_digest: str
+    checkpoint: str | None
+    resumed_from: int | None
+    restart_count: int
+    samples_per_second: float
+    preempted: bool = False
+    metrics: dict[str, float] = field(default_factory=dict)
+    step_seconds: list[float] = field(default_factory=list, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-able summary (without per-step timings)."""
+        out = dict(self.__dict__)
+        out.pop("step_seconds")
+        return out
+
+
+@dataclass
+class _Progress:
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+
+
+class _JobState(Stateful):
+    """Everything exact resume needs, as one DCP Stateful: DCP calls these on save and load."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.t = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        t = self.t
+        model_sd, optim_sd = get_state_dict(t.model, t.optimizer)
+        return {
+            "model": model_sd,
+            "optim": optim_sd,
+            "scheduler": t.scheduler.state_dict() if t.scheduler else {},
+            "progress": dict(t.progress.__dict__),
+            # Each rank's generators differ (seeded by rank), so each rank keeps its own key;
+            # a shared key would be deduplicated by DCP and saved by one rank only.
+            f"rng_rank{t.info.rank}": capture_rng(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        t = self.t
+        set_state_dict(
+            t.model,
+            t.optimizer,
+            model_state_dict=state_dict["model"],
+            optim_state_dict=state_dict["optim"],
+        )
+        if t.scheduler is not None:
+            t.scheduler.load_state_dict(state_dict["scheduler"])
+        t.progress = _Progress(**state_dict["progress"])
+        restore_rng(state_dict[f"rng_rank{t.info.rank}"])
+
+
+class Trainer:
+    """Trains ``model`` on ``data`` with DDP and survives crashes, preemption and hangs.
+
+    Resume is exact: model, optimizer, scheduler, sampler position and every rank's RNG state
+    are checkpointed, so a run interrupted anywhere ends with the same weights, bit for bit, as
+    an uninterrupted one. Exactness needs deterministic data (``num_workers=0`` loaders here).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        data: Dataset[Any],
+        optimizer: torch.optim.Optimizer,
+        *,
+        config: TrainerConfig,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+        step_fn: StepFn = cross_entropy_step,
+        context: JobContext | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.context = context or JobContext.from_env()
+        self.info: DistInfo = init_distributed()
+        self.model = model.to(self.info.device)
+        self.ddp: torch.nn.Module = self.model
+        if self.info.world_size > 1:
+            ids = [self.info.local_rank] if self.info.device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.step_fn = step_fn
+        self.progress = _Progress()
+        self._log = log or self._print
+        self.sampler = ResumableDistributedSampler(
+            data,  # type: ignore[arg-type]
+            num_replicas=self.info.world_size,
+            rank=self.info.rank,
+            shuffle=config.shuffle,
+            seed=config.seed,
+        )
+        self.loader = DataLoader(
+            data,
+            batch_size=config.batch_size,
+            sampler=self.sampler,
+            drop_last=True,
+            num_workers=0,
+            # A private generator: creating a loader iterator draws a seed from it, and that
+            # draw must not move the global RNG a resumed run restores.
+            generator=torch.Generator().manual_seed(config.seed),
+        )
+        self.steps_per_epoch = self.sampler.samples_per_epoch() // config.batch_size
+        if self.steps_per_epoch == 0:
+            raise ValueError(
+                f"batch size {config.batch_size} is larger than this rank's share of the data "
+                f"({self.sampler.samples_per_epoch()} samples)"
+            )
+        self.checkpointer = Checkpointer(
+            self.context.checkpoint_dir or str(self.context.run_dir / "checkpoints"),
+            keep=self.context.checkpoint_keep,
+            async_save=self.context.checkpoint_async,
+            log=self._log,
+        )
+        self.guard = PreemptionGuard(control_group())
+        self.watchdog = HangWatchdog(self.context.hang_timeout, rank=self.info.rank)
+
+    def _print(self, msg: str) -> None:
+        print(msg, file=sys.stderr if msg.startswith("gpufleet:") else sys.stdout, flush=True)
+
+    def fit(self) -> TrainResult:
+        """Train to ``config.steps`` (resuming from the newest complete checkpoint, if any).
+
+        On SIGTERM/SIGINT: checkpoint at the next step boundary agreed by all ranks, write
+        ``preempted.json`` and exit with EXIT_PREEMPTED.
+        """
+        cfg = self.config
+        seed_everything(cfg.seed + self.info.rank)
+        state = {"job": _JobState(self)}
+        ref = self.checkpointer.load_latest(state)
+        if ref is not None:
+            self._log(f"gpufleet: resumed from step {ref.step} ({ref.path})")
+        self.guard.install()
+        self.watchdog.start()
+        step_seconds: list[float] = []
+        last_loss: torch.Tensor | None = None
+        last_ckpt = ref.path if ref else None
+        preempted = False
+        try:
+            while self.progress.step < cfg.steps and not preempted:
+                p = self.progress
+                self.sampler.set_epoch(p.epoch, p.batch_in_epoch * cfg.batch_size)
+                for batch in self.loader:
+                    t0 = time.perf_counter()
+                    last_loss = self._train_step(batch)
+                    step_seconds.append(time.perf_counter() - t0)
+                    self._advance()
+                    step = self.progress.step
+                    self.watchdog.beat(step)
+                    faults.maybe_fire("step", step)
+                    self.checkpointer.poll()
+                    preempted = self.guard.should_stop()
+                    if step % cfg.log_every == 0 or step == cfg.steps:
+                        self._report(step, last_loss, step_seconds)
+                    final = step >= cfg.steps
+                    if preempted or final or step % self.context.checkpoint_every == 0:
+                        last_ckpt = self.checkpointer.save(
+                            step, state, force_sync=preempted or final
+                        )
+                        self.watchdog.beat(step)
+                    if preempted or final or self.progress.batch_in_epoch == 0:
+                        break
+            self.checkpointer.wait()
+        finally:
+            self.watchdog.stop()
+            self.guard.drain()
+            self.guard.uninstall()
+        result = self._result(last_loss, last_ckpt, ref.step if ref else None, step_seconds)
+        result.preempted = preempted
+        if preempted:
+            self._finish_preempted(result)
+        return result
+
+    def _train_step(self, batch: Any) -> torch.Tensor:
+        batch = _to_device(batch, self.info.device)
+        self.ddp.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.step_fn(self.ddp, batch)
+        loss.backward()
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return loss.detach()
+
+    def _advance(self) -> None:
+        p = self.progress
+        p.step += 1
+        p.batch_in_epoch += 1
+        if p.batch_in_epoch == self.steps_per_epoch:
+            p.epoch += 1
+            p.batch_in_epoch = 0
+
+    def _mean(self, value: torch.Tensor) -> float:
+        value = value.detach().float().clone()
+        if dist.is_initialized():
+            dist.all_reduce(value, op=dist.ReduceOp.SUM)
+            value /= self.info.world_size
+        return float(value.item())
+
+    def _report(self, step: int, loss: torch.Tensor | None, seconds: list[float]) -> None:
+        mean_loss = self._mean(loss) if loss is not None else float("nan")
+        recent = seconds[-self.config.log_every :]
+        sps = self._throughput(recent)
+        if self.info.is_main:
+            self._log(
+                f"step {step}/{self.config.steps} loss {mean_loss:.4f} {sps:,.0f} samples/s"
+            )
+            write_json_atomic(
+                self.context.run_dir / "progress.json",
+                {"step": step, "steps": self.config.steps, "loss": mean_loss, "samples_per_second": sps},
+            )
+
+    def _throughput(self, seconds: list[float]) -> float:
+        total = sum(seconds)
+        samples = len(seconds) * self.config.batch_size * self.info.world_size
+        return samples / total if total > 0 else 0.0
+
+    def _result(
+        self,
+        loss: torch.Tensor | None,
+        checkpoint: str | None,
+        resumed_from: int | None,
+        seconds: list[float],
+    ) -> TrainResult:
+        return TrainResult(
+            steps=self.progress.step,
+            final_loss=self._mean(loss) if loss is not None else None,
+            state_digest=state_digest(self.model),
+            checkpoint=checkpoint,
+            resumed_from=resumed_from,
+            restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            samples_per_second=self._throughput(seconds),
+            step_seconds=seconds,
+        )
+
+    def write_result(self, result: TrainResult) -> None:
+        """Rank 0 writes ``result.json`` into the run directory for the launcher's summary."""
+        if self.info.is_main:
+            write_json_atomic(self.context.run_dir / "result.json", result.to_json())
+
+    def _finish_preempted(self, result: TrainResult) -> None:
+        self.write_result(result)
+        if self.info.is_main:
+            write_json_atomic(
+                self.context.run_dir / "preempted.json",
+                {"step": result.steps, "checkpoint": result.checkpoint},
+            )
+            self._log(f"gpufleet: preempted at step {result.steps}; checkpoint {result.checkpoint}")
+        from gpufleet.runtime.distributed import shutdown_distributed
+
+        shutdown_distributed()
+        raise SystemExit(EXIT_PREEMPTED)
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, list | tuple):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch

@@ -1,0 +1,227 @@
+"""The user-facing kinds as pydantic models. The local backend and the renderers read these."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from gpufleet.spec.units import parse_duration, parse_quantity
+
+API_VERSION = "gpufleet.dev/v1alpha1"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Quantity = Annotated[str, BeforeValidator(parse_quantity)]
+
+
+def _dns_label(value: str) -> str:
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        raise ValueError(
+            "must be a DNS-1123 label: at most 63 lowercase letters, digits or '-', "
+            f"starting and ending with a letter or digit, got {value!r}"
+        )
+    return value
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+
+
+class SpecModel(BaseModel):
+    """Base of every spec object: camelCase keys, unknown fields rejected, strict types."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        strict=True,
+        frozen=True,
+    )
+
+
+class Metadata(SpecModel):
+    """Identity of a job."""
+
+    name: DnsLabel = Field(description="Job name; names the run directory and cluster objects.")
+    namespace: DnsLabel | None = Field(
+        default=None, description="Cluster only: the tenant namespace to submit to."
+    )
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels.")
+
+
+class DigitsWorkload(SpecModel):
+    """Built-in: a small CNN on scikit-learn's bundled 8x8 digits data set (no download)."""
+
+    name: Literal["digits"] = Field(description="Selects this workload.")
+    steps: int = Field(default=300, ge=1, description="Optimizer steps to train.")
+    batch_size: int = Field(default=32, ge=1, description="Samples per step per process.")
+    lr: float = Field(default=0.05, gt=0, description="Peak learning rate (SGD, cosine decay).")
+    seed: int = Field(default=0, ge=0, description="Seed of model init, shuffling and dropout.")
+    log_every: int = Field(default=25, ge=1, description="Print a progress line every N steps.")
+
+
+class SyntheticWorkload(SpecModel):
+    """Built-in: an MLP on random data, sized for benchmarks."""
+
+    name: Literal["synthetic"] = Field(description="Selects this workload.")
+    steps: int = Field(default=100, ge=1, description="Optimizer steps to train.")
+    batch_size: int = Field(default=64, ge=1, description="Samples per step per process.")
+    lr: float = Field(default=0.01, gt=0, description="Learning rate (AdamW).")
+    seed: int = Field(default=0, ge=0, description="Seed of model init and data.")
+    input_size: int = Field(default=256, ge=1, description="Features per sample.")
+    hidden_size: int = Field(default=1024, ge=1, description="Width of hidden layers.")
+    layers: int = Field(default=4, ge=1, description="Hidden layers.")
+    samples: int = Field(default=4096, ge=1, description="Size of the synthetic data set.")
+    log_every: int = Field(default=25, ge=1, description="Print a progress line every N steps.")
+
+
+Workload = Annotated[DigitsWorkload | SyntheticWorkload, Field(discriminator="name")]
+
+
+class Resources(SpecModel):
+    """Per-node resources. Locally only ``gpu`` matters (it selects nccl); the rest is for pods."""
+
+    cpu: Quantity | None = Field(default=None, description="CPU per node, e.g. '8' or '500m'.")
+    memory: Quantity | None = Field(default=None, description="Memory per node, e.g. '32Gi'.")
+    gpu: int = Field(default=0, ge=0, description="GPUs per node (nvidia.com/gpu).")
+
+
+class Checkpoint(SpecModel):
+    """Where and how often the runtime checkpoints (torch.distributed.checkpoint)."""
+
+    dir: str | None = Field(
+        default=None,
+        description="Directory or fsspec URI (s3://...). Default: <run dir>/checkpoints.",
+    )
+    every_steps: int = Field(default=50, ge=1, description="Checkpoint every N steps.")
+    keep: int = Field(default=3, ge=1, description="Complete checkpoints to keep (newest).")
+    async_save: bool = Field(
+        default=False,
+        alias="async",
+        description="Write in the background after staging to CPU memory.",
+    )
+
+
+class Preemption(SpecModel):
+    """How a SIGTERM (node drain, Kueue preemption, Ctrl-C) is handled."""
+
+    grace_period: Duration = Field(
+        default=30.0,
+        description="Seconds the workers get to take the preemption checkpoint before SIGKILL.",
+    )
+
+
+class Volume(SpecModel):
+    """Cluster only: a PersistentVolumeClaim mounted into every worker."""
+
+    name: DnsLabel = Field(description="Volume name.")
+    mount_path: str = Field(description="Absolute path in the container.")
+    claim_name: DnsLabel = Field(description="PersistentVolumeClaim to mount.")
+    read_only: bool = Field(default=False, description="Mount read-only.")
+
+    @field_validator("mount_path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"must be an absolute path, got {value!r}")
+        return value
+
+
+class TrainingJobSpec(SpecModel):
+    """What to run, how wide, and how it survives failures."""
+
+    command: list[str] | None = Field(
+        default=None,
+        description=(
+            "A user's script or module with its arguments, exactly torchrun's positional form: "
+            "['train.py', '--lr', '0.1'] or ['-m', 'pkg.train']. Exclusive with workload."
+        ),
+    )
+    workload: Workload | None = Field(
+        default=None, description="A built-in workload instead of a command (digits, synthetic)."
+    )
+    nodes: int = Field(default=1, ge=1, description="Nodes (elastic agents).")
+    procs_per_node: int = Field(default=1, ge=1, description="Worker processes per node.")
+    resources: Resources = Field(default_factory=Resources, description="Per-node resources.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpointing.")
+    max_restarts: int = Field(
+        default=3, ge=0, description="Worker-group restarts before the job fails."
+    )
+    hang_timeout: Duration = Field(
+        default=300.0,
+        description="Seconds without step progress before a worker is declared hung (0: off).",
+    )
+    preemption: Preemption = Field(default_factory=Preemption, description="Preemption.")
+    image: str | None = Field(default=None, description="Cluster only: container image.")
+    queue: str | None = Field(default=None, description="Cluster only: Kueue LocalQueue.")
+    priority: str | None = Field(
+        default=None, description="Cluster only: Kueue WorkloadPriorityClass."
+    )
+    volumes: list[Volume] = Field(default_factory=list, description="Cluster only: volumes.")
+
+    @field_validator("command")
+    @classmethod
+    def _command_shape(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value or not value[0].strip():
+            raise ValueError("must name a script or '-m module', got an empty command")
+        if value[0] == "-m" and (len(value) < 2 or not value[1].strip()):
+            raise ValueError("'-m' must be followed by a module name")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not _ENV_NAME.match(k)]
+        if bad:
+            raise ValueError(f"invalid environment variable name(s): {', '.join(bad)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_entry_point(self) -> TrainingJobSpec:
+        if self.command is None and self.workload is None:
+            raise ValueError("set either spec.command (a script or module) or spec.workload")
+        if self.command is not None and self.workload is not None:
+            raise ValueError("spec.command and spec.workload are exclusive; set one")
+        gpu = self.resources.gpu
+        if gpu and self.procs_per_node > gpu:
+            raise ValueError(
+                f"spec.procsPerNode is {self.procs_per_node} but spec.resources.gpu is {gpu}: "
+                "with GPUs each process needs its own; lower procsPerNode or raise gpu"
+            )
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """Total worker processes."""
+        return self.nodes * self.procs_per_node
+
+    def cluster_only_fields(self) -> list[str]:
+        """Names of set fields the local backend ignores."""
+        names = [("image", self.image), ("queue", self.queue), ("priority", self.priority)]
+        out = [n for n, v in names if v is not None]
+        if self.volumes:
+            out.append("volumes")
+        return out
+
+
+class TrainingJob(SpecModel):
+    """A distributed PyTorch training job (kind TrainingJob)."""
+
+    api_version: Literal["gpufleet.dev/v1alpha1"] = Field(description="Always " + API_VERSION)
+    kind: Literal["TrainingJob"] = Field(description="Always TrainingJob.")
+    metadata: Metadata = Field(description="Name and labels.")
+    spec: TrainingJobSpec = Field(description="What to run and how.")

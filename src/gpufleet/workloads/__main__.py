@@ -1,0 +1,65 @@
+"""Worker entry point of the built-in workloads: ``python -m gpufleet.workloads``.
+
+Reads the workload from GPUFLEET_WORKLOAD (JSON of the spec's ``workload``), trains it with the
+Trainer and writes ``result.json`` for the launcher's summary.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from gpufleet.runtime import JobContext, Trainer, TrainerConfig, seed_everything
+from gpufleet.runtime.distributed import init_distributed, shutdown_distributed
+from gpufleet.spec.models import DigitsWorkload, SyntheticWorkload
+from gpufleet.workloads.digits import DigitsCNN, accuracy, digits_datasets
+from gpufleet.workloads.synthetic import synthetic_dataset, synthetic_mlp
+
+
+def run_digits(w: DigitsWorkload, context: JobContext) -> None:
+    """Train the digits CNN with SGD + cosine LR; report test accuracy."""
+    train, test = digits_datasets(w.seed)
+    seed_everything(w.seed)  # the same initial weights on every rank
+    model = DigitsCNN()
+    opt = torch.optim.SGD(model.parameters(), lr=w.lr, momentum=0.9)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=w.steps)
+    cfg = TrainerConfig(steps=w.steps, batch_size=w.batch_size, seed=w.seed, log_every=w.log_every)
+    trainer = Trainer(model, train, opt, config=cfg, scheduler=sched, context=context)
+    result = trainer.fit()
+    if trainer.info.is_main:
+        result.metrics["accuracy"] = accuracy(trainer.model, test)
+    trainer.write_result(result)
+
+
+def run_synthetic(w: SyntheticWorkload, context: JobContext) -> None:
+    """Train the synthetic MLP with AdamW."""
+    data = synthetic_dataset(w.samples, w.input_size, seed=w.seed)
+    seed_everything(w.seed)
+    model = synthetic_mlp(w.input_size, w.hidden_size, w.layers)
+    opt = torch.optim.AdamW(model.parameters(), lr=w.lr)
+    cfg = TrainerConfig(steps=w.steps, batch_size=w.batch_size, seed=w.seed, log_every=w.log_every)
+    trainer = Trainer(model, data, opt, config=cfg, context=context)
+    trainer.write_result(trainer.fit())
+
+
+def main() -> int:
+    """Run the workload named in GPUFLEET_WORKLOAD."""
+    context = JobContext.from_env()
+    name = context.workload.get("name")
+    init_distributed()
+    try:
+        if name == "digits":
+            run_digits(DigitsWorkload.model_validate(context.workload), context)
+        elif name == "synthetic":
+            run_synthetic(SyntheticWorkload.model_validate(context.workload), context)
+        else:
+            print(f"gpufleet: unknown workload {name!r} in GPUFLEET_WORKLOAD", file=sys.stderr)
+            return 2
+    finally:
+        shutdown_distributed()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
