@@ -255,7 +255,10 @@ def _launch_node_processes(configs: list[NodeConfig]) -> list[NodeOutcome]:
                 out_file = tmp / f"node{cfg.node_rank}.out.json"
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "gpufleet.launch.node", str(cfg_file), str(out_file)],
+                        [
+                            *(sys.executable, "-m", "gpufleet.launch.node"),
+                            *(str(cfg_file), str(out_file), str(os.getpid())),
+                        ],
                         start_new_session=True,  # Ctrl-C reaches us; we forward it once
                         stdout=sys.stdout.fileno(),
                     )

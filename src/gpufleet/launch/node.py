@@ -3,7 +3,7 @@
 ``launch_node`` is what ``torchrun`` does for one node, called as a function so gpufleet can
 read the outcome (which rank failed, with what code) instead of parsing a process's stderr.
 For jobs of several local nodes each agent runs in its own process:
-``python -m gpufleet.launch.node CONFIG_JSON``.
+``python -m gpufleet.launch.node CONFIG_JSON OUTCOME_JSON LAUNCHER_PID``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
-from gpufleet.launch.orphans import die_with_parent
+from gpufleet.launch.orphans import ENV_AGENT_PID, die_with_parent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +53,7 @@ class NodeOutcome:
 def launch_node(cfg: NodeConfig) -> NodeOutcome:
     """Run one node's worker group to completion under torch's elastic agent."""
     os.environ.update(cfg.env)
+    os.environ[ENV_AGENT_PID] = str(os.getpid())  # workers' parent: lets them spot an early death
     config = LaunchConfig(
         min_nodes=cfg.nnodes,
         max_nodes=cfg.nnodes,
@@ -88,8 +89,8 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
 
 
 def main() -> int:
-    """Entry point of a node process: run the agent, print the outcome as JSON on the last line."""
-    die_with_parent()
+    """Entry point of a node process: run the agent, write its outcome as JSON."""
+    die_with_parent(expected_parent=int(sys.argv[3]))
     cfg = NodeConfig(**json.loads(Path(sys.argv[1]).read_text()))
     outcome = launch_node(cfg)
     Path(sys.argv[2]).write_text(json.dumps(asdict(outcome)))

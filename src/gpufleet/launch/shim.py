@@ -12,12 +12,9 @@ import os
 import runpy
 import sys
 
-from torch.distributed.elastic.multiprocessing.errors import record
-
-from gpufleet.launch.orphans import die_with_parent
+from gpufleet.launch.orphans import ENV_AGENT_PID, die_with_parent
 
 
-@record
 def _run(argv: list[str]) -> None:
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]  # run_module sets argv[0] to the module's file
@@ -31,11 +28,16 @@ def _run(argv: list[str]) -> None:
 
 def main() -> None:
     """Run the command in ``sys.argv[1:]``."""
-    die_with_parent()
+    agent = os.environ.get(ENV_AGENT_PID)
+    die_with_parent(expected_parent=int(agent) if agent else None)
     if len(sys.argv) < 2:
         print("usage: python -m gpufleet.launch.shim <script.py | -m module> [args...]")
         sys.exit(2)
-    _run(sys.argv[1:])
+    # Imported after die_with_parent: importing torch takes seconds, time in which an agent
+    # SIGKILLed would leave this process behind.
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    record(_run)(sys.argv[1:])
 
 
 if __name__ == "__main__":

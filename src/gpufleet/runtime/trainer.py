@@ -191,7 +191,7 @@ class Trainer:
         seed_everything(cfg.seed + self.info.rank)
         state = {"job": _JobState(self)}
         ref = self.checkpointer.load_latest(state)
-        if ref is not None:
+        if ref is not None and self.info.is_main:
             self._log(f"gpufleet: resumed from step {ref.step} ({ref.path})")
         self.guard.install()
         self.watchdog.start()

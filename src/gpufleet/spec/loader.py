@@ -119,6 +119,8 @@ def parse_override(text: str) -> tuple[PathKey, object]:
                 raise UserInputError([FieldError("--set", f"bad index in key {key!r}")])
             parts.append(int(index))
             rest = rest[1:]
+    if tuple(parts[:2]) == ("spec", "env"):
+        return tuple(parts), raw  # environment values are strings; don't let YAML retype them
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:

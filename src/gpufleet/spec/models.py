@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -11,9 +11,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic.alias_generators import to_camel
 
 from gpufleet.spec.units import parse_duration, parse_quantity
@@ -190,19 +193,41 @@ class TrainingJobSpec(SpecModel):
             raise ValueError(f"invalid environment variable name(s): {', '.join(bad)}")
         return value
 
-    @model_validator(mode="after")
-    def _one_entry_point(self) -> TrainingJobSpec:
-        if self.command is None and self.workload is None:
-            raise ValueError("set either spec.command (a script or module) or spec.workload")
-        if self.command is not None and self.workload is not None:
-            raise ValueError("spec.command and spec.workload are exclusive; set one")
-        gpu = self.resources.gpu
-        if gpu and self.procs_per_node > gpu:
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_entry_point(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        # A wrap validator, so that "no command" is reported together with field errors
+        # (an "after" validator would not run while any field is invalid).
+        problem = None
+        if isinstance(data, dict):
+            has_command = data.get("command") is not None
+            has_workload = data.get("workload") is not None
+            if not has_command and not has_workload:
+                problem = "set either spec.command (a script or module) or spec.workload"
+            elif has_command and has_workload:
+                problem = "spec.command and spec.workload are exclusive; set one"
+        try:
+            spec = handler(data)
+        except ValidationError as exc:
+            if problem is None:
+                raise
+            details: list[InitErrorDetails] = [
+                {"type": e["type"], "loc": e["loc"], "input": e["input"], "ctx": e.get("ctx", {})}
+                for e in exc.errors()
+            ]
+            details.append(
+                {"type": PydanticCustomError("entry_point", problem), "loc": (), "input": data}
+            )
+            raise ValidationError.from_exception_data(exc.title, details) from None
+        if problem is not None:
+            raise ValueError(problem)
+        gpu = spec.resources.gpu
+        if gpu and spec.procs_per_node > gpu:
             raise ValueError(
-                f"spec.procsPerNode is {self.procs_per_node} but spec.resources.gpu is {gpu}: "
+                f"spec.procsPerNode is {spec.procs_per_node} but spec.resources.gpu is {gpu}: "
                 "with GPUs each process needs its own; lower procsPerNode or raise gpu"
             )
-        return self
+        return spec
 
     @property
     def world_size(self) -> int:

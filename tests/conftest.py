@@ -1,0 +1,115 @@
+"""Shared fixtures: run the real CLI in a scratch directory and check for orphan processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def digits_job(name: str = "digits-test", **spec: Any) -> dict[str, Any]:
+    """A small digits TrainingJob document; ``spec`` keys override (camelCase)."""
+    doc: dict[str, Any] = {
+        "apiVersion": "gpufleet.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "workload": {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 5},
+            "nodes": 1,
+            "procsPerNode": 2,
+            "checkpoint": {"everySteps": 10, "keep": 3},
+            "maxRestarts": 2,
+            "hangTimeout": "60s",
+            "preemption": {"gracePeriod": "20s"},
+        },
+    }
+    doc["spec"].update(spec)
+    return doc
+
+
+def write_spec(directory: Path, doc: dict[str, Any], filename: str = "job.yaml") -> Path:
+    """Write a spec document as YAML and return its path."""
+    path = directory / filename
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def cli_env() -> dict[str, str]:
+    """The environment for CLI subprocesses (no colors, no terminal tricks)."""
+    env = dict(os.environ)
+    env.update({"NO_COLOR": "1", "TERM": "dumb", "PYTHONUNBUFFERED": "1", "COLUMNS": "200"})
+    env.pop("GPUFLEET_FAULTS", None)
+    return env
+
+
+def gpufleet_cmd(*args: str) -> list[str]:
+    """argv for the CLI in this interpreter."""
+    return [sys.executable, "-m", "gpufleet.cli.main", *args]
+
+
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """Run ``gpufleet ARGS`` to completion."""
+    return subprocess.run(
+        gpufleet_cmd(*args),
+        cwd=cwd,
+        env=env or cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def summary_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The JSON summary that ``gpufleet run -o json`` printed."""
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert lines, f"no stdout; stderr:\n{proc.stderr[-3000:]}"
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+def processes_mentioning(text: str) -> list[psutil.Process]:
+    """Live processes whose command line or working directory mentions ``text``."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "cwd", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            cmd = " ".join(p.info["cmdline"] or [])
+            if p.pid != os.getpid() and (text in cmd or text == (p.info["cwd"] or "")):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def wait_no_processes(text: str, timeout: float = 15) -> list[psutil.Process]:
+    """Wait until no process mentions ``text``; return the ones left after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    left = processes_mentioning(text)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = processes_mentioning(text)
+    return left
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    """A scratch working directory; fails the test if processes started there outlive it."""
+    yield tmp_path
+    left = wait_no_processes(str(tmp_path))
+    for p in left:
+        p.kill()
+    assert not left, f"orphan processes: {[(p.pid, p.cmdline()) for p in left]}"

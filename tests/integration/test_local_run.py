@@ -1,0 +1,154 @@
+"""`gpufleet run` with real worker processes: parity with torchrun, summaries, failures, orphans."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gpufleet.errors import EXIT_BAD_INPUT, EXIT_FAILED
+from tests.conftest import (
+    REPO,
+    cli_env,
+    digits_job,
+    gpufleet_cmd,
+    processes_mentioning,
+    run_cli,
+    summary_of,
+    wait_no_processes,
+    write_spec,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def script_job(name: str, command: list[str], **spec: object) -> dict[str, object]:
+    doc = digits_job(name, **spec)
+    doc["spec"].pop("workload")  # type: ignore[attr-defined]
+    doc["spec"]["command"] = command  # type: ignore[index]
+    return doc
+
+
+def test_torchrun_script_matches_plain_torchrun(workdir: Path) -> None:
+    script = str(shutil.copy(REPO / "examples" / "torchrun_script.py", workdir / "train.py"))
+    proc = run_cli(
+        "run",
+        str(write_spec(workdir, script_job("parity", [script, "--out", "ours.json"]))),
+        "-o",
+        "json",
+        cwd=workdir,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert summary_of(proc)["status"] == "Succeeded"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    plain = subprocess.run(
+        [*torchrun, script, "--out", "theirs.json"], cwd=workdir, capture_output=True, text=True,
+        timeout=180, env=cli_env(), check=False,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+    ours = json.loads((workdir / "ours.json").read_text())
+    theirs = json.loads((workdir / "theirs.json").read_text())
+    assert ours == theirs  # same digest, loss and torchrun environment
+    assert ours["env"] == {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    assert "[rank1]: rank 1/2 done" in proc.stderr  # prefixed output...
+    logs = list((workdir / ".gpufleet/runs/parity/logs/node0").glob("*/attempt_0/1/stdout.log"))
+    assert logs and "rank 1/2 done" in logs[0].read_text()  # ...and kept in log files
+
+
+def test_module_command_and_env(workdir: Path) -> None:
+    (workdir / "pkg").mkdir()
+    (workdir / "pkg" / "__init__.py").write_text("")
+    (workdir / "pkg" / "probe.py").write_text(
+        "import json, os, sys\n"
+        "keys = ['RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'TORCHELASTIC_RESTART_COUNT',"
+        " 'GREETING', 'GPUFLEET_JOB_NAME']\n"
+        "out = {k: os.environ.get(k) for k in keys}\n"
+        "out['argv'] = sys.argv[1:]; out['name'] = __name__\n"
+        "open(f'probe{os.environ[\"RANK\"]}.json', 'w').write(json.dumps(out))\n"
+    )
+    doc = script_job("modjob", ["-m", "pkg.probe", "--flag", "x"], env={"GREETING": "hi"})
+    proc = run_cli("run", str(write_spec(workdir, doc)), cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    for rank in (0, 1):
+        got = json.loads((workdir / f"probe{rank}.json").read_text())
+        assert got["RANK"] == str(rank) and got["WORLD_SIZE"] == "2"
+        assert got["MASTER_ADDR"] and got["MASTER_PORT"] and got["TORCHELASTIC_RESTART_COUNT"] == "0"
+        assert got["GREETING"] == "hi" and got["GPUFLEET_JOB_NAME"] == "modjob"
+        assert got["argv"] == ["--flag", "x"] and got["name"] == "__main__"
+
+
+def test_two_local_nodes_match_one_node_of_two(workdir: Path) -> None:
+    one = run_cli("run", str(write_spec(workdir, digits_job("wide"))), "-o", "json", cwd=workdir)
+    two_spec = write_spec(workdir, digits_job("tall", nodes=2, procsPerNode=1), "tall.yaml")
+    two = run_cli("run", str(two_spec), "-o", "json", cwd=workdir)
+    assert one.returncode == 0, one.stderr
+    assert two.returncode == 0, two.stderr
+    a, b = summary_of(one), summary_of(two)
+    assert a["state_digest"] == b["state_digest"]
+    assert a["steps"] == b["steps"] == 40
+    assert 0.0 <= a["accuracy"] <= 1.0
+
+
+def test_restarts_exhausted_names_rank_and_log(workdir: Path) -> None:
+    (workdir / "flaky.py").write_text(
+        "import os, sys\n"
+        "print('starting rank', os.environ['RANK'], flush=True)\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    print('disk on fire', file=sys.stderr, flush=True)\n"
+        "    sys.exit(7)\n"
+    )
+    doc = script_job("flaky", ["flaky.py"], maxRestarts=1)
+    proc = run_cli("run", str(write_spec(workdir, doc)), "-o", "json", cwd=workdir)
+    assert proc.returncode == EXIT_FAILED
+    s = summary_of(proc)
+    assert s["status"] == "Failed" and s["restarts"] == 1
+    assert "rank 1 ended with exit code 7 after 1 restart" in s["message"]
+    assert "disk on fire" in s["message"]  # the failing rank's last log lines
+    assert "attempt_1" in s["message"]  # from the last attempt
+    assert "Traceback" not in proc.stderr.split("disk on fire")[-1]
+
+
+def test_bad_spec_exits_2_without_traceback(workdir: Path) -> None:
+    doc = digits_job(nodes=0)
+    doc["spec"].pop("workload")
+    proc = run_cli("run", str(write_spec(workdir, doc)), cwd=workdir)
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert "spec.nodes" in proc.stderr and "set either spec.command" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (workdir / ".gpufleet").exists()  # nothing was started
+
+
+@pytest.mark.parametrize("args", [["validate", "missing.yaml"], ["run", "missing.yaml"]])
+def test_missing_file_exit_2(workdir: Path, args: list[str]) -> None:
+    proc = run_cli(*args, cwd=workdir)
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert "file not found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("nodes", "procs"), [(1, 2), (2, 1)])
+def test_launcher_sigkill_leaves_no_orphans(workdir: Path, nodes: int, procs: int) -> None:
+    (workdir / "sleepy.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    doc = script_job("sleepy", ["sleepy.py"], nodes=nodes, procsPerNode=procs)
+    spec = write_spec(workdir, doc)
+    launcher = subprocess.Popen(
+        gpufleet_cmd("run", str(spec)), cwd=workdir, env=cli_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    workers: list[psutil.Process] = []
+    while time.monotonic() < deadline and len(workers) < 2:
+        time.sleep(0.3)
+        workers = [p for p in processes_mentioning("sleepy.py") if p.pid != launcher.pid]
+        workers = [p for p in workers if "gpufleet.launch.shim" in " ".join(p.cmdline())]
+    assert len(workers) == 2, "workers did not start"
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait(timeout=10)
+    left = wait_no_processes("sleepy.py", timeout=15)
+    assert not left, f"orphans after SIGKILL: {[(p.pid, p.ppid(), p.cmdline()) for p in left]}"
