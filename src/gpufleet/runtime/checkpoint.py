@@ -122,10 +122,7 @@ class Checkpointer:
         ``poll()`` or ``wait()``; at most one is in flight (a new save waits for the previous).
         """
         self.wait()
-        path = self._broadcast(self._join(self._root_path, f"step_{step:09d}-{secrets.token_hex(3)}"))
-        assert isinstance(path, str)
-        if self._rank == 0 and self._fs.exists(path):
-            raise RuntimeError(f"checkpoint directory {path} exists; refusing to write into it")
+        path = self._broadcast(self._new_dir(step) if self._rank == 0 else None)
         started = time.perf_counter()
         writer = self._writer(path)
         if self.async_save and not force_sync:
@@ -138,6 +135,14 @@ class Checkpointer:
             self._commit(path, step, started)
         self.last_blocking_seconds = time.perf_counter() - started
         return path
+
+    def _new_dir(self, step: int) -> str:
+        # Checked before the name is shared: once it is, other ranks start writing into it.
+        for _ in range(8):
+            path = self._join(self._root_path, f"step_{step:09d}-{secrets.token_hex(3)}")
+            if not self._fs.exists(path):
+                return path
+        raise RuntimeError(f"no unused checkpoint directory name for step {step} in {self.root}")
 
     def poll(self) -> None:
         """Commit a finished async save, if any; raises if it failed. Cheap: call every step."""

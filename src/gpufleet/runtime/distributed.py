@@ -56,11 +56,43 @@ def init_distributed(timeout: timedelta = timedelta(minutes=30)) -> DistInfo:
         kwargs: dict[str, object] = {}
         if use_cuda:
             kwargs["device_id"] = device
-        dist.init_process_group(backend=pg_backend, timeout=timeout, **kwargs)  # type: ignore[arg-type]
+        dist.init_process_group(
+            backend=pg_backend,
+            store=_attempt_store(rank, world, timeout),
+            rank=rank,
+            world_size=world,
+            timeout=timeout,
+            **kwargs,  # type: ignore[arg-type]
+        )
         _control_group = dist.new_group(backend="gloo")
         atexit.register(shutdown_distributed)
     _info = DistInfo(rank, local_rank, world, device, backend)
     return _info
+
+
+def _attempt_store(rank: int, world: int, timeout: timedelta) -> dist.Store:
+    """The rendezvous store of this restart attempt, with keys no earlier attempt wrote.
+
+    Under torchrun the agent's TCPStore outlives a worker-group restart, and the keys the
+    process group writes at init (each rank's gloo/nccl address) are named the same in every
+    attempt. A restarted rank can then read its peer's address from the dead attempt and fail
+    with "Connection refused" or wait forever (pytorch/pytorch#167288). A prefix per attempt
+    keeps attempts apart.
+    """
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(os.environ.get("MASTER_PORT", "29500"))
+    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        addr,
+        port,
+        world_size=None if agent_hosts else world,
+        is_master=not agent_hosts and rank == 0,
+        timeout=timeout,
+        multi_tenant=not agent_hosts,
+    )
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"gpufleet/{run_id}/attempt_{attempt}/", store)
 
 
 def control_group() -> dist.ProcessGroup | None:

@@ -224,9 +224,9 @@ class Trainer:
                     if preempted or final or self.progress.batch_in_epoch == 0:
                         break
             self.checkpointer.wait()
-        finally:
-            self.watchdog.stop()
             self.guard.drain()
+        finally:  # on an error the process is about to die: no collectives here
+            self.watchdog.stop()
             self.guard.uninstall()
         result = self._result(last_loss, last_ckpt, ref.step if ref else None, step_seconds)
         result.preempted = preempted

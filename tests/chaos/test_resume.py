@@ -1,0 +1,189 @@
+"""Chaos: kill, hang and preempt training at many points; the final weights never change.
+
+Each case runs the digits job (2 workers, 40 steps, a checkpoint every 10) with a fault and
+compares its ``state_digest`` to an uninterrupted run's: equal means bit-identical weights.
+Random choices print their seed; set GPUFLEET_CHAOS_SEED to replay one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gpufleet.errors import EXIT_PREEMPTED
+from gpufleet.runtime.files import read_json
+from tests.conftest import (
+    cli_env,
+    digits_job,
+    gpufleet_cmd,
+    processes_mentioning,
+    run_cli,
+    summary_of,
+    write_spec,
+)
+
+pytestmark = pytest.mark.slow
+
+SEED = int(os.environ.get("GPUFLEET_CHAOS_SEED", random.randrange(1_000_000)))
+RNG = random.Random(SEED)
+STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The uninterrupted run every chaos case must reproduce."""
+    wd = tmp_path_factory.mktemp("baseline")
+    proc = run_cli("run", str(write_spec(wd, digits_job("straight"))), "-o", "json", cwd=wd)
+    assert proc.returncode == 0, proc.stderr
+    s = summary_of(proc)
+    assert s["steps"] == STEPS and s["restarts"] == 0 and s["state_digest"]
+    return s
+
+
+def rank_logs(workdir: Path, name: str) -> str:
+    logs = sorted((workdir / ".gpufleet/runs" / name / "logs").glob("node*/*/attempt_*/*/*.log"))
+    return "\n".join(f"== {p}\n{p.read_text(errors='replace')}" for p in logs)
+
+
+KILL_STEP = RNG.randint(1, STEPS - 1)
+CASES = [
+    pytest.param("kill@step=%d,rank=1" % KILL_STEP, {}, 1, id=f"sigkill-random-step-{KILL_STEP}"),
+    pytest.param("kill@step=10,rank=0", {}, 1, id="sigkill-at-checkpoint-step"),
+    pytest.param("kill@checkpoint_written=20,rank=0", {}, 1, id="sigkill-mid-checkpoint-write"),
+    pytest.param("exit@step=25,rank=1", {}, 1, id="worker-exit-1"),
+    pytest.param("hang@step=15,rank=1", {"hangTimeout": "4s"}, 1, id="hang"),
+    pytest.param(
+        "kill@step=12,rank=1;kill@step=27,rank=0,restart=1", {}, 2, id="two-crashes"
+    ),
+    pytest.param(
+        "kill@step=23,rank=1", {"checkpoint": {"everySteps": 10, "async": True}}, 1, id="async-ckpt"
+    ),
+]
+
+
+@pytest.mark.parametrize(("faults", "spec", "want_restarts"), CASES)
+def test_faults_resume_exactly(
+    workdir: Path, baseline: dict[str, Any], faults: str, spec: dict[str, Any], want_restarts: int
+) -> None:
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = faults
+    proc = run_cli("run", str(write_spec(workdir, digits_job("chaos", **spec))), "-o", "json",
+                   cwd=workdir, env=env)  # fmt: skip
+    logs = rank_logs(workdir, "chaos")
+    assert proc.returncode == 0, f"seed {SEED}\n{proc.stderr[-4000:]}"
+    s = summary_of(proc)
+    assert "gpufleet-fault:" in logs  # the fault really fired
+    assert s["restarts"] == want_restarts, f"seed {SEED}"
+    assert s["steps"] == STEPS
+    assert s["state_digest"] == baseline["state_digest"], f"seed {SEED}: weights differ"
+    assert s["final_loss"] == baseline["final_loss"]
+
+
+def test_torn_checkpoint_is_skipped(workdir: Path, baseline: dict[str, Any]) -> None:
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = "kill@checkpoint_written=20,rank=0"
+    proc = run_cli("run", str(write_spec(workdir, digits_job("torn"))), "-o", "json",
+                   cwd=workdir, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = rank_logs(workdir, "torn")
+    # The step-20 directory was written but never committed: resume comes from step 10.
+    assert "resumed from step 10" in logs and "resumed from step 20" not in logs
+    assert summary_of(proc)["state_digest"] == baseline["state_digest"]
+    ckpts = sorted(p.name for p in (workdir / ".gpufleet/runs/torn/checkpoints").iterdir())
+    assert all((workdir / ".gpufleet/runs/torn/checkpoints" / n / "COMPLETE.json").exists()
+               for n in ckpts), ckpts  # fmt: skip
+
+
+def test_hang_detected_within_timeout(workdir: Path, baseline: dict[str, Any]) -> None:
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = "hang@step=15,rank=1"
+    spec = write_spec(workdir, digits_job("hung", hangTimeout="3s"))
+    proc = run_cli("run", str(spec), "-o", "json", cwd=workdir, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = rank_logs(workdir, "hung")
+    assert "rank 1 made no step progress" in logs
+    idle = [float(x.split("progress for ")[1].split("s")[0]) for x in logs.splitlines()
+            if "made no step progress for" in x]  # fmt: skip
+    assert idle and min(idle) < 3.0 + 1.5  # the watchdog polls every 0.15 s here
+    assert "in maybe_fire" in logs  # the stack dump shows where rank 1 hung
+    assert summary_of(proc)["state_digest"] == baseline["state_digest"]
+
+
+def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen[str]) -> int:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        progress = read_json(run_dir / "progress.json")
+        if progress and progress["step"] >= step:
+            return int(progress["step"])
+        assert proc.poll() is None, "launcher ended early"
+        time.sleep(0.05)
+    raise AssertionError("training never reached the step")
+
+
+def test_external_sigkill_of_a_worker(workdir: Path, baseline: dict[str, Any]) -> None:
+    spec = write_spec(workdir, digits_job("victim", workload={
+        "name": "digits", "steps": STEPS, "batchSize": 32, "logEvery": 1}))  # fmt: skip
+    launcher = subprocess.Popen(gpufleet_cmd("run", str(spec), "-o", "json"), cwd=workdir,
+                                env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+    _wait_for_step(workdir / ".gpufleet/runs/victim", RNG.randint(2, 30), launcher)
+    workers = [p for p in processes_mentioning("gpufleet.launch.shim") if p.cwd() == str(workdir)]
+    assert len(workers) == 2
+    RNG.choice(workers).send_signal(signal.SIGKILL)
+    out, err = launcher.communicate(timeout=180)
+    assert launcher.returncode == 0, err[-3000:]
+    s = summary_of(subprocess.CompletedProcess([], 0, out, err))
+    assert s["restarts"] == 1
+    assert s["state_digest"] == baseline["state_digest"], f"seed {SEED}"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_preempt_launcher_then_resume(
+    workdir: Path, baseline: dict[str, Any], sig: signal.Signals
+) -> None:
+    spec = write_spec(workdir, digits_job("preempt", workload={
+        "name": "digits", "steps": STEPS, "batchSize": 32, "logEvery": 1}))  # fmt: skip
+    launcher = subprocess.Popen(gpufleet_cmd("run", str(spec), "-o", "json"), cwd=workdir,
+                                env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+    run_dir = workdir / ".gpufleet/runs/preempt"
+    _wait_for_step(run_dir, RNG.randint(3, 30), launcher)
+    launcher.send_signal(sig)
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == EXIT_PREEMPTED, err[-3000:]
+    first = summary_of(subprocess.CompletedProcess([], 0, out, err))
+    assert first["status"] == "Preempted" and "run the same command again" in first["message"]
+    stopped_at = read_json(run_dir / "preempted.json")["step"]
+    assert 0 < stopped_at < STEPS
+    assert not [p for p in processes_mentioning("gpufleet.launch.shim")
+                if p.cwd() == str(workdir)]  # fmt: skip
+
+    again = run_cli("run", str(spec), "-o", "json", cwd=workdir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    s = summary_of(again)
+    assert s["resumed_from"] == stopped_at
+    assert s["launches"] == 2
+    assert s["state_digest"] == baseline["state_digest"], f"seed {SEED}"
+
+
+def test_workers_survive_nothing_after_preemption(workdir: Path) -> None:
+    """A preempted launcher leaves no process behind even with a slow checkpoint grace."""
+    spec = write_spec(workdir, digits_job("grace", preemption={"gracePeriod": "2s"}))
+    launcher = subprocess.Popen(gpufleet_cmd("run", str(spec)), cwd=workdir, env=cli_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if len([p for p in psutil.process_iter(["cmdline"])
+                if "gpufleet.launch.shim" in " ".join(p.info["cmdline"] or [])]) >= 2:  # fmt: skip
+            break
+        time.sleep(0.2)
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=60) in (EXIT_PREEMPTED, 128 + signal.SIGTERM)
