@@ -1,7 +1,7 @@
 """A plain torchrun script: no gpufleet imports. Runs unchanged under `torchrun` and `gpufleet run`.
 
-    torchrun --nproc-per-node 2 examples/torchrun_script.py --steps 20 --out /tmp/a.json
-    gpufleet run examples/script-job.yaml
+torchrun --nproc-per-node 2 examples/torchrun_script.py --steps 20 --out /tmp/a.json
+gpufleet run examples/script-job.yaml
 """
 
 import argparse
@@ -23,7 +23,9 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)))
+    model = DDP(
+        torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(1234 + rank)
     for _ in range(args.steps):
@@ -39,7 +41,9 @@ def main() -> None:
     env = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
     if rank == 0:
         with open(args.out, "w") as fh:
-            json.dump({"digest": h.hexdigest(), "loss": loss.item(), "world": world, "env": env}, fh)
+            json.dump(
+                {"digest": h.hexdigest(), "loss": loss.item(), "world": world, "env": env}, fh
+            )
     print(f"rank {rank}/{world} done, loss {loss.item():.6f}")
     dist.destroy_process_group()
 

@@ -56,7 +56,12 @@ def test_torchrun_script_matches_plain_torchrun(workdir: Path) -> None:
     ours = json.loads((workdir / "ours.json").read_text())
     theirs = json.loads((workdir / "theirs.json").read_text())
     assert ours == theirs  # same digest, loss and torchrun environment
-    assert ours["env"] == {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    assert ours["env"] == {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+    }
     assert "[rank1]: rank 1/2 done" in proc.stderr  # prefixed output...
     logs = list((workdir / ".gpufleet/runs/parity/logs/node0").glob("*/attempt_0/1/stdout.log"))
     assert logs and "rank 1/2 done" in logs[0].read_text()  # ...and kept in log files
@@ -79,7 +84,9 @@ def test_module_command_and_env(workdir: Path) -> None:
     for rank in (0, 1):
         got = json.loads((workdir / f"probe{rank}.json").read_text())
         assert got["RANK"] == str(rank) and got["WORLD_SIZE"] == "2"
-        assert got["MASTER_ADDR"] and got["MASTER_PORT"] and got["TORCHELASTIC_RESTART_COUNT"] == "0"
+        assert (
+            got["MASTER_ADDR"] and got["MASTER_PORT"] and got["TORCHELASTIC_RESTART_COUNT"] == "0"
+        )
         assert got["GREETING"] == "hi" and got["GPUFLEET_JOB_NAME"] == "modjob"
         assert got["argv"] == ["--flag", "x"] and got["name"] == "__main__"
 

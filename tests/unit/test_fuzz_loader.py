@@ -51,8 +51,14 @@ def test_any_document(doc: Any) -> None:
     _loads_or_user_error(doc)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(text=st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1"))))
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    text=st.one_of(
+        st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1"))
+    )
+)
 def test_any_file_text(tmp_path: Path, text: str) -> None:
     path = tmp_path / "fuzz.yaml"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
@@ -62,7 +68,9 @@ def test_any_file_text(tmp_path: Path, text: str) -> None:
         assert exc.errors
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(doc=st.fixed_dictionaries({"spec": st.dictionaries(st.sampled_from(FIELDS), values)}))
 def test_any_yaml_mutation(tmp_path: Path, doc: dict[str, Any]) -> None:
     base = digits_job()

@@ -60,8 +60,11 @@ def test_defaults() -> None:
         ({"command": []}, "spec.command", "empty command"),
         ({"command": ["-m"]}, "spec.command", "module name"),
         ({"command": ["t.py"]}, "spec", "exclusive"),
-        ({"volumes": [{"name": "d", "mountPath": "rel", "claimName": "c"}]},
-         "spec.volumes[0].mountPath", "absolute"),
+        (
+            {"volumes": [{"name": "d", "mountPath": "rel", "claimName": "c"}]},
+            "spec.volumes[0].mountPath",
+            "absolute",
+        ),
         ({"image": 3}, "spec.image", "valid string"),
     ],
 )

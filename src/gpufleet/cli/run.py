@@ -97,7 +97,9 @@ def _progress(run_dir: Path, total: int | None) -> Iterator[None]:
 
 def _print_summary(s: RunSummary) -> None:
     color = {"Succeeded": "green", "Preempted": "yellow"}.get(s.status, "red")
-    table = Table(title=f"{s.name}: [{color}]{s.status}[/]", show_header=False, title_justify="left")
+    table = Table(
+        title=f"{s.name}: [{color}]{s.status}[/]", show_header=False, title_justify="left"
+    )
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")
     rows = [

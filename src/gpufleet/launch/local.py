@@ -115,7 +115,9 @@ def local_notes(job: TrainingJob) -> list[str]:
     if ignored:
         notes.append(f"note: cluster-only fields ignored locally: {', '.join(ignored)}")
     if job.spec.resources.gpu and not torch.cuda.is_available():
-        notes.append("note: spec.resources.gpu is set but no CUDA device is here; using gloo on CPU")
+        notes.append(
+            "note: spec.resources.gpu is set but no CUDA device is here; using gloo on CPU"
+        )
     return notes
 
 
@@ -153,10 +155,7 @@ def run_local(
         NodeConfig(node_rank=i, log_dir=str(run_dir / "logs" / f"node{i}"), **base)  # type: ignore[arg-type]
         for i in range(s.nodes)
     ]
-    if s.nodes == 1:
-        outcomes = [launch_node(configs[0])]
-    else:
-        outcomes = _launch_node_processes(configs)
+    outcomes = [launch_node(configs[0])] if s.nodes == 1 else _launch_node_processes(configs)
     summary = _summarize(job, run_dir, outcomes, started)
     state["launches"].append(
         {"started": started, "status": summary.status, "restarts": summary.restarts}
@@ -224,7 +223,9 @@ def _failure_message(job: TrainingJob, node_log_dir: Path, o: NodeOutcome) -> st
     )
     tail = last_lines_of_rank(node_log_dir, o.failed_local_rank or 0)
     if tail:
-        head += f"\nlast lines of rank {rank} ({tail[0]}):\n" + "\n".join(f"  {ln}" for ln in tail[1])
+        head += f"\nlast lines of rank {rank} ({tail[0]}):\n" + "\n".join(
+            f"  {ln}" for ln in tail[1]
+        )
     return head
 
 

@@ -26,8 +26,11 @@ from typing import Any
 
 import fsspec
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
+from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from gpufleet.runtime import faults
@@ -111,8 +114,8 @@ class Checkpointer:
     def latest(self) -> CheckpointRef | None:
         """The newest complete checkpoint, agreed by all ranks (rank 0 decides)."""
         found = self.complete() if self._rank == 0 else []
-        ref = found[-1] if found else None
-        return self._broadcast(ref)
+        ref: CheckpointRef | None = self._broadcast(found[-1] if found else None)
+        return ref
 
     # ---- saving --------------------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any], *, force_sync: bool = False) -> str:
@@ -122,15 +125,18 @@ class Checkpointer:
         ``poll()`` or ``wait()``; at most one is in flight (a new save waits for the previous).
         """
         self.wait()
-        path = self._broadcast(self._new_dir(step) if self._rank == 0 else None)
+        path: str = self._broadcast(self._new_dir(step) if self._rank == 0 else None)
         started = time.perf_counter()
         writer = self._writer(path)
         if self.async_save and not force_sync:
-            result = dcp.async_save(state, storage_writer=writer, process_group=self._pg)
-            future = getattr(result, "upload_completion", result)
+            result = dcp_async_save(state, storage_writer=writer, process_group=self._pg)
+            # Newer torch returns AsyncSaveResponse (staging + upload futures), older a Future.
+            future: Future[Any] = (
+                result.upload_completion if isinstance(result, AsyncSaveResponse) else result
+            )
             self._pending = _Pending(future, path, step, started)
         else:
-            dcp.save(state, storage_writer=writer, process_group=self._pg)
+            dcp_save(state, storage_writer=writer, process_group=self._pg)
             faults.maybe_fire("checkpoint_written", step)
             self._commit(path, step, started)
         self.last_blocking_seconds = time.perf_counter() - started
@@ -186,7 +192,7 @@ class Checkpointer:
         """Load the newest complete checkpoint into ``state`` in place; None if there is none."""
         ref = self.latest()
         if ref is not None:
-            dcp.load(state, storage_reader=self._reader(ref.path), process_group=self._pg)
+            dcp_load(state, storage_reader=self._reader(ref.path), process_group=self._pg)
         return ref
 
     # ---- helpers -------------------------------------------------------------------------

@@ -26,7 +26,7 @@ class ResumableDistributedSampler(Sampler[int]):
         seed: int = 0,
         drop_last: bool = True,
     ) -> None:
-        self._inner = DistributedSampler(
+        self._inner: DistributedSampler[int] = DistributedSampler(
             dataset,  # type: ignore[arg-type]  # only len() is used
             num_replicas=num_replicas,
             rank=rank,

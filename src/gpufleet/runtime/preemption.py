@@ -68,7 +68,9 @@ class PreemptionGuard:
             self._work = None
             return True
         self._buf = torch.tensor([int(self._requested.is_set())], dtype=torch.int32)
-        self._work = dist.all_reduce(self._buf, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        self._work = dist.all_reduce(
+            self._buf, op=dist.ReduceOp.MAX, group=self._group, async_op=True
+        )
         return False
 
     def drain(self) -> None:

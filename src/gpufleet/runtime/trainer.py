@@ -3,7 +3,6 @@ preemption and the hang watchdog, wired together."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -195,51 +194,62 @@ class Trainer:
             self._log(f"gpufleet: resumed from step {ref.step} ({ref.path})")
         self.guard.install()
         self.watchdog.start()
-        step_seconds: list[float] = []
+        self._last_ckpt = ref.path if ref else None
+        self._step_seconds: list[float] = []
         last_loss: torch.Tensor | None = None
-        last_ckpt = ref.path if ref else None
         preempted = False
         try:
+            mark = time.perf_counter()
             while self.progress.step < cfg.steps and not preempted:
                 p = self.progress
                 self.sampler.set_epoch(p.epoch, p.batch_in_epoch * cfg.batch_size)
                 for batch in self.loader:
-                    t0 = time.perf_counter()
                     last_loss = self._train_step(batch)
-                    step_seconds.append(time.perf_counter() - t0)
                     self._advance()
-                    step = self.progress.step
-                    self.watchdog.beat(step)
-                    faults.maybe_fire("step", step)
-                    self.checkpointer.poll()
-                    preempted = self.guard.should_stop()
-                    if step % cfg.log_every == 0 or step == cfg.steps:
-                        self._report(step, last_loss, step_seconds)
-                    final = step >= cfg.steps
-                    if preempted or final or step % self.context.checkpoint_every == 0:
-                        last_ckpt = self.checkpointer.save(
-                            step, state, force_sync=preempted or final
-                        )
-                        self.watchdog.beat(step)
-                    if preempted or final or self.progress.batch_in_epoch == 0:
+                    preempted = self._step_boundary(last_loss, state)
+                    # A step's time is boundary to boundary: data, compute and any checkpoint
+                    # blocking, so overheads show up in step times.
+                    now = time.perf_counter()
+                    self._step_seconds.append(now - mark)
+                    mark = now
+                    if preempted or self.progress.step >= cfg.steps:
                         break
+                    if self.progress.batch_in_epoch == 0:
+                        break  # epoch done: the sampler moves on
             self.checkpointer.wait()
             self.guard.drain()
         finally:  # on an error the process is about to die: no collectives here
             self.watchdog.stop()
             self.guard.uninstall()
+        step_seconds = self._step_seconds
+        last_ckpt = self._last_ckpt
         result = self._result(last_loss, last_ckpt, ref.step if ref else None, step_seconds)
         result.preempted = preempted
         if preempted:
             self._finish_preempted(result)
         return result
 
+    def _step_boundary(self, loss: torch.Tensor, state: dict[str, Any]) -> bool:
+        """Everything between two steps; returns True when all ranks agreed to stop."""
+        step = self.progress.step
+        self.watchdog.beat(step)
+        faults.maybe_fire("step", step)
+        self.checkpointer.poll()
+        preempted = self.guard.should_stop()
+        if step % self.config.log_every == 0 or step == self.config.steps:
+            self._report(step, loss, self._step_seconds)
+        final = step >= self.config.steps
+        if preempted or final or step % self.context.checkpoint_every == 0:
+            self._last_ckpt = self.checkpointer.save(step, state, force_sync=preempted or final)
+            self.watchdog.beat(step)
+        return preempted
+
     def _train_step(self, batch: Any) -> torch.Tensor:
         batch = _to_device(batch, self.info.device)
         self.ddp.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.step_fn(self.ddp, batch)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
@@ -265,12 +275,17 @@ class Trainer:
         recent = seconds[-self.config.log_every :]
         sps = self._throughput(recent)
         if self.info.is_main:
-            self._log(
-                f"step {step}/{self.config.steps} loss {mean_loss:.4f} {sps:,.0f} samples/s"
-            )
+            self._log(f"step {step}/{self.config.steps} loss {mean_loss:.4f} {sps:,.0f} samples/s")
             write_json_atomic(
                 self.context.run_dir / "progress.json",
-                {"step": step, "steps": self.config.steps, "loss": mean_loss, "samples_per_second": sps},
+                {
+                    "step": step,
+                    "steps": self.config.steps,
+                    "loss": mean_loss,
+                    "samples_per_second": sps,
+                    "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                    "time": time.time(),
+                },
             )
 
     def _throughput(self, seconds: list[float]) -> float:

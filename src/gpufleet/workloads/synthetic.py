@@ -7,7 +7,9 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 
-def synthetic_dataset(samples: int, input_size: int, classes: int = 10, seed: int = 0) -> TensorDataset:
+def synthetic_dataset(
+    samples: int, input_size: int, classes: int = 10, seed: int = 0
+) -> TensorDataset:
     """``samples`` random inputs with random labels, fixed by ``seed``."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(samples, input_size, generator=g)
@@ -15,7 +17,9 @@ def synthetic_dataset(samples: int, input_size: int, classes: int = 10, seed: in
     return TensorDataset(x, y)
 
 
-def synthetic_mlp(input_size: int, hidden_size: int, layers: int, classes: int = 10) -> nn.Sequential:
+def synthetic_mlp(
+    input_size: int, hidden_size: int, layers: int, classes: int = 10
+) -> nn.Sequential:
     """``layers`` hidden Linear+ReLU blocks of ``hidden_size``, then a classifier."""
     blocks: list[nn.Module] = []
     width = input_size
