@@ -1,0 +1,56 @@
+"""Helpers shared by benchmark scripts: environment facts and result files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+import gpufleet
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def hardware() -> str:
+    """A short hardware tag for result file names: 'cpu-2core' or 'h100-x1'."""
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0).lower().replace("nvidia ", "").split()[0]
+        return f"{name}-x{torch.cuda.device_count()}"
+    return f"cpu-{os.cpu_count()}core"
+
+
+def environment() -> dict[str, str]:
+    """Versions and machine facts to record next to every result."""
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "date": dt.date.today().isoformat(),
+        "gpufleet": gpufleet.__version__,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "cpu": f"{cpu} ({os.cpu_count()} cores)",
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+        "os": platform.platform(),
+    }
+
+
+def median(xs: list[float]) -> float:
+    """Median of a non-empty list."""
+    return statistics.median(xs)
+
+
+def result_path(theme: str) -> Path:
+    """benchmarks/results/<theme>_<hardware>_<date>.md"""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    return RESULTS / f"{theme}_{hardware()}_{dt.date.today().isoformat()}.md"
