@@ -1,0 +1,66 @@
+"""The CLI in process: exit codes and messages for good and bad input, fuzzed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from gpufleet.cli.main import app
+from gpufleet.errors import EXIT_BAD_INPUT
+from tests.conftest import REPO, digits_job, write_spec
+
+runner = CliRunner()
+
+
+def test_validate_ok() -> None:
+    result = runner.invoke(app, ["validate", str(REPO / "examples" / "digits.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "valid TrainingJob 'digits'" in result.output
+
+
+def test_validate_json_shows_defaults(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, digits_job())
+    result = runner.invoke(app, ["validate", str(path), "-o", "json", "--set", "spec.nodes=3"])
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)["job"]
+    assert job["spec"]["nodes"] == 3
+    assert job["spec"]["checkpoint"]["async"] is False
+
+
+def test_validate_reports_every_error(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, digits_job(nodes=0, maxRestarts=-1, bogus=1))
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == EXIT_BAD_INPUT
+    for fragment in ("3 errors", "spec.nodes (line", "spec.maxRestarts", "spec.bogus"):
+        assert fragment in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cluster_only_fields_noted(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, digits_job(image="registry.example/train:1", queue="team-a"))
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0
+    assert "cluster-only fields ignored locally: image, queue" in result.output
+
+
+def test_unknown_option_is_usage_error() -> None:
+    result = runner.invoke(app, ["run", "x.yaml", "--nodes", "2"])
+    assert result.exit_code == EXIT_BAD_INPUT
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(content=st.binary(max_size=300), sets=st.lists(st.text(max_size=20), max_size=3))
+def test_fuzz_validate_never_tracebacks(tmp_path: Path, content: bytes, sets: list[str]) -> None:
+    path = tmp_path / "fuzz.yaml"
+    path.write_bytes(content)
+    args = ["validate", str(path)]
+    for s in sets:
+        args += ["--set", s]
+    result = runner.invoke(app, args)
+    assert result.exit_code in (0, EXIT_BAD_INPUT), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
