@@ -67,12 +67,27 @@ def test_async_save_commits_on_wait(tmp_path: Path) -> None:
     ckpt = Checkpointer(str(tmp_path), keep=3, async_save=True)
     state = {"m": model_state(1)}
     path = Path(ckpt.save(10, state))
+    ckpt.wait_staged()  # the fence the Trainer uses before optimizer.step()
     state["m"]["w"].add_(100)  # training goes on: the staged copy must not see this
     ckpt.wait()
     assert (path / MARKER).exists()
     into = {"m": model_state(99)}
     ckpt.load_latest(into)
     assert torch.equal(into["m"]["w"], model_state(1)["w"])
+
+
+def test_async_staging_buffers_are_reused(tmp_path: Path) -> None:
+    ckpt = Checkpointer(str(tmp_path), keep=3, async_save=True)
+    state = {"m": model_state(1)}
+    ckpt.save(1, state)
+    ckpt.wait()
+    state["m"]["w"].add_(1)
+    ckpt.save(2, state)
+    ckpt.close()
+    into = {"m": model_state(99)}
+    ref = ckpt.load_latest(into)
+    assert ref is not None and ref.step == 2
+    assert torch.equal(into["m"]["w"], model_state(1)["w"] + 1)  # the second copy is fresh
 
 
 def test_checkpoint_files_are_dcp(tmp_path: Path) -> None:

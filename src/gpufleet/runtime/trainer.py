@@ -216,7 +216,7 @@ class Trainer:
                         break
                     if self.progress.batch_in_epoch == 0:
                         break  # epoch done: the sampler moves on
-            self.checkpointer.wait()
+            self.checkpointer.close()
             self.guard.drain()
         finally:  # on an error the process is about to die: no collectives here
             self.watchdog.stop()
@@ -250,6 +250,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.step_fn(self.ddp, batch)
         loss.backward()  # type: ignore[no-untyped-call]
+        # An async checkpoint may still be copying the weights and optimizer state: fence here,
+        # so staging overlaps forward and backward but never sees a half-updated model.
+        self.checkpointer.wait_staged()
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
