@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(BIN)/gpufleet run examples/digits.yaml --fresh
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks scripts
-	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/ruff check src tests benchmarks scripts examples
+	$(BIN)/ruff format --check src tests benchmarks scripts examples
 	$(BIN)/mypy
 	$(BIN)/python scripts/gen_spec_docs.py --check
 
@@ -28,8 +28,8 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
 fmt: $(STAMP)
-	$(BIN)/ruff format src tests benchmarks scripts
-	$(BIN)/ruff check --fix src tests benchmarks scripts
+	$(BIN)/ruff format src tests benchmarks scripts examples
+	$(BIN)/ruff check --fix src tests benchmarks scripts examples
 
 docs: $(STAMP)
 	$(BIN)/python scripts/gen_spec_docs.py

@@ -1,7 +1,7 @@
 """Generate docs/spec.md from the spec models; ``--check`` fails if the checked-in file differs.
 
-    python scripts/gen_spec_docs.py          # write docs/spec.md
-    python scripts/gen_spec_docs.py --check  # CI: the doc matches the models
+python scripts/gen_spec_docs.py          # write docs/spec.md
+python scripts/gen_spec_docs.py --check  # CI: the doc matches the models
 """
 
 from __future__ import annotations

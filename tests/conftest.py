@@ -113,3 +113,16 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     for p in left:
         p.kill()
     assert not left, f"orphan processes: {[(p.pid, p.cmdline()) for p in left]}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip `gpu` tests without CUDA and `cluster` tests without KUBECONFIG, with the reason."""
+    import torch
+
+    no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
+    no_cluster = pytest.mark.skip(reason="needs a live Kubernetes cluster (KUBECONFIG unset)")
+    for item in items:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(no_gpu)
+        if "cluster" in item.keywords and not os.environ.get("KUBECONFIG"):
+            item.add_marker(no_cluster)

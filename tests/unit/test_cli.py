@@ -52,7 +52,10 @@ def test_unknown_option_is_usage_error() -> None:
     assert result.exit_code == EXIT_BAD_INPUT
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FIXTURE_OK = [HealthCheck.function_scoped_fixture]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(content=st.binary(max_size=300), sets=st.lists(st.text(max_size=20), max_size=3))
 def test_fuzz_validate_never_tracebacks(tmp_path: Path, content: bytes, sets: list[str]) -> None:
     path = tmp_path / "fuzz.yaml"

@@ -1,0 +1,51 @@
+"""GPU path: nccl with one GPU per process. Runs where CUDA is present, skips elsewhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import digits_job, run_cli, summary_of, write_spec
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+
+def test_digits_on_gpus_uses_nccl_and_resumes_exactly(workdir: Path) -> None:
+    procs = min(2, torch.cuda.device_count())
+    doc = digits_job("gpu-digits", procsPerNode=procs, resources={"gpu": procs})
+    straight = run_cli("run", str(write_spec(workdir, doc)), "-o", "json", cwd=workdir)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    a = summary_of(straight)
+    env = dict(__import__("os").environ, GPUFLEET_FAULTS="kill@step=17,rank=0")
+    doc2 = digits_job("gpu-chaos", procsPerNode=procs, resources={"gpu": procs})
+    chaos = run_cli("run", str(write_spec(workdir, doc2, "c.yaml")), "-o", "json", cwd=workdir,
+                    env=env)  # fmt: skip
+    assert chaos.returncode == 0, chaos.stderr[-3000:]
+    b = summary_of(chaos)
+    assert b["restarts"] == 1
+    assert a["state_digest"] == b["state_digest"]
+
+
+def test_worker_sees_its_own_gpu(workdir: Path) -> None:
+    procs = min(2, torch.cuda.device_count())
+    (workdir / "probe.py").write_text(
+        "import json, os\n"
+        "from gpufleet.runtime import init_distributed, shutdown_distributed\n"
+        "info = init_distributed()\n"
+        "import torch.distributed as dist\n"
+        "out = {'device': str(info.device), 'backend': dist.get_backend()}\n"
+        "open(f'gpu{info.rank}.json', 'w').write(json.dumps(out))\n"
+        "shutdown_distributed()\n"
+    )
+    doc = digits_job("gpu-probe", procsPerNode=procs, resources={"gpu": procs})
+    doc["spec"].pop("workload")
+    doc["spec"]["command"] = ["probe.py"]
+    proc = run_cli("run", str(write_spec(workdir, doc)), cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in range(procs):
+        got = json.loads((workdir / f"gpu{rank}.json").read_text())
+        assert got["device"] == f"cuda:{rank}"
+        assert "nccl" in got["backend"]
