@@ -324,6 +324,13 @@ def report(data: dict[str, Any], recovery: list[float], args: argparse.Namespace
         f"- Recovery: digits job (2 workers, checkpoint every 10 steps), SIGKILL of one worker"
         f" after step 25; {len(recovery)} runs: {', '.join(f'{x:.2f}' for x in recovery)} s.",
         "",
+        "## Reading",
+        "",
+        "On this CPU-only machine both ranks keep both cores busy, so an async checkpoint's"
+        " background copy and write compete with training for the same cores: async cuts the"
+        " time the loop waits on a checkpoint, but not the step-time inflation. On GPU nodes"
+        " training runs on the GPU and the host CPU is free for that background work.",
+        "",
         "## Environment",
         "",
         *(f"- {k}: {v}" for k, v in env.items()),

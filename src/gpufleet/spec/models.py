@@ -63,30 +63,33 @@ class Metadata(SpecModel):
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels.")
 
 
-class DigitsWorkload(SpecModel):
+class _WorkloadBase(SpecModel):
+    """Fields every built-in workload has."""
+
+    seed: int = Field(default=0, ge=0, description="Seed of model init, shuffling and dropout.")
+    log_every: int = Field(default=25, ge=1, description="Print a progress line every N steps.")
+
+
+class DigitsWorkload(_WorkloadBase):
     """Built-in: a small CNN on scikit-learn's bundled 8x8 digits data set (no download)."""
 
     name: Literal["digits"] = Field(description="Selects this workload.")
     steps: int = Field(default=300, ge=1, description="Optimizer steps to train.")
     batch_size: int = Field(default=32, ge=1, description="Samples per step per process.")
     lr: float = Field(default=0.05, gt=0, description="Peak learning rate (SGD, cosine decay).")
-    seed: int = Field(default=0, ge=0, description="Seed of model init, shuffling and dropout.")
-    log_every: int = Field(default=25, ge=1, description="Print a progress line every N steps.")
 
 
-class SyntheticWorkload(SpecModel):
+class SyntheticWorkload(_WorkloadBase):
     """Built-in: an MLP on random data, sized for benchmarks."""
 
     name: Literal["synthetic"] = Field(description="Selects this workload.")
     steps: int = Field(default=100, ge=1, description="Optimizer steps to train.")
     batch_size: int = Field(default=64, ge=1, description="Samples per step per process.")
     lr: float = Field(default=0.01, gt=0, description="Learning rate (AdamW).")
-    seed: int = Field(default=0, ge=0, description="Seed of model init and data.")
     input_size: int = Field(default=256, ge=1, description="Features per sample.")
     hidden_size: int = Field(default=1024, ge=1, description="Width of hidden layers.")
     layers: int = Field(default=4, ge=1, description="Hidden layers.")
     samples: int = Field(default=4096, ge=1, description="Size of the synthetic data set.")
-    log_every: int = Field(default=25, ge=1, description="Print a progress line every N steps.")
 
 
 Workload = Annotated[DigitsWorkload | SyntheticWorkload, Field(discriminator="name")]
