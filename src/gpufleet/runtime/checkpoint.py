@@ -101,6 +101,7 @@ class Checkpointer:
     # ---- listing -------------------------------------------------------------------------
     def list_dirs(self) -> list[tuple[int, str, bool]]:
         """Every step directory as (step, path, complete), oldest first."""
+        self._fs.invalidate_cache(self._root_path)  # other ranks and attempts write here too
         try:
             entries = self._fs.ls(self._root_path, detail=False)
         except FileNotFoundError:
@@ -116,7 +117,7 @@ class Checkpointer:
 
     def complete(self) -> list[CheckpointRef]:
         """Complete checkpoints, oldest first."""
-        return [CheckpointRef(step, path) for step, path, ok in self.list_dirs() if ok]
+        return [CheckpointRef(step, self._url(path)) for step, path, ok in self.list_dirs() if ok]
 
     def latest(self) -> CheckpointRef | None:
         """The newest complete checkpoint, agreed by all ranks (rank 0 decides)."""
@@ -150,7 +151,7 @@ class Checkpointer:
             faults.maybe_fire("checkpoint_written", step)
             self._commit(path, step, started)
         self._blocked(step, time.perf_counter() - started)
-        return path
+        return self._url(path)
 
     def _blocked(self, step: int, seconds: float) -> None:
         self.blocking[step] = self.blocking.get(step, 0.0) + seconds
@@ -261,7 +262,8 @@ class Checkpointer:
         return reader
 
     def _url(self, path: str) -> str:
-        return str(self._fs.unstrip_protocol(path))
+        """A path as users and DCP's fsspec reader name it: plain locally, with scheme else."""
+        return path if self._local else str(self._fs.unstrip_protocol(path))
 
     def _write_atomic(self, path: str, data: bytes) -> None:
         if self._local:
