@@ -194,3 +194,20 @@ def test_preempted_launcher_leaves_no_workers(workdir: Path) -> None:
     launcher.send_signal(signal.SIGTERM)
     assert launcher.wait(timeout=60) in (EXIT_PREEMPTED, 128 + signal.SIGTERM)
     # the workdir fixture fails the test if any worker outlives the launcher
+
+
+@pytest.mark.parametrize(("first", "second"), [(2, 1), (1, 2)], ids=["shrink", "grow"])
+def test_resume_at_another_world_size(workdir: Path, first: int, second: int) -> None:
+    """Elastic resume: fewer or more workers pick up the checkpoint and finish (not bit-exact)."""
+    spec = write_spec(workdir, digits_job("elastic", procsPerNode=first))
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = "exit@step=25,rank=0"
+    failed = run_cli("run", str(spec), "--set", "spec.maxRestarts=0", "-o", "json", cwd=workdir,
+                     env=env)  # fmt: skip
+    assert failed.returncode == 1, failed.stderr[-2000:]
+    again = run_cli("run", str(spec), "--set", f"spec.procsPerNode={second}", "-o", "json",
+                    cwd=workdir)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    s = summary_of(again)
+    assert s["resumed_from"] == 20 and s["steps"] == STEPS
+    assert f"checkpoint written by {first} processes, resuming with {second}" in again.stderr

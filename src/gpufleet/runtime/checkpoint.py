@@ -43,10 +43,11 @@ _DIR_RE = re.compile(r"^step_(\d{9})-([0-9a-f]{6})$")
 
 @dataclass(frozen=True)
 class CheckpointRef:
-    """A complete checkpoint: its step and where it lies."""
+    """A complete checkpoint: its step, where it lies, and the world size that wrote it."""
 
     step: int
     path: str
+    world_size: int | None = None
 
 
 @dataclass
@@ -121,8 +122,13 @@ class Checkpointer:
 
     def latest(self) -> CheckpointRef | None:
         """The newest complete checkpoint, agreed by all ranks (rank 0 decides)."""
-        found = self.complete() if self._rank == 0 else []
-        ref: CheckpointRef | None = self._broadcast(found[-1] if found else None)
+        newest = None
+        if self._rank == 0:
+            found = self.complete()
+            if found:
+                marker = json.loads(self._fs.cat_file(self._join(found[-1].path, MARKER)))
+                newest = CheckpointRef(found[-1].step, found[-1].path, marker.get("world_size"))
+        ref: CheckpointRef | None = self._broadcast(newest)
         return ref
 
     # ---- saving --------------------------------------------------------------------------
@@ -241,8 +247,12 @@ class Checkpointer:
         """Load the newest complete checkpoint into ``state`` in place; None if there is none."""
         ref = self.latest()
         if ref is not None:
-            dcp_load(state, storage_reader=self._reader(ref.path), process_group=self._pg)
+            self.load(ref, state)
         return ref
+
+    def load(self, ref: CheckpointRef, state: dict[str, Any]) -> None:
+        """Load ``ref`` into ``state`` in place (collective); every key must be in it."""
+        dcp_load(state, storage_reader=self._reader(ref.path), process_group=self._pg)
 
     # ---- helpers -------------------------------------------------------------------------
     def _writer(self, path: str) -> StorageWriter:

@@ -84,19 +84,23 @@ class _JobState(Stateful):
 
     def __init__(self, trainer: Trainer) -> None:
         self.t = trainer
+        # False when resuming at a world size the checkpoint has no RNG state for this rank.
+        self.with_rng = True
 
     def state_dict(self) -> dict[str, Any]:
         t = self.t
         model_sd, optim_sd = get_state_dict(t.model, t.optimizer)
-        return {
+        state: dict[str, Any] = {
             "model": model_sd,
             "optim": optim_sd,
             "scheduler": t.scheduler.state_dict() if t.scheduler else {},
             "progress": dict(t.progress.__dict__),
+        }
+        if self.with_rng:
             # Each rank's generators differ (seeded by rank), so each rank keeps its own key;
             # a shared key would be deduplicated by DCP and saved by one rank only.
-            f"rng_rank{t.info.rank}": capture_rng(),
-        }
+            state[f"rng_rank{t.info.rank}"] = capture_rng()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         t = self.t
@@ -109,7 +113,8 @@ class _JobState(Stateful):
         if t.scheduler is not None:
             t.scheduler.load_state_dict(state_dict["scheduler"])
         t.progress = _Progress(**state_dict["progress"])
-        restore_rng(state_dict[f"rng_rank{t.info.rank}"])
+        if self.with_rng:
+            restore_rng(state_dict[f"rng_rank{t.info.rank}"])
 
 
 class Trainer:
@@ -188,10 +193,22 @@ class Trainer:
         """
         cfg = self.config
         seed_everything(cfg.seed + self.info.rank)
-        state = {"job": _JobState(self)}
-        ref = self.checkpointer.load_latest(state)
-        if ref is not None and self.info.is_main:
-            self._log(f"gpufleet: resumed from step {ref.step} ({ref.path})")
+        job = _JobState(self)
+        state = {"job": job}
+        ref = self.checkpointer.latest()
+        if ref is not None:
+            resized = ref.world_size not in (None, self.info.world_size)
+            job.with_rng = not resized or self.info.rank < (ref.world_size or 0)
+            self.checkpointer.load(ref, state)
+            job.with_rng = True
+            if resized and self.info.is_main:
+                self._log(
+                    f"gpufleet: checkpoint written by {ref.world_size} processes, resuming with "
+                    f"{self.info.world_size}: training continues, but not bit-exactly (data "
+                    "shards and per-rank RNG streams differ)"
+                )
+            if self.info.is_main:
+                self._log(f"gpufleet: resumed from step {ref.step} ({ref.path})")
         self.guard.install()
         self.watchdog.start()
         self._last_ckpt = ref.path if ref else None
@@ -202,6 +219,8 @@ class Trainer:
             mark = time.perf_counter()
             while self.progress.step < cfg.steps and not preempted:
                 p = self.progress
+                if p.batch_in_epoch >= self.steps_per_epoch:  # resumed at a larger world size
+                    p.epoch, p.batch_in_epoch = p.epoch + 1, 0
                 self.sampler.set_epoch(p.epoch, p.batch_in_epoch * cfg.batch_size)
                 for batch in self.loader:
                     last_loss = self._train_step(batch)
