@@ -8,8 +8,6 @@ from gpufleet.errors import (
     EXIT_PREEMPTED,
     FieldError,
     GpufleetError,
-    JobFailedError,
-    JobPreemptedError,
     UserInputError,
 )
 
@@ -23,8 +21,6 @@ __all__ = [
     "EXIT_PREEMPTED",
     "FieldError",
     "GpufleetError",
-    "JobFailedError",
-    "JobPreemptedError",
     "UserInputError",
     "__version__",
 ]

@@ -59,21 +59,3 @@ class UserInputError(GpufleetError):
         lines = [f"{head}{n} error{'s' if n != 1 else ''}"]
         lines += [f"  - {e}" for e in self.errors]
         return "\n".join(lines)
-
-
-class JobFailedError(GpufleetError):
-    """The job ran and failed: a worker failed after all restarts were spent."""
-
-    exit_code = EXIT_FAILED
-
-
-class JobPreemptedError(GpufleetError):
-    """The job was stopped by a signal after a preemption checkpoint was committed."""
-
-    exit_code = EXIT_PREEMPTED
-
-
-class MissingExtraError(GpufleetError):
-    """An optional dependency is not installed; the message says which extra to install."""
-
-    exit_code = EXIT_BAD_INPUT

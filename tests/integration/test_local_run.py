@@ -159,3 +159,12 @@ def test_launcher_sigkill_leaves_no_orphans(workdir: Path, nodes: int, procs: in
     launcher.wait(timeout=10)
     left = wait_no_processes("sleepy.py", timeout=15)
     assert not left, f"orphans after SIGKILL: {[(p.pid, p.ppid(), p.cmdline()) for p in left]}"
+
+
+@pytest.mark.parametrize(("uri", "want"), [("gcs://b/p", "gcsfs"), ("bogus://b/p", "bogus")])
+def test_checkpoint_uri_without_filesystem_exits_2(workdir: Path, uri: str, want: str) -> None:
+    spec = write_spec(workdir, digits_job("nofs", checkpoint={"dir": uri}))
+    proc = run_cli("run", str(spec), cwd=workdir)
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert "spec.checkpoint.dir" in proc.stderr and want in proc.stderr
+    assert "Traceback" not in proc.stderr

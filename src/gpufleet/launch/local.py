@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import torch
 
-from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
+from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, FieldError, UserInputError
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
 from gpufleet.runtime.context import JobContext
@@ -98,6 +99,20 @@ def prepare_run_dir(run_root: Path, name: str, *, fresh: bool) -> Path:
     return run_dir
 
 
+def check_checkpoint_storage(job: TrainingJob) -> None:
+    """Fail before starting anything when the checkpoint URI's filesystem is not installed."""
+    uri = job.spec.checkpoint.dir
+    if not uri or "://" not in uri:
+        return
+    scheme = uri.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except (ImportError, ValueError) as exc:
+        hint = " (pip install 'gpufleet[s3]')" if scheme in ("s3", "s3a") else ""
+        msg = f"no fsspec filesystem for {scheme}://: {exc}{hint}"
+        raise UserInputError([FieldError("spec.checkpoint.dir", msg)]) from None
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -133,6 +148,7 @@ def run_local(
     Workers get torchrun's environment; their output is prefixed ``[rankN]:`` on the console and
     kept under ``<run dir>/logs``. Re-running a job resumes from its newest complete checkpoint.
     """
+    check_checkpoint_storage(job)
     run_dir = prepare_run_dir(run_root, job.metadata.name, fresh=fresh)
     for note in local_notes(job):
         echo(note)

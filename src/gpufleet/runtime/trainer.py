@@ -30,7 +30,6 @@ from gpufleet.runtime.rng import capture_rng, restore_rng, seed_everything
 from gpufleet.runtime.watchdog import HangWatchdog
 
 StepFn = Callable[[torch.nn.Module, Any], torch.Tensor]
-LossFn = StepFn
 
 
 def cross_entropy_step(model: torch.nn.Module, batch: Any) -> torch.Tensor:
