@@ -157,18 +157,19 @@ def run_local(
     s = job.spec
     run_id = f"{job.metadata.name}-{uuid.uuid4().hex[:8]}"
     endpoint = f"127.0.0.1:{free_port()}"
-    base = dict(
-        run_id=run_id,
-        nnodes=s.nodes,
-        nproc_per_node=s.procs_per_node,
-        rdzv_endpoint=endpoint,
-        max_restarts=s.max_restarts,
-        shutdown_timeout=s.preemption.grace_period,
-        argv=worker_argv(job),
-        env=worker_env(job, run_dir),
-    )
     configs = [
-        NodeConfig(node_rank=i, log_dir=str(run_dir / "logs" / f"node{i}"), **base)  # type: ignore[arg-type]
+        NodeConfig(
+            run_id=run_id,
+            node_rank=i,
+            nnodes=s.nodes,
+            nproc_per_node=s.procs_per_node,
+            rdzv_endpoint=endpoint,
+            max_restarts=s.max_restarts,
+            shutdown_timeout=s.preemption.grace_period,
+            log_dir=str(run_dir / "logs" / f"node{i}"),
+            argv=worker_argv(job),
+            env=worker_env(job, run_dir),
+        )
         for i in range(s.nodes)
     ]
     outcomes = [launch_node(configs[0])] if s.nodes == 1 else _launch_node_processes(configs)

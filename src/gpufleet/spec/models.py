@@ -167,7 +167,10 @@ class TrainingJobSpec(SpecModel):
     )
     hang_timeout: Duration = Field(
         default=300.0,
-        description="Seconds without step progress before a worker is declared hung (0: off).",
+        description=(
+            "Seconds without step progress before a worker is declared hung (0: off); "
+            "must exceed the slowest step, a synchronous checkpoint save included."
+        ),
     )
     preemption: Preemption = Field(default_factory=Preemption, description="Preemption.")
     image: str | None = Field(default=None, description="Cluster only: container image.")
