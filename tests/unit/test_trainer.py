@@ -1,0 +1,70 @@
+"""The Trainer in one process: preempt, resume, and the weights match a straight run exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gpufleet.errors import EXIT_PREEMPTED
+from gpufleet.runtime import JobContext, Trainer, TrainerConfig, seed_everything
+from gpufleet.runtime.files import read_json
+from gpufleet.runtime.trainer import cross_entropy_step
+from gpufleet.workloads import synthetic_dataset, synthetic_mlp
+
+STEPS = 14
+
+
+def make_trainer(run_dir: Path, *, stop_at: int | None = None, use_async: bool = False) -> Trainer:
+    seed_everything(0)
+    model = torch.nn.Sequential(synthetic_mlp(8, 16, 2), torch.nn.Dropout(0.2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    ctx = JobContext(
+        name="unit",
+        run_dir=run_dir,
+        checkpoint_dir=str(run_dir / "ckpt"),
+        checkpoint_every=4,
+        checkpoint_keep=2,
+        checkpoint_async=use_async,
+    )
+    calls = {"n": 0}
+    trainer: Trainer
+
+    def step(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        calls["n"] += 1
+        if stop_at is not None and calls["n"] == stop_at:
+            trainer.guard.request()  # as a SIGTERM would
+        return cross_entropy_step(model, batch)
+
+    data = synthetic_dataset(100, 8, seed=1)  # 3 steps per epoch: resume crosses epochs
+    cfg = TrainerConfig(steps=STEPS, batch_size=32, seed=3, log_every=5)
+    trainer = Trainer(model, data, opt, config=cfg, scheduler=sched, context=ctx, step_fn=step,
+                      log=lambda _m: None)  # fmt: skip
+    return trainer
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("stop_at", [2, 5, 9])
+def test_preempt_then_resume_is_exact(tmp_path: Path, stop_at: int, use_async: bool) -> None:
+    straight = make_trainer(tmp_path / "a", use_async=use_async).fit()
+    assert straight.steps == STEPS and not straight.preempted
+
+    with pytest.raises(SystemExit) as info:
+        make_trainer(tmp_path / "b", stop_at=stop_at, use_async=use_async).fit()
+    assert info.value.code == EXIT_PREEMPTED
+    preempted = read_json(tmp_path / "b" / "preempted.json")
+    assert preempted["step"] == stop_at  # one process: stops at the step it was asked to
+
+    resumed = make_trainer(tmp_path / "b", use_async=use_async).fit()
+    assert resumed.resumed_from == stop_at
+    assert resumed.state_digest == straight.state_digest
+    assert resumed.final_loss == straight.final_loss
+
+
+def test_finished_job_reruns_to_the_same_state(tmp_path: Path) -> None:
+    first = make_trainer(tmp_path).fit()
+    again = make_trainer(tmp_path).fit()
+    assert again.resumed_from == STEPS and again.state_digest == first.state_digest
