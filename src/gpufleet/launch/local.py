@@ -24,7 +24,7 @@ import torch
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, FieldError, UserInputError
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
-from gpufleet.runtime.context import JobContext
+from gpufleet.launch.worker import job_context, worker_module_args
 from gpufleet.runtime.files import read_json, write_json_atomic
 from gpufleet.spec.models import TrainingJob
 
@@ -58,30 +58,15 @@ class RunSummary:
 
 
 def worker_argv(job: TrainingJob) -> list[str]:
-    """The worker command: the user's script/module (or a built-in) behind gpufleet's shim."""
-    command = job.spec.command or ["-m", "gpufleet.workloads"]
-    return [sys.executable, "-u", "-m", "gpufleet.launch.shim", *command]
-
-
-def job_context(job: TrainingJob, run_dir: Path) -> JobContext:
-    """The runtime settings workers read from GPUFLEET_* variables."""
-    s = job.spec
-    return JobContext(
-        name=job.metadata.name,
-        run_dir=run_dir.resolve(),
-        checkpoint_dir=s.checkpoint.dir or str((run_dir / "checkpoints").resolve()),
-        checkpoint_every=s.checkpoint.every_steps,
-        checkpoint_keep=s.checkpoint.keep,
-        checkpoint_async=s.checkpoint.async_save,
-        hang_timeout=s.hang_timeout,
-        workload=s.workload.model_dump(by_alias=True) if s.workload else {},
-    )
+    """The worker command on this machine: the job's entry point behind gpufleet's shim."""
+    return [sys.executable, "-u", *worker_module_args(job)]
 
 
 def worker_env(job: TrainingJob, run_dir: Path) -> dict[str, str]:
     """Variables added to torchrun's worker environment."""
+    checkpoint_dir = job.spec.checkpoint.dir or str((run_dir / "checkpoints").resolve())
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as torchrun sets it
-    env.update(job_context(job, run_dir).to_env())
+    env.update(job_context(job, run_dir.resolve(), checkpoint_dir).to_env())
     env.update(job.spec.env)
     return env
 

@@ -1,0 +1,36 @@
+"""What a worker is, wherever it runs: its entry point and the GPUFLEET_* settings it reads.
+
+The local backend and the Kubernetes renderers both build workers from these, so a job behaves
+the same on this machine and in a pod.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet.runtime.context import JobContext
+from gpufleet.spec.models import TrainingJob
+
+SHIM_MODULE = "gpufleet.launch.shim"
+WORKLOAD_MODULE = "gpufleet.workloads"
+
+
+def worker_module_args(job: TrainingJob) -> list[str]:
+    """``-m gpufleet.launch.shim <script | -m module> args``: what follows ``python``."""
+    command = job.spec.command or ["-m", WORKLOAD_MODULE]
+    return ["-m", SHIM_MODULE, *command]
+
+
+def job_context(job: TrainingJob, run_dir: Path, checkpoint_dir: str) -> JobContext:
+    """The runtime settings workers read from GPUFLEET_* variables."""
+    s = job.spec
+    return JobContext(
+        name=job.metadata.name,
+        run_dir=run_dir,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=s.checkpoint.every_steps,
+        checkpoint_keep=s.checkpoint.keep,
+        checkpoint_async=s.checkpoint.async_save,
+        hang_timeout=s.hang_timeout,
+        workload=s.workload.model_dump(by_alias=True) if s.workload else {},
+    )
