@@ -6,6 +6,7 @@ import typer
 
 from gpufleet import __version__
 from gpufleet.cli.common import fail, internal_error
+from gpufleet.cli.render import render_cmd
 from gpufleet.cli.run import run
 from gpufleet.cli.validate import validate
 from gpufleet.errors import GpufleetError
@@ -19,6 +20,7 @@ app = typer.Typer(
 )
 app.command()(run)
 app.command()(validate)
+app.command(name="render")(render_cmd)
 
 
 @app.command()

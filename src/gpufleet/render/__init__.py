@@ -1,9 +1,22 @@
 """Spec -> Kubernetes objects (pure functions), and checks on what they produce.
 
-Work in progress for the Kubernetes issue: so far the Pod Security "restricted" checker that
-every renderer's and the chart's pods must pass.
+``render(job, target)`` returns plain dicts, so a dry run, golden tests and schema validation
+need no cluster. Targets so far: ``job`` (Indexed Job + headless Service).
 """
 
-from gpufleet.render.podsecurity import check_restricted, pod_specs_in
+from collections.abc import Callable
 
-__all__ = ["check_restricted", "pod_specs_in"]
+from gpufleet.render.job import render_indexed_job
+from gpufleet.render.pod import Obj, cluster_errors
+from gpufleet.render.podsecurity import check_restricted, pod_specs_in
+from gpufleet.spec.models import TrainingJob
+
+TARGETS: dict[str, Callable[[TrainingJob], list[Obj]]] = {"job": render_indexed_job}
+
+
+def render(job: TrainingJob, target: str = "job") -> list[Obj]:
+    """Kubernetes objects for ``job`` on ``target``; UserInputError if it cannot run there."""
+    return TARGETS[target](job)
+
+
+__all__ = ["TARGETS", "check_restricted", "cluster_errors", "pod_specs_in", "render"]

@@ -1,0 +1,44 @@
+"""``gpufleet render FILE``: the Kubernetes objects of a job, as YAML (a dry run of submit)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from gpufleet.cli.common import err_console, fail, load_job
+from gpufleet.cli.validate import SetOption
+from gpufleet.errors import FieldError, UserInputError
+from gpufleet.render import TARGETS, render
+
+
+def render_cmd(
+    file: Annotated[str, typer.Argument(help="A TrainingJob YAML file.")],
+    target: Annotated[
+        str, typer.Option(help=f"What runs the job on the cluster: {', '.join(TARGETS)}.")
+    ] = "job",
+    set_: SetOption = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write one file per object here instead of stdout.")
+    ] = None,
+) -> None:
+    """Render a job's Kubernetes objects; exit 2 with field paths if it cannot run there."""
+    if target not in TARGETS:
+        msg = f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}"
+        fail(UserInputError([FieldError("--target", msg)], file))
+    job = load_job(file, set_)
+    try:
+        objects = render(job, target)
+    except UserInputError as exc:
+        fail(UserInputError(exc.errors, file))
+    if out is None:
+        yaml.safe_dump_all(objects, sys.stdout, sort_keys=False)
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for i, obj in enumerate(objects):
+        path = out / f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        path.write_text(yaml.safe_dump(obj, sort_keys=False))
+        err_console.print(f"wrote {path}")

@@ -1,0 +1,174 @@
+"""The shared pod builder: one worker pod template, used by every Kubernetes target.
+
+Everything a target renders about a worker comes from here (image, torchrun command, env,
+resources, GPU tolerations, volumes, the restricted security context, labels), so targets only
+add their own wrapper (Indexed Job, JobSet, PyTorchJob, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufleet.errors import FieldError, UserInputError
+from gpufleet.launch.worker import job_context, worker_module_args
+from gpufleet.spec.models import TrainingJob
+
+RDZV_PORT = 29400
+RUN_DIR = "/run/gpufleet"
+UID = 1000  # the image's non-root user (docker/Dockerfile)
+GPU_RESOURCE = "nvidia.com/gpu"
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerPod:
+    """Where a target's workers find each other; the pod builder fills in the rest."""
+
+    # Stable DNS name of the pod that hosts the c10d rendezvous store. With c10d, node ranks
+    # come from the rendezvous, so a pod that is replaced rejoins without knowing its index.
+    rdzv_host: str
+
+
+def cluster_errors(job: TrainingJob) -> list[FieldError]:
+    """Why ``job`` cannot run on Kubernetes (empty: it can)."""
+    s = job.spec
+    errors = []
+    if not s.image:
+        errors.append(FieldError("spec.image", "required on Kubernetes: the container image"))
+    ckpt = s.checkpoint.dir
+    mounts = [v.mount_path for v in s.volumes]
+    if not ckpt:
+        errors.append(
+            FieldError(
+                "spec.checkpoint.dir",
+                "required on Kubernetes, or checkpoints die with the pod: a path under one of "
+                "spec.volumes[*].mountPath, or an fsspec URI such as s3://bucket/path",
+            )
+        )
+    elif "://" not in ckpt and not any(_is_under(ckpt, m) for m in mounts):
+        errors.append(
+            FieldError(
+                "spec.checkpoint.dir",
+                f"{ckpt} is not on a volume; mount one (spec.volumes) at a parent directory "
+                "or use an fsspec URI",
+            )
+        )
+    gpu = s.resources.gpu
+    if gpu and gpu % s.procs_per_node:
+        errors.append(
+            FieldError(
+                "spec.resources.gpu",
+                f"{gpu} GPUs per node cannot be divided among {s.procs_per_node} processes",
+            )
+        )
+    return errors
+
+
+def require_cluster_ready(job: TrainingJob) -> None:
+    """Raise UserInputError (exit 2) listing every reason ``job`` cannot run on Kubernetes."""
+    errors = cluster_errors(job)
+    if errors:
+        raise UserInputError(errors)
+
+
+def labels(job: TrainingJob, component: str, role: str) -> dict[str, str]:
+    """The standard labels of every object a job renders."""
+    return {
+        "app.kubernetes.io/name": "gpufleet",
+        "app.kubernetes.io/instance": job.metadata.name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "gpufleet",
+        "app.kubernetes.io/managed-by": "gpufleet",
+        "gpufleet.dev/job": job.metadata.name,
+        "gpufleet.dev/tenant": job.metadata.namespace or "default",
+        "gpufleet.dev/role": role,
+        **job.metadata.labels,
+    }
+
+
+def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
+    """``python -m torch.distributed.run`` with c10d rendezvous, then the worker entry point."""
+    s = job.spec
+    cmd = [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={s.nodes}",
+        f"--nproc-per-node={s.procs_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={where.rdzv_host}:{RDZV_PORT}",
+        f"--rdzv-id={job.metadata.name}",
+        f"--max-restarts={s.max_restarts}",
+    ]
+    return [*cmd, *worker_module_args(job)]
+
+
+def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
+    """The worker PodSpec: passes the Pod Security "restricted" profile by construction."""
+    s = job.spec
+    assert s.image and s.checkpoint.dir, "call require_cluster_ready first"
+    context = job_context(job, Path(RUN_DIR), s.checkpoint.dir)
+    env = {"OMP_NUM_THREADS": "1", **context.to_env(), **s.env}
+    resources: dict[str, str] = {}
+    if s.resources.cpu:
+        resources["cpu"] = s.resources.cpu
+    if s.resources.memory:
+        resources["memory"] = s.resources.memory
+    if s.resources.gpu:
+        resources[GPU_RESOURCE] = str(s.resources.gpu)
+    mounts = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "run", "mountPath": RUN_DIR},
+    ] + [{"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in s.volumes]
+    volumes: list[Obj] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "run", "emptyDir": {}},
+    ] + [
+        {
+            "name": v.name,
+            "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only},
+        }
+        for v in s.volumes
+    ]
+    container: Obj = {
+        "name": "worker",
+        "image": s.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": torchrun_command(job, where),
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}],
+        "resources": {"requests": resources, "limits": resources} if resources else {},
+        "volumeMounts": mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+        },
+    }
+    spec: Obj = {
+        "restartPolicy": "Never",
+        # The preemption checkpoint must fit in the grace period the kubelet gives.
+        "terminationGracePeriodSeconds": math.ceil(s.preemption.grace_period),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": UID,
+            "runAsGroup": UID,
+            "fsGroup": UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if s.resources.gpu:
+        spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    return spec
+
+
+def _is_under(path: str, mount: str) -> bool:
+    return path == mount or path.startswith(mount.rstrip("/") + "/")

@@ -1,0 +1,145 @@
+"""Target ``job``: strict schema validity, Pod Security "restricted", goldens, clear errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from gpufleet.cli.main import app
+from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
+from gpufleet.render import check_restricted, pod_specs_in, render
+from gpufleet.spec import validate_training_job
+from tests.conftest import REPO, digits_job, write_spec
+
+K8S_VERSION = "1.33"
+GOLDEN = REPO / "tests" / "golden"
+
+
+def cluster_job(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "image": "ghcr.io/example/gpufleet:0.1.0",
+        "checkpoint": {"dir": "/ckpt/run", "everySteps": 50},
+        "volumes": [{"name": "ckpt", "mountPath": "/ckpt", "claimName": "team-ckpt"}],
+    }
+    base.update(spec)
+    return digits_job("train", **base)
+
+
+def assert_valid(objects: list[dict[str, Any]]) -> None:
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        for path, pod in pod_specs_in(obj):
+            errors = check_restricted(pod, path)
+            assert not errors, [str(e) for e in errors]
+        labels = obj["metadata"]["labels"]
+        assert labels["gpufleet.dev/job"] == obj["metadata"]["name"]
+        assert labels["app.kubernetes.io/managed-by"] == "gpufleet"
+
+
+MATRIX = [
+    pytest.param({"nodes": n, "procsPerNode": p, "resources": r, **extra}, id=name)
+    for n, p, r, extra, name in [
+        (1, 1, {}, {}, "cpu-1x1"),
+        (2, 2, {"cpu": "4", "memory": "8Gi"}, {}, "cpu-2x2"),
+        (4, 8, {"gpu": 8, "cpu": "64", "memory": "512Gi"}, {"queue": "team-a"}, "gpu-4x8-queue"),
+        (3, 1, {"gpu": 2}, {"queue": "q", "priority": "high"}, "gpu-3x1-priority"),
+        (2, 1, {}, {"checkpoint": {"dir": "s3://bucket/ckpt"}, "volumes": []}, "s3-no-volumes"),
+    ]
+]
+
+
+@pytest.mark.parametrize("spec", MATRIX)
+def test_matrix_renders_valid_restricted_objects(spec: dict[str, Any]) -> None:
+    job = validate_training_job(cluster_job(**spec))
+    objects = render(job, "job")
+    assert_valid(objects)
+    service, indexed = objects
+    assert indexed["spec"]["completions"] == job.spec.nodes
+    pod = indexed["spec"]["template"]["spec"]
+    command = pod["containers"][0]["command"]
+    assert f"--nproc-per-node={job.spec.procs_per_node}" in command
+    assert "--rdzv-endpoint=train-0.train:29400" in command
+    assert pod["subdomain"] == service["metadata"]["name"] == "train"
+    gpu = job.spec.resources.gpu
+    limits = pod["containers"][0]["resources"].get("limits", {})
+    assert limits.get("nvidia.com/gpu") == (str(gpu) if gpu else None)
+    assert bool(pod.get("tolerations")) == bool(gpu)
+    queued = indexed["metadata"]["labels"].get("kueue.x-k8s.io/queue-name")
+    assert queued == job.spec.queue
+    assert indexed["spec"].get("suspend", False) == bool(job.spec.queue)
+
+
+@pytest.mark.parametrize(
+    ("spec", "want_path"),
+    [
+        ({"image": None}, "spec.image"),
+        ({"checkpoint": {}}, "spec.checkpoint.dir"),
+        ({"checkpoint": {"dir": "/elsewhere"}}, "spec.checkpoint.dir"),
+        ({"resources": {"gpu": 3}, "procsPerNode": 2}, "spec.resources.gpu"),
+    ],
+)
+def test_specs_that_cannot_run_on_kubernetes(spec: dict[str, Any], want_path: str) -> None:
+    doc = cluster_job(**spec)
+    doc["spec"] = {k: v for k, v in doc["spec"].items() if v is not None}
+    with pytest.raises(UserInputError) as info:
+        render(validate_training_job(doc), "job")
+    assert want_path in [e.path for e in info.value.errors]
+
+
+def test_cli_render_exit_2_with_field_paths(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, digits_job("train"))
+    result = CliRunner().invoke(app, ["render", str(path)])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "spec.image" in result.output and "spec.checkpoint.dir" in result.output
+    bad_target = CliRunner().invoke(app, ["render", str(path), "--target", "nope"])
+    assert bad_target.exit_code == EXIT_BAD_INPUT and "--target" in bad_target.output
+
+
+def test_cli_render_writes_files(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, cluster_job())
+    result = CliRunner().invoke(app, ["render", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["00-service-train.yaml", "01-job-train.yaml"]
+
+
+def test_golden_digits_job() -> None:
+    """The rendered example, byte for byte; UPDATE_GOLDEN=1 rewrites the fixture."""
+    job = validate_training_job(yaml.safe_load((GOLDEN / "digits-cluster.spec.yaml").read_text()))
+    text = yaml.safe_dump_all(render(job, "job"), sort_keys=False)
+    golden = GOLDEN / "digits-cluster.job.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    nodes=st.integers(1, 8),
+    procs=st.integers(1, 8),
+    gpu_per_proc=st.integers(0, 2),
+    queue=st.one_of(st.none(), st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True)),
+    grace=st.floats(0, 3600),
+    async_ckpt=st.booleans(),
+)
+def test_any_cluster_ready_spec_renders_valid_objects(
+    nodes: int, procs: int, gpu_per_proc: int, queue: str | None, grace: float, async_ckpt: bool
+) -> None:
+    spec: dict[str, Any] = {
+        "nodes": nodes,
+        "procsPerNode": procs,
+        "resources": {"gpu": gpu_per_proc * procs},
+        "preemption": {"gracePeriod": grace},
+        "checkpoint": {"dir": "/ckpt/x", "async": async_ckpt},
+    }
+    if queue:
+        spec["queue"] = queue
+    assert_valid(render(validate_training_job(cluster_job(**spec)), "job"))
