@@ -18,7 +18,7 @@ from gpufleet.spec.models import TrainingJob
 
 RDZV_PORT = 29400
 RUN_DIR = "/run/gpufleet"
-UID = 1000  # the image's non-root user (docker/Dockerfile)
+UID = 1000  # the non-root user the worker image runs as
 GPU_RESOURCE = "nvidia.com/gpu"
 Obj = dict[str, Any]
 
