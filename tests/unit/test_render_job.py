@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -18,8 +17,8 @@ from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
 from gpufleet.render import check_restricted, pod_specs_in, render
 from gpufleet.spec import validate_training_job
 from tests.conftest import REPO, digits_job, write_spec
+from tests.k8s_schemas import validate_strictly
 
-K8S_VERSION = "1.33"
 GOLDEN = REPO / "tests" / "golden"
 
 
@@ -35,7 +34,7 @@ def cluster_job(**spec: Any) -> dict[str, Any]:
 
 def assert_valid(objects: list[dict[str, Any]]) -> None:
     for obj in objects:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        validate_strictly(obj)
         for path, pod in pod_specs_in(obj):
             errors = check_restricted(pod, path)
             assert not errors, [str(e) for e in errors]
@@ -77,6 +76,19 @@ def test_matrix_renders_valid_restricted_objects(spec: dict[str, Any]) -> None:
     assert indexed["spec"].get("suspend", False) == bool(job.spec.queue)
 
 
+@pytest.mark.parametrize("spec", MATRIX)
+def test_matrix_jobset(spec: dict[str, Any]) -> None:
+    job = validate_training_job(cluster_job(**spec))
+    (jobset,) = render(job, "jobset")
+    assert_valid([jobset])
+    assert jobset["spec"]["failurePolicy"]["maxRestarts"] == job.spec.max_restarts
+    child = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert child["completions"] == child["parallelism"] == job.spec.nodes
+    command = child["template"]["spec"]["containers"][0]["command"]
+    assert "--rdzv-endpoint=train-worker-0-0.train:29400" in command
+    assert jobset["spec"].get("suspend", False) == bool(job.spec.queue)
+
+
 @pytest.mark.parametrize(
     ("spec", "want_path"),
     [
@@ -111,11 +123,12 @@ def test_cli_render_writes_files(tmp_path: Path) -> None:
     assert names == ["00-service-train.yaml", "01-job-train.yaml"]
 
 
-def test_golden_digits_job() -> None:
+@pytest.mark.parametrize("target", ["job", "jobset"])
+def test_golden(target: str) -> None:
     """The rendered example, byte for byte; UPDATE_GOLDEN=1 rewrites the fixture."""
     job = validate_training_job(yaml.safe_load((GOLDEN / "digits-cluster.spec.yaml").read_text()))
-    text = yaml.safe_dump_all(render(job, "job"), sort_keys=False)
-    golden = GOLDEN / "digits-cluster.job.yaml"
+    text = yaml.safe_dump_all(render(job, target), sort_keys=False)
+    golden = GOLDEN / f"digits-cluster.{target}.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text()
@@ -142,4 +155,5 @@ def test_any_cluster_ready_spec_renders_valid_objects(
     }
     if queue:
         spec["queue"] = queue
-    assert_valid(render(validate_training_job(cluster_job(**spec)), "job"))
+    job = validate_training_job(cluster_job(**spec))
+    assert_valid(render(job, "job") + render(job, "jobset"))

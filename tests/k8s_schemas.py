@@ -1,0 +1,40 @@
+"""Strict validation of rendered objects: core kinds with kubernetes-validate, custom kinds with
+the JSON Schemas in ../shared/k8s-schemas (tests that need those skip when it is absent)."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from tests.conftest import REPO
+
+K8S_VERSION = "1.33"
+SCHEMAS = REPO.parent / "shared" / "k8s-schemas"
+
+
+@cache
+def crd_schema(group: str, kind: str, version: str) -> dict[str, Any]:
+    path = SCHEMAS / group / f"{kind.lower()}_{version}.json"
+    if not SCHEMAS.is_dir():
+        pytest.skip(f"{SCHEMAS} is absent: custom resource schemas come from ../shared")
+    schema: dict[str, Any] = json.loads(path.read_text())
+    return schema
+
+
+def validate_strictly(obj: dict[str, Any]) -> None:
+    """Raise if ``obj`` is not a valid object of its kind (unknown fields rejected)."""
+    group, _, version = obj["apiVersion"].rpartition("/")
+    if "." in group:  # a custom resource
+        jsonschema.validate(obj, crd_schema(group, obj["kind"], version))
+    else:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def schemas_present() -> bool:
+    return Path(SCHEMAS).is_dir()
