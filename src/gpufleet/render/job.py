@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from gpufleet.errors import EXIT_PREEMPTED
-from gpufleet.render.pod import RDZV_PORT, Obj, WorkerPod, labels, pod_spec, require_cluster_ready
+from gpufleet.render.pod import (
+    RDZV_PORT,
+    Obj,
+    WorkerPod,
+    indexed_job_spec,
+    labels,
+    metadata,
+    pod_spec,
+    queued_labels,
+    require_cluster_ready,
+)
 from gpufleet.spec.models import TrainingJob
 
 
@@ -17,12 +26,10 @@ def render_indexed_job(job: TrainingJob) -> list[Obj]:
     """
     require_cluster_ready(job)
     name = job.metadata.name
-    s = job.spec
-    meta_ns = {"namespace": job.metadata.namespace} if job.metadata.namespace else {}
     service: Obj = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, **meta_ns, "labels": labels(job, "trainer", "rendezvous")},
+        "metadata": metadata(job, labels(job, "trainer", "rendezvous")),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,  # DNS must work before pods are ready
@@ -30,38 +37,15 @@ def render_indexed_job(job: TrainingJob) -> list[Obj]:
             "ports": [{"name": "rdzv", "port": RDZV_PORT, "targetPort": RDZV_PORT}],
         },
     }
-    where = WorkerPod(rdzv_host=f"{name}-0.{name}")
-    pod = pod_spec(job, where)
+    pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-0.{name}"))
     pod["subdomain"] = name
-    job_labels = labels(job, "trainer", "worker")
-    if s.queue:
-        job_labels["kueue.x-k8s.io/queue-name"] = s.queue
-    if s.priority:
-        job_labels["kueue.x-k8s.io/priority-class"] = s.priority
+    spec = indexed_job_spec(job, pod, backoff_limit=job.spec.max_restarts, on_preempted="Ignore")
+    if job.spec.queue:
+        spec["suspend"] = True  # Kueue admits (unsuspends) it when quota allows
     indexed: Obj = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, **meta_ns, "labels": job_labels},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": s.nodes,
-            "parallelism": s.nodes,
-            "backoffLimit": s.max_restarts,
-            "podFailurePolicy": {
-                "rules": [
-                    {
-                        "action": "Ignore",
-                        "onExitCodes": {"operator": "In", "values": [EXIT_PREEMPTED]},
-                    },
-                    {
-                        "action": "Ignore",
-                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                    },
-                ]
-            },
-            "template": {"metadata": {"labels": labels(job, "trainer", "worker")}, "spec": pod},
-        },
+        "metadata": metadata(job, queued_labels(job)),
+        "spec": spec,
     }
-    if s.queue:
-        indexed["spec"]["suspend"] = True  # Kueue admits (unsuspends) it when quota allows
     return [service, indexed]

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from gpufleet.errors import EXIT_PREEMPTED
-from gpufleet.render.pod import Obj, WorkerPod, labels, pod_spec, require_cluster_ready
+from gpufleet.render.pod import (
+    Obj,
+    WorkerPod,
+    indexed_job_spec,
+    metadata,
+    pod_spec,
+    queued_labels,
+    require_cluster_ready,
+)
 from gpufleet.spec.models import TrainingJob
 
 REPLICATED_JOB = "worker"
@@ -21,36 +28,13 @@ def render_jobset(job: TrainingJob) -> list[Obj]:
     require_cluster_ready(job)
     name = job.metadata.name
     s = job.spec
-    meta_ns = {"namespace": job.metadata.namespace} if job.metadata.namespace else {}
     pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-{REPLICATED_JOB}-0-0.{name}"))
-    set_labels = labels(job, "trainer", "worker")
-    if s.queue:
-        set_labels["kueue.x-k8s.io/queue-name"] = s.queue
-    if s.priority:
-        set_labels["kueue.x-k8s.io/priority-class"] = s.priority
-    child: Obj = {
-        "completionMode": "Indexed",
-        "completions": s.nodes,
-        "parallelism": s.nodes,
-        "backoffLimit": 0,
-        "podFailurePolicy": {
-            "rules": [
-                {
-                    "action": "FailJob",
-                    "onExitCodes": {"operator": "In", "values": [EXIT_PREEMPTED]},
-                },
-                {
-                    "action": "Ignore",
-                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                },
-            ]
-        },
-        "template": {"metadata": {"labels": labels(job, "trainer", "worker")}, "spec": pod},
-    }
+    # The child Job fails on a preemption; the JobSet's rule below restarts the set for free.
+    child = indexed_job_spec(job, pod, backoff_limit=0, on_preempted="FailJob")
     jobset: Obj = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": {"name": name, **meta_ns, "labels": set_labels},
+        "metadata": metadata(job, queued_labels(job)),
         "spec": {
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             "failurePolicy": {

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.errors import FieldError, UserInputError
+from gpufleet.errors import EXIT_PREEMPTED, FieldError, UserInputError
 from gpufleet.launch.worker import job_context, worker_module_args
 from gpufleet.spec.models import TrainingJob
 
@@ -168,6 +168,50 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
     if s.resources.gpu:
         spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
     return spec
+
+
+def metadata(job: TrainingJob, obj_labels: dict[str, str]) -> Obj:
+    """ObjectMeta of a top-level object: the job's name, namespace (if any) and labels."""
+    meta: Obj = {"name": job.metadata.name}
+    if job.metadata.namespace:
+        meta["namespace"] = job.metadata.namespace
+    meta["labels"] = obj_labels
+    return meta
+
+
+def queued_labels(job: TrainingJob) -> dict[str, str]:
+    """Labels of the object Kueue admits: the worker labels plus queue and priority class."""
+    out = labels(job, "trainer", "worker")
+    if job.spec.queue:
+        out["kueue.x-k8s.io/queue-name"] = job.spec.queue
+    if job.spec.priority:
+        out["kueue.x-k8s.io/priority-class"] = job.spec.priority
+    return out
+
+
+def indexed_job_spec(job: TrainingJob, pod: Obj, *, backoff_limit: int, on_preempted: str) -> Obj:
+    """An Indexed JobSpec with one pod per node; ``on_preempted`` is the pod failure policy's
+    action for the "preempted" exit code (Ignore: retry free; FailJob: let the parent decide).
+    Disruptions (node drain, Kueue preemption) never count against the restart budget."""
+    return {
+        "completionMode": "Indexed",
+        "completions": job.spec.nodes,
+        "parallelism": job.spec.nodes,
+        "backoffLimit": backoff_limit,
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": on_preempted,
+                    "onExitCodes": {"operator": "In", "values": [EXIT_PREEMPTED]},
+                },
+                {
+                    "action": "Ignore",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                },
+            ]
+        },
+        "template": {"metadata": {"labels": labels(job, "trainer", "worker")}, "spec": pod},
+    }
 
 
 def _is_under(path: str, mount: str) -> bool:

@@ -78,11 +78,11 @@ class Checkpointer:
         async_save: bool = False,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        self.root = root.removeprefix("file://").rstrip("/") if _is_local(root) else root
+        self._local = _is_local(root)
+        self.root = root.removeprefix("file://").rstrip("/") if self._local else root
         self.keep = keep
         self.async_save = async_save
         self._fs, self._root_path = fsspec.core.url_to_fs(self.root)
-        self._local = _is_local(root)
         self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self._distributed = dist.is_available() and dist.is_initialized()
         self._rank = dist.get_rank() if self._distributed else 0
