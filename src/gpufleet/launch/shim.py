@@ -8,9 +8,13 @@ the failing rank and show its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from gpufleet.launch.orphans import ENV_AGENT_PID, die_with_parent
 
@@ -26,6 +30,50 @@ def _run(argv: list[str]) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
+@contextlib.contextmanager
+def _safe_group_teardown() -> Iterator[None]:
+    """Work around a PyTorch deadlock at the end of plain DDP + gloo scripts.
+
+    After ``destroy_process_group()`` the DDP Reducer can hold the last reference to the gloo
+    group. Freeing the model then runs ``~ProcessGroupGloo`` from a pybind11 destructor that
+    keeps the GIL while it joins gloo's worker threads, and a worker thread that is still
+    destroying the last all-reduce work needs the GIL (the work's ThreadLocalState holds the
+    contextvars object autograd stashes in every backward). Both wait forever. It is a race:
+    with three jobs at once on 2 cores, about one run in six of ``examples/torchrun_script.py``
+    hung here, with stacks ``Reducer::~Reducer -> ~ProcessGroupGloo -> thread::join`` and
+    ``runLoop -> ~AsyncAllreduceWork -> gil_scoped_acquire``.
+
+    The shim keeps a reference to every group the script destroys, so the Reducer is never
+    the last owner; after the script returns it sleeps briefly (the GIL is free, gloo's threads
+    finish) and drops them, and the destructor finds idle threads. The script runs unchanged.
+    """
+    try:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+    except ImportError:  # torch without distributed support: nothing to protect
+        yield
+        return
+    retained: list[Any] = []
+    original: Callable[..., None] = c10d.destroy_process_group
+
+    def destroy_process_group(group: Any = None) -> None:
+        world = getattr(c10d, "_world", None)
+        if group is not None:
+            retained.append(group)
+        elif world is not None:  # private, hence getattr: without it we only lose the fix
+            retained.extend(getattr(world, "pg_map", {}))
+        original(group)
+
+    dist.destroy_process_group = c10d.destroy_process_group = destroy_process_group
+    try:
+        yield
+    finally:
+        dist.destroy_process_group = c10d.destroy_process_group = original
+        if retained:
+            time.sleep(0.05)
+            retained.clear()
+
+
 def main() -> None:
     """Run the command in ``sys.argv[1:]``."""
     agent = os.environ.get(ENV_AGENT_PID)
@@ -37,7 +85,8 @@ def main() -> None:
     # SIGKILLed would leave this process behind.
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    record(_run)(sys.argv[1:])
+    with _safe_group_teardown():
+        record(_run)(sys.argv[1:])
 
 
 if __name__ == "__main__":
