@@ -7,6 +7,7 @@ add their own wrapper (Indexed Job, JobSet, PyTorchJob, ...).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +21,38 @@ RDZV_PORT = 29400
 RUN_DIR = "/run/gpufleet"
 UID = 1000  # the non-root user the worker image runs as
 GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU feature discovery
 Obj = dict[str, Any]
+# Pod Security "restricted", container and pod level (see podsecurity.py for the check).
+CONTAINER_SECURITY: Obj = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+}
+POD_SECURITY: Obj = {
+    "runAsNonRoot": True,
+    "runAsUser": UID,
+    "runAsGroup": UID,
+    "fsGroup": UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerPod:
-    """Where a target's workers find each other; the pod builder fills in the rest."""
+    """What a target decides about its pods; the pod builder fills in the rest."""
 
     # Stable DNS name of the pod that hosts the c10d rendezvous store. With c10d, node ranks
     # come from the rendezvous, so a pod that is replaced rejoins without knowing its index.
     rdzv_host: str
+    # Some operators look for a container of their own name ("pytorch" for PyTorchJob).
+    container_name: str = "worker"
+    # The container's command, when a target starts torchrun some other way (MPI workers run
+    # sshd and the launcher's mpirun starts torchrun over ssh). Default: torchrun_command().
+    command: list[str] | None = None
+    # False for pods that only coordinate (the MPI launcher): no GPUs, no data volumes.
+    worker: bool = True
 
 
 def cluster_errors(job: TrainingJob) -> list[FieldError]:
@@ -106,24 +129,30 @@ def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
     return [*cmd, *worker_module_args(job)]
 
 
+def worker_env(job: TrainingJob) -> dict[str, str]:
+    """The environment of every worker: torch threads, GPUFLEET_* context, the spec's env."""
+    assert job.spec.checkpoint.dir, "call require_cluster_ready first"
+    context = job_context(job, Path(RUN_DIR), job.spec.checkpoint.dir)
+    return {"OMP_NUM_THREADS": "1", **context.to_env(), **job.spec.env}
+
+
 def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
-    """The worker PodSpec: passes the Pod Security "restricted" profile by construction."""
+    """A PodSpec for ``job``: passes the Pod Security "restricted" profile by construction."""
     s = job.spec
-    assert s.image and s.checkpoint.dir, "call require_cluster_ready first"
-    context = job_context(job, Path(RUN_DIR), s.checkpoint.dir)
-    env = {"OMP_NUM_THREADS": "1", **context.to_env(), **s.env}
+    assert s.image, "call require_cluster_ready first"
     resources: dict[str, str] = {}
-    if s.resources.cpu:
+    if s.resources.cpu and where.worker:
         resources["cpu"] = s.resources.cpu
-    if s.resources.memory:
+    if s.resources.memory and where.worker:
         resources["memory"] = s.resources.memory
-    if s.resources.gpu:
+    if s.resources.gpu and where.worker:
         resources[GPU_RESOURCE] = str(s.resources.gpu)
+    data = s.volumes if where.worker else []
     mounts = [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "run", "mountPath": RUN_DIR},
-    ] + [{"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in s.volumes]
+    ] + [{"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in data]
     volumes: list[Obj] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         {"name": "tmp", "emptyDir": {}},
@@ -133,40 +162,31 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
             "name": v.name,
             "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only},
         }
-        for v in s.volumes
+        for v in data
     ]
     container: Obj = {
-        "name": "worker",
+        "name": where.container_name,
         "image": s.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": torchrun_command(job, where),
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "command": where.command or torchrun_command(job, where),
+        "env": [{"name": k, "value": v} for k, v in sorted(worker_env(job).items())],
         "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}],
         "resources": {"requests": resources, "limits": resources} if resources else {},
         "volumeMounts": mounts,
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-        },
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY),
     }
     spec: Obj = {
         "restartPolicy": "Never",
         # The preemption checkpoint must fit in the grace period the kubelet gives.
         "terminationGracePeriodSeconds": math.ceil(s.preemption.grace_period),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": UID,
-            "runAsGroup": UID,
-            "fsGroup": UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": copy.deepcopy(POD_SECURITY),
         "containers": [container],
         "volumes": volumes,
     }
-    if s.resources.gpu:
+    if s.resources.gpu and where.worker:
         spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+        if s.resources.gpu_product:
+            spec["nodeSelector"] = {GPU_PRODUCT_LABEL: s.resources.gpu_product}
     return spec
 
 

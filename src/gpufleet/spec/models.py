@@ -40,6 +40,19 @@ def _dns_label(value: str) -> str:
 
 
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _label_value(value: str) -> str:
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        raise ValueError(
+            "must be a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', "
+            f"starting and ending with a letter or digit, got {value!r}"
+        )
+    return value
+
+
+LabelValue = Annotated[str, AfterValidator(_label_value)]
 
 
 class SpecModel(BaseModel):
@@ -101,6 +114,13 @@ class Resources(SpecModel):
     cpu: Quantity | None = Field(default=None, description="CPU per node, e.g. '8' or '500m'.")
     memory: Quantity | None = Field(default=None, description="Memory per node, e.g. '32Gi'.")
     gpu: int = Field(default=0, ge=0, description="GPUs per node (nvidia.com/gpu).")
+    gpu_product: LabelValue | None = Field(
+        default=None,
+        description=(
+            "Cluster only: run on nodes whose nvidia.com/gpu.product label (GPU feature "
+            "discovery) has this value, e.g. NVIDIA-A30 or NVIDIA-H100-80GB-HBM3."
+        ),
+    )
 
 
 class Checkpoint(SpecModel):
@@ -174,9 +194,15 @@ class TrainingJobSpec(SpecModel):
     )
     preemption: Preemption = Field(default_factory=Preemption, description="Preemption.")
     image: str | None = Field(default=None, description="Cluster only: container image.")
-    queue: str | None = Field(default=None, description="Cluster only: Kueue LocalQueue.")
-    priority: str | None = Field(
-        default=None, description="Cluster only: Kueue WorkloadPriorityClass."
+    queue: DnsLabel | None = Field(
+        default=None,
+        description="Cluster only: Kueue LocalQueue (target volcano: the Volcano Queue).",
+    )
+    priority: DnsLabel | None = Field(
+        default=None,
+        description=(
+            "Cluster only: Kueue WorkloadPriorityClass (target volcano: the PriorityClass)."
+        ),
     )
     volumes: list[Volume] = Field(default_factory=list, description="Cluster only: volumes.")
 

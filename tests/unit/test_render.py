@@ -1,4 +1,4 @@
-"""Target ``job``: strict schema validity, Pod Security "restricted", goldens, clear errors."""
+"""Every render target: strict schema validity, Pod Security "restricted", goldens, clear errors."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
-from gpufleet.render import check_restricted, pod_specs_in, render
+from gpufleet.render import TARGETS, check_restricted, pod_specs_in, render
 from gpufleet.spec import validate_training_job
 from tests.conftest import REPO, digits_job, write_spec
 from tests.k8s_schemas import validate_strictly
@@ -89,6 +89,110 @@ def test_matrix_jobset(spec: dict[str, Any]) -> None:
     assert jobset["spec"].get("suspend", False) == bool(job.spec.queue)
 
 
+def containers_of(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each pod's (first) container by the path of its pod spec."""
+    return {path: pod["containers"][0] for path, pod in pod_specs_in(obj)}
+
+
+def assert_queued(obj: dict[str, Any], job: Any, suspend: bool | None) -> None:
+    labels = obj["metadata"]["labels"]
+    assert labels.get("kueue.x-k8s.io/queue-name") == job.spec.queue
+    assert labels.get("kueue.x-k8s.io/priority-class") == job.spec.priority
+    assert bool(suspend) == bool(job.spec.queue)  # Kueue unsuspends what it admits
+
+
+@pytest.mark.parametrize("spec", MATRIX)
+def test_matrix_pytorchjob(spec: dict[str, Any]) -> None:
+    job = validate_training_job(cluster_job(**spec))
+    (ptj,) = render(job, "pytorchjob")
+    assert_valid([ptj])
+    replicas = ptj["spec"]["pytorchReplicaSpecs"]
+    assert replicas["Master"]["replicas"] == 1
+    assert replicas.get("Worker", {"replicas": 0})["replicas"] == job.spec.nodes - 1
+    assert ptj["spec"]["runPolicy"]["backoffLimit"] == job.spec.max_restarts
+    assert ptj["spec"]["nprocPerNode"] == str(job.spec.procs_per_node)
+    for container in containers_of(ptj).values():
+        assert container["name"] == "pytorch"
+        assert "--rdzv-endpoint=train-master-0:29400" in container["command"]
+        assert f"--nnodes={job.spec.nodes}" in container["command"]
+    assert_queued(ptj, job, ptj["spec"]["runPolicy"].get("suspend"))
+
+
+@pytest.mark.parametrize("spec", MATRIX)
+def test_matrix_trainjob(spec: dict[str, Any]) -> None:
+    job = validate_training_job(cluster_job(**spec))
+    (tj,) = render(job, "trainjob")
+    assert_valid([tj])
+    trainer = tj["spec"]["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (
+        job.spec.nodes,
+        job.spec.procs_per_node,
+    )
+    assert "--rdzv-endpoint=train-node-0-0.train:29400" in trainer["command"]
+    gpu = job.spec.resources.gpu
+    limits = trainer.get("resourcesPerNode", {}).get("limits", {})
+    assert limits.get("nvidia.com/gpu") == (str(gpu) if gpu else None)
+    (patch,) = tj["spec"]["runtimePatches"]
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]} >= {"/dev/shm"}
+    assert_queued(tj, job, tj["spec"].get("suspend"))
+
+
+@pytest.mark.parametrize("spec", MATRIX)
+def test_matrix_mpijob(spec: dict[str, Any]) -> None:
+    job = validate_training_job(cluster_job(**spec))
+    (mpi,) = render(job, "mpijob")
+    assert_valid([mpi])
+    replicas = mpi["spec"]["mpiReplicaSpecs"]
+    assert replicas["Worker"]["replicas"] == job.spec.nodes
+    launcher = replicas["Launcher"]["template"]["spec"]
+    command = launcher["containers"][0]["command"]
+    assert command[:5] == ["mpirun", "-np", str(job.spec.nodes), "--map-by", "ppr:1:node"]
+    assert "--rdzv-endpoint=train-worker-0.train:29400" in command
+    assert "GPUFLEET_JOB_NAME" in command  # the worker environment is forwarded with -x
+    assert (
+        "resources" not in launcher["containers"][0] or not launcher["containers"][0]["resources"]
+    )  # the launcher holds no GPU
+    worker = replicas["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["command"][0] == "/usr/sbin/sshd"
+    assert mpi["spec"]["runPolicy"]["backoffLimit"] == job.spec.max_restarts
+    assert_queued(mpi, job, mpi["spec"]["runPolicy"].get("suspend"))
+
+
+@pytest.mark.parametrize("spec", MATRIX)
+def test_matrix_volcano(spec: dict[str, Any]) -> None:
+    job = validate_training_job(cluster_job(**spec))
+    (vcjob,) = render(job, "volcano")
+    assert_valid([vcjob])
+    s = vcjob["spec"]
+    assert s["minAvailable"] == s["tasks"][0]["replicas"] == job.spec.nodes  # a gang
+    assert s["schedulerName"] == "volcano" and s["maxRetry"] == job.spec.max_restarts
+    assert s["queue"] == (job.spec.queue or "default")
+    assert s.get("priorityClassName") == job.spec.priority
+    assert "kueue.x-k8s.io/queue-name" not in vcjob["metadata"]["labels"]
+    command = s["tasks"][0]["template"]["spec"]["containers"][0]["command"]
+    assert "--rdzv-endpoint=train-worker-0.train:29400" in command
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_gpu_product_pins_gpu_pods(target: str) -> None:
+    job = validate_training_job(
+        cluster_job(resources={"gpu": 2, "gpuProduct": "NVIDIA-A30"}, procsPerNode=2)
+    )
+    (*_, obj) = render(job, target)
+    gpu_pods = [
+        pod for _, pod in pod_specs_in(obj) if "launcher" not in pod["containers"][0]["name"]
+    ]
+    assert gpu_pods
+    for pod in gpu_pods:
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A30"}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+            "tolerations"
+        ]
+
+
 @pytest.mark.parametrize(
     ("spec", "want_path"),
     [
@@ -98,11 +202,14 @@ def test_matrix_jobset(spec: dict[str, Any]) -> None:
         ({"resources": {"gpu": 3}, "procsPerNode": 2}, "spec.resources.gpu"),
     ],
 )
-def test_specs_that_cannot_run_on_kubernetes(spec: dict[str, Any], want_path: str) -> None:
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_specs_that_cannot_run_on_kubernetes(
+    spec: dict[str, Any], want_path: str, target: str
+) -> None:
     doc = cluster_job(**spec)
     doc["spec"] = {k: v for k, v in doc["spec"].items() if v is not None}
     with pytest.raises(UserInputError) as info:
-        render(validate_training_job(doc), "job")
+        render(validate_training_job(doc), target)
     assert want_path in [e.path for e in info.value.errors]
 
 
@@ -111,6 +218,10 @@ def test_cli_render_exit_2_with_field_paths(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["render", str(path)])
     assert result.exit_code == EXIT_BAD_INPUT
     assert "spec.image" in result.output and "spec.checkpoint.dir" in result.output
+    bad_name = write_spec(tmp_path, cluster_job() | {"metadata": {"name": "Train_1"}}, "n.yaml")
+    result = CliRunner().invoke(app, ["render", str(bad_name)])
+    assert result.exit_code == EXIT_BAD_INPUT and "metadata.name" in result.output
+    assert "DNS-1123" in result.output
     bad_target = CliRunner().invoke(app, ["render", str(path), "--target", "nope"])
     assert bad_target.exit_code == EXIT_BAD_INPUT and "--target" in bad_target.output
 
@@ -123,7 +234,7 @@ def test_cli_render_writes_files(tmp_path: Path) -> None:
     assert names == ["00-service-train.yaml", "01-job-train.yaml"]
 
 
-@pytest.mark.parametrize("target", ["job", "jobset"])
+@pytest.mark.parametrize("target", list(TARGETS))
 def test_golden(target: str) -> None:
     """The rendered example, byte for byte; UPDATE_GOLDEN=1 rewrites the fixture."""
     job = validate_training_job(yaml.safe_load((GOLDEN / "digits-cluster.spec.yaml").read_text()))
@@ -134,7 +245,7 @@ def test_golden(target: str) -> None:
     assert text == golden.read_text()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     nodes=st.integers(1, 8),
     procs=st.integers(1, 8),
@@ -156,4 +267,4 @@ def test_any_cluster_ready_spec_renders_valid_objects(
     if queue:
         spec["queue"] = queue
     job = validate_training_job(cluster_job(**spec))
-    assert_valid(render(job, "job") + render(job, "jobset"))
+    assert_valid([obj for target in TARGETS for obj in render(job, target)])

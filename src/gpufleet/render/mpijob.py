@@ -1,0 +1,94 @@
+"""Target ``mpijob``: a Kubeflow MPIJob (kubeflow.org/v2beta1, MPI Operator), OpenMPI."""
+
+from __future__ import annotations
+
+from gpufleet.render.pod import (
+    Obj,
+    WorkerPod,
+    labels,
+    metadata,
+    pod_spec,
+    queued_labels,
+    require_cluster_ready,
+    torchrun_command,
+    worker_env,
+)
+from gpufleet.spec.models import TrainingJob
+
+SSH_PORT = 2222  # sshd runs as the image's non-root user, so not on 22
+SSH_DIR = "/home/gpufleet/.ssh"  # the operator mounts the job's SSH keys here
+SSHD_CONFIG = "/etc/gpufleet/sshd_config"  # shipped in the image (docker/sshd_config)
+
+
+def render_mpijob(job: TrainingJob) -> list[Obj]:
+    """One MPIJob: a launcher whose ``mpirun`` starts one torchrun per worker pod over SSH.
+
+    Workers run sshd as the non-root user (port 2222, keys from the operator's Secret); the
+    launcher runs ``mpirun -np <nodes> --map-by ppr:1:node`` with the worker environment
+    forwarded (``-x``). torchrun then meets on worker 0, ``<name>-worker-0.<name>``, with
+    c10d, exactly as on the other targets. A failed mpirun fails the launcher, retried up to
+    ``runPolicy.backoffLimit = spec.maxRestarts`` times; a preemption is retried but counted.
+    """
+    require_cluster_ready(job)
+    name = job.metadata.name
+    s = job.spec
+    rdzv = f"{name}-worker-0.{name}"
+    forwarded = ["PATH", *sorted(worker_env(job))]
+    mpirun = [
+        "mpirun",
+        "-np",
+        str(s.nodes),
+        "--map-by",
+        "ppr:1:node",
+        "--bind-to",
+        "none",
+        "--mca",
+        "plm_rsh_args",
+        f"-p {SSH_PORT} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+        *[arg for var in forwarded for arg in ("-x", var)],
+        *torchrun_command(job, WorkerPod(rdzv_host=rdzv)),
+    ]
+    launcher = pod_spec(
+        job, WorkerPod(rdzv_host=rdzv, container_name="launcher", command=mpirun, worker=False)
+    )
+    launcher["containers"][0].pop("ports")
+    worker = pod_spec(
+        job, WorkerPod(rdzv_host=rdzv, command=["/usr/sbin/sshd", "-De", "-f", SSHD_CONFIG])
+    )
+    worker["containers"][0]["ports"].append({"name": "ssh", "containerPort": SSH_PORT})
+    for pod in (launcher, worker):
+        pod["restartPolicy"] = "OnFailure"
+    run_policy: Obj = {"backoffLimit": s.max_restarts, "cleanPodPolicy": "Running"}
+    if s.queue:
+        run_policy["suspend"] = True  # Kueue admits (unsuspends) it when quota allows
+    return [
+        {
+            "apiVersion": "kubeflow.org/v2beta1",
+            "kind": "MPIJob",
+            "metadata": metadata(job, queued_labels(job)),
+            "spec": {
+                "mpiImplementation": "OpenMPI",
+                "slotsPerWorker": 1,
+                "sshAuthMountPath": SSH_DIR,
+                "runPolicy": run_policy,
+                "mpiReplicaSpecs": {
+                    "Launcher": {
+                        "replicas": 1,
+                        "restartPolicy": "OnFailure",
+                        "template": {
+                            "metadata": {"labels": labels(job, "trainer", "launcher")},
+                            "spec": launcher,
+                        },
+                    },
+                    "Worker": {
+                        "replicas": s.nodes,
+                        "restartPolicy": "OnFailure",
+                        "template": {
+                            "metadata": {"labels": labels(job, "trainer", "worker")},
+                            "spec": worker,
+                        },
+                    },
+                },
+            },
+        }
+    ]

@@ -1,0 +1,59 @@
+"""Target ``pytorchjob``: a Kubeflow PyTorchJob (kubeflow.org/v1, Training Operator)."""
+
+from __future__ import annotations
+
+import copy
+
+from gpufleet.render.pod import (
+    RDZV_PORT,
+    Obj,
+    WorkerPod,
+    labels,
+    metadata,
+    pod_spec,
+    queued_labels,
+    require_cluster_ready,
+)
+from gpufleet.spec.models import TrainingJob
+
+
+def render_pytorchjob(job: TrainingJob) -> list[Obj]:
+    """One PyTorchJob for ``job``: a Master and ``nodes - 1`` Workers, one pod per node.
+
+    The operator gives every replica a headless Service; ``<name>-master-0`` hosts the c10d
+    rendezvous. Each pod runs torchrun (restarts workers in place up to ``spec.maxRestarts``);
+    a pod that fails is restarted by the kubelet (restartPolicy OnFailure), and the operator
+    fails the job after ``runPolicy.backoffLimit = spec.maxRestarts`` such restarts. The
+    operator has no per-exit-code rule that is free of the budget, so a preemption (exit 75)
+    is retried but counted.
+    """
+    require_cluster_ready(job)
+    name = job.metadata.name
+    s = job.spec
+    pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-master-0", container_name="pytorch"))
+    pod["restartPolicy"] = "OnFailure"
+    # The operator finds its port by this name (and exports it as MASTER_PORT).
+    pod["containers"][0]["ports"] = [{"name": "pytorchjob-port", "containerPort": RDZV_PORT}]
+    template = {"metadata": {"labels": labels(job, "trainer", "worker")}, "spec": pod}
+    replicas: Obj = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
+    if s.nodes > 1:
+        replicas["Worker"] = {
+            "replicas": s.nodes - 1,
+            "restartPolicy": "OnFailure",
+            "template": copy.deepcopy(template),
+        }
+    run_policy: Obj = {"backoffLimit": s.max_restarts, "cleanPodPolicy": "None"}
+    if s.queue:
+        run_policy["suspend"] = True  # Kueue admits (unsuspends) it when quota allows
+    return [
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": metadata(job, queued_labels(job)),
+            "spec": {
+                "nprocPerNode": str(s.procs_per_node),
+                "runPolicy": run_policy,
+                "pytorchReplicaSpecs": replicas,
+            },
+        }
+    ]

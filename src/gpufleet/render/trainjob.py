@@ -1,0 +1,84 @@
+"""Target ``trainjob``: a Kubeflow Trainer TrainJob (trainer.kubeflow.org/v1alpha1)."""
+
+from __future__ import annotations
+
+from gpufleet.render.pod import (
+    Obj,
+    WorkerPod,
+    labels,
+    metadata,
+    pod_spec,
+    queued_labels,
+    require_cluster_ready,
+)
+from gpufleet.spec.models import TrainingJob
+
+RUNTIME = "torch-distributed"  # the ClusterTrainingRuntime Kubeflow Trainer installs
+NODE = "node"  # that runtime's replicated job and container name
+# What a TrainJob may patch in its runtime's pod template (Trainer's runtimePatches API).
+_POD_PATCH = ("securityContext", "terminationGracePeriodSeconds", "tolerations", "nodeSelector",
+              "volumes")  # fmt: skip
+_CONTAINER_PATCH = ("name", "securityContext", "volumeMounts")
+
+
+def render_trainjob(job: TrainingJob) -> list[Obj]:
+    """One TrainJob on the ``torch-distributed`` runtime, patched to gpufleet's pod.
+
+    Trainer builds a JobSet named after the TrainJob with one replicated job ``node``; pod 0,
+    ``<name>-node-0-0.<name>``, hosts the c10d rendezvous. The trainer section carries image,
+    torchrun command, env and per-node resources; a runtime patch adds the restricted security
+    context, GPU tolerations, the GPU product selector, the preemption grace period and the
+    volumes. Worker restarts happen in the pod (torchrun ``--max-restarts``); pod-level
+    retries follow the runtime's JobSet failure policy, which the cluster admin owns.
+    """
+    require_cluster_ready(job)
+    name = job.metadata.name
+    s = job.spec
+    pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-{NODE}-0-0.{name}", container_name=NODE))
+    (container,) = pod["containers"]
+    patch_pod = {k: pod[k] for k in _POD_PATCH if k in pod}
+    patch_pod["containers"] = [{k: container[k] for k in _CONTAINER_PATCH}]
+    trainer: Obj = {
+        "image": container["image"],
+        "command": container["command"],
+        "env": container["env"],
+        "numNodes": s.nodes,
+        "numProcPerNode": s.procs_per_node,
+    }
+    if container["resources"]:
+        trainer["resourcesPerNode"] = container["resources"]
+    patched_job = {
+        "name": NODE,
+        "template": {
+            "spec": {
+                "template": {
+                    "metadata": {"labels": labels(job, "trainer", "worker")},
+                    "spec": patch_pod,
+                }
+            }
+        },
+    }
+    spec: Obj = {
+        "runtimeRef": {
+            "apiGroup": "trainer.kubeflow.org",
+            "kind": "ClusterTrainingRuntime",
+            "name": RUNTIME,
+        },
+        "trainer": trainer,
+        "runtimePatches": [
+            {
+                "manager": "gpufleet.dev/render",
+                "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [patched_job]}}},
+            }
+        ],
+    }
+    if s.queue:
+        spec["suspend"] = True  # Kueue admits (unsuspends) it when quota allows
+    return [
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": metadata(job, queued_labels(job)),
+            "spec": spec,
+        }
+    ]

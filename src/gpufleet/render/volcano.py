@@ -1,0 +1,57 @@
+"""Target ``volcano``: a Volcano Job (batch.volcano.sh/v1alpha1) with gang scheduling."""
+
+from __future__ import annotations
+
+from gpufleet.render.pod import (
+    Obj,
+    WorkerPod,
+    labels,
+    metadata,
+    pod_spec,
+    require_cluster_ready,
+)
+from gpufleet.spec.models import TrainingJob
+
+TASK = "worker"
+
+
+def render_volcano(job: TrainingJob) -> list[Obj]:
+    """One Volcano Job: all workers scheduled as a gang (minAvailable = nodes) or none.
+
+    Volcano's ``svc`` plugin makes the headless Service; pod 0, ``<name>-worker-0.<name>``,
+    hosts the c10d rendezvous. ``spec.queue`` names the Volcano Queue (default ``default``)
+    and ``spec.priority`` a PriorityClass; Kueue does not manage Volcano Jobs, so no Kueue
+    labels. A failed or evicted pod restarts the whole job, up to ``maxRetry =
+    spec.maxRestarts`` times; Volcano has no restart that is free of that budget, so a
+    preemption (exit 75) is retried but counted.
+    """
+    require_cluster_ready(job)
+    name = job.metadata.name
+    s = job.spec
+    pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-{TASK}-0.{name}"))
+    spec: Obj = {
+        "schedulerName": "volcano",
+        "queue": s.queue or "default",
+        "minAvailable": s.nodes,
+        "maxRetry": s.max_restarts,
+        "plugins": {"svc": ["--publish-not-ready-addresses=true"], "env": []},
+        "policies": [{"events": ["PodFailed", "PodEvicted"], "action": "RestartJob"}],
+        "tasks": [
+            {
+                "name": TASK,
+                "replicas": s.nodes,
+                "minAvailable": s.nodes,
+                "template": {"metadata": {"labels": labels(job, "trainer", "worker")}, "spec": pod},
+            }
+        ],
+    }
+    if s.priority:
+        spec["priorityClassName"] = s.priority
+    return [
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": metadata(job, labels(job, "trainer", "worker")),
+            "spec": spec,
+        }
+    ]
