@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from gpufleet import __version__
+from gpufleet.cli import cluster
 from gpufleet.cli.common import fail, internal_error
 from gpufleet.cli.render import render_cmd
 from gpufleet.cli.run import run
@@ -21,6 +22,8 @@ app = typer.Typer(
 app.command()(run)
 app.command()(validate)
 app.command(name="render")(render_cmd)
+for command in (cluster.submit, cluster.status, cluster.logs, cluster.cancel):
+    app.command()(command)
 
 
 @app.command()

@@ -1,0 +1,91 @@
+"""``gpufleet submit | status | logs | cancel``: a job on a Kubernetes cluster."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli.common import Output, err_console, fail, load_job, print_json
+from gpufleet.cli.validate import SetOption
+from gpufleet.cluster import Cluster
+from gpufleet.errors import FieldError, GpufleetError, UserInputError
+from gpufleet.render import TARGETS, render
+
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", help="Namespace (default: the kubeconfig context's)."),
+]
+ContextOption = Annotated[str | None, typer.Option(help="kubeconfig context to use.")]
+NameArg = Annotated[str, typer.Argument(help="The job's metadata.name.")]
+
+
+@contextlib.contextmanager
+def _reported() -> Iterator[None]:
+    """Cluster and input errors end the command with their exit code and message."""
+    try:
+        yield
+    except GpufleetError as exc:
+        fail(exc)
+
+
+def submit(
+    file: Annotated[str, typer.Argument(help="A TrainingJob YAML file.")],
+    target: Annotated[
+        str, typer.Option(help=f"What runs the job on the cluster: {', '.join(TARGETS)}.")
+    ] = "job",
+    set_: SetOption = None,
+    namespace: NamespaceOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Render a job for TARGET and create it on the cluster."""
+    if target not in TARGETS:
+        msg = f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}"
+        fail(UserInputError([FieldError("--target", msg)], file))
+    job = load_job(file, set_)
+    try:
+        objects = render(job, target)
+    except UserInputError as exc:
+        fail(UserInputError(exc.errors, file))
+    with _reported():
+        cluster = Cluster.connect(namespace or job.metadata.namespace, context)
+        for created in cluster.submit(objects):
+            err_console.print(f"created {created}")
+    err_console.print(f"next: gpufleet status {job.metadata.name} -n {cluster.namespace}")
+
+
+def status(
+    name: NameArg,
+    namespace: NamespaceOption = None,
+    context: ContextOption = None,
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json")] = Output.text,
+) -> None:
+    """One line: phase, pods, and why the job is not running (Kueue, Volcano, scheduler)."""
+    with _reported():
+        result = Cluster.connect(namespace, context).status(name)
+    if output is Output.json:
+        print_json(result.as_dict())
+    else:
+        print(result.line())
+
+
+def logs(
+    name: NameArg,
+    namespace: NamespaceOption = None,
+    context: ContextOption = None,
+    pod: Annotated[str | None, typer.Option(help="Only this pod.")] = None,
+    tail: Annotated[int | None, typer.Option(help="Only the last N lines of each pod.")] = None,
+) -> None:
+    """Print the logs of the job's pods, each line prefixed with its pod."""
+    with _reported():
+        for line in Cluster.connect(namespace, context).logs(name, tail=tail, pod=pod):
+            print(line)
+
+
+def cancel(name: NameArg, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
+    """Delete the job, its pods and its Service."""
+    with _reported():
+        for deleted in Cluster.connect(namespace, context).cancel(name):
+            err_console.print(f"deleted {deleted}")

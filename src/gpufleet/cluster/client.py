@@ -1,0 +1,300 @@
+"""``gpufleet submit | status | logs | cancel``: the official kubernetes client, injected.
+
+``Cluster.connect()`` loads a kubeconfig (``KUBECONFIG``, ``~/.kube/config``) or the in-cluster
+service account; tests build ``Cluster(custom, core)`` from objects that serve recorded API
+responses. Everything it fetches goes through ``status.summarize`` (pure, unit-tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.cluster.status import JobStatus, Obj, summarize
+from gpufleet.errors import FieldError, GpufleetError, UserInputError
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A job kind gpufleet renders: where its objects live in the API."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+# Top-level job kinds, in the order ``status`` looks for a job of a given name.
+JOB_KINDS = [
+    Kind("batch", "v1", "jobs", "Job"),
+    Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+    Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
+    Kind("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
+    Kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
+    Kind("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
+]
+WORKLOADS = Kind("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
+LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue")
+CLUSTER_QUEUES = Kind("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue")
+PODGROUPS = Kind("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+
+
+class ClusterError(GpufleetError):
+    """The cluster said no (forbidden, conflict, unreachable): exit 1 with its words."""
+
+
+def _kind_of(obj: Obj) -> Kind:
+    for kind in JOB_KINDS:
+        if kind.api_version == obj["apiVersion"] and kind.kind == obj["kind"]:
+            return kind
+    raise ValueError(f"not a job kind: {obj['apiVersion']} {obj['kind']}")
+
+
+def _status_code(exc: Exception) -> int | None:
+    return getattr(exc, "status", None)
+
+
+class Cluster:
+    """Submit, inspect and cancel gpufleet jobs in one namespace's worth of API calls."""
+
+    def __init__(self, custom: Any, core: Any, namespace: str = "default") -> None:
+        self.custom = custom  # kubernetes.client.CustomObjectsApi (or a stand-in)
+        self.core = core  # kubernetes.client.CoreV1Api
+        self.namespace = namespace
+
+    @classmethod
+    def connect(cls, namespace: str | None = None, context: str | None = None) -> Cluster:
+        """Load a kubeconfig (or the in-cluster account); exit 2 saying how if there is none."""
+        try:
+            from kubernetes import client, config
+            from kubernetes.config.config_exception import ConfigException
+        except ImportError as exc:
+            raise UserInputError(
+                [
+                    FieldError(
+                        "kubernetes", "the cluster commands need: pip install 'gpufleet[cluster]'"
+                    )
+                ]
+            ) from exc
+        try:
+            config.load_kube_config(context=context)
+            _, active = config.list_kube_config_contexts()
+            default_ns = (active or {}).get("context", {}).get("namespace") or "default"
+        except (ConfigException, OSError, TypeError):
+            try:
+                config.load_incluster_config()
+            except ConfigException as exc:
+                raise UserInputError(
+                    [
+                        FieldError(
+                            "KUBECONFIG",
+                            "no kubeconfig found (set KUBECONFIG or create "
+                            "~/.kube/config) and not running in a cluster",
+                        )
+                    ]
+                ) from exc
+            default_ns = _incluster_namespace()
+        return cls(client.CustomObjectsApi(), client.CoreV1Api(), namespace or default_ns)
+
+    # -- submit ----------------------------------------------------------------------------
+
+    def submit(self, objects: list[Obj]) -> list[str]:
+        """Create ``objects`` (rendered) in order; return ``kind/name`` of each."""
+        created = []
+        for obj in objects:
+            ns = obj["metadata"].get("namespace", self.namespace)
+            obj = {**obj, "metadata": {**obj["metadata"], "namespace": ns}}
+            try:
+                if obj["apiVersion"] == "v1" and obj["kind"] == "Service":
+                    self.core.create_namespaced_service(ns, obj)
+                else:
+                    k = _kind_of(obj)
+                    self.custom.create_namespaced_custom_object(
+                        k.group, k.version, ns, k.plural, obj
+                    )
+            except Exception as exc:
+                raise self._api_error(
+                    exc, f"create {obj['kind']} {ns}/{obj['metadata']['name']}"
+                ) from exc
+            created.append(f"{obj['kind']}/{obj['metadata']['name']}")
+        return created
+
+    # -- status ----------------------------------------------------------------------------
+
+    def find(self, name: str) -> tuple[Kind, Obj] | None:
+        """The job object named ``name`` (any gpufleet kind); None if there is none."""
+        for kind in JOB_KINDS:
+            obj = self._get(kind, name)
+            if obj is not None and _is_ours(obj, name):
+                return kind, obj
+        return None
+
+    def status(self, name: str) -> JobStatus:
+        """The job's status line and the reasons it is not running."""
+        found = self.find(name)
+        if found is None:
+            raise UserInputError(
+                [FieldError("NAME", f"no gpufleet job {name!r} in namespace {self.namespace}")]
+            )
+        kind, job = found
+        pods = self.pods(name)
+        events = []
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") == "Pending":
+                events += self._list_events(pod["metadata"]["name"])
+        workload = self._owned_by(WORKLOADS, job)
+        local_queue = cluster_queue = None
+        if workload is not None:
+            local_queue = self._get(LOCAL_QUEUES, workload["spec"].get("queueName", ""))
+            cq = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
+            cluster_queue = self._get(CLUSTER_QUEUES, cq, cluster_scoped=True) if cq else None
+        podgroup = self._owned_by(PODGROUPS, job) if kind.group == "batch.volcano.sh" else None
+        return summarize(job, pods, events, workload=workload, local_queue=local_queue,
+                         cluster_queue=cluster_queue, podgroup=podgroup)  # fmt: skip
+
+    def pods(self, name: str) -> list[Obj]:
+        """The job's pods (label gpufleet.dev/job), as API dicts sorted by name."""
+        try:
+            found = self.core.list_namespaced_pod(self.namespace, label_selector=_selector(name))
+        except Exception as exc:
+            raise self._api_error(exc, f"list pods of {name}") from exc
+        return sorted((_as_dict(p) for p in _items(found)), key=lambda p: p["metadata"]["name"])
+
+    # -- logs and cancel --------------------------------------------------------------------
+
+    def logs(self, name: str, *, tail: int | None = None, pod: str | None = None) -> Iterator[str]:
+        """Each pod's log lines, prefixed ``[pod]``; one pod with ``pod``."""
+        pods = [p["metadata"]["name"] for p in self.pods(name)]
+        if pod is not None:
+            if pod not in pods:
+                raise UserInputError([FieldError("--pod", f"{pod} is not a pod of {name}: {pods}")])
+            pods = [pod]
+        for p in pods:
+            try:
+                text = self.core.read_namespaced_pod_log(p, self.namespace, tail_lines=tail)
+            except Exception as exc:
+                if _status_code(exc) == 400:  # not started yet
+                    yield f"[{p}] (no log yet: {getattr(exc, 'body', exc)})"
+                    continue
+                raise self._api_error(exc, f"read log of pod {p}") from exc
+            for line in str(text).splitlines():
+                yield f"[{p}] {line}"
+
+    def cancel(self, name: str) -> list[str]:
+        """Delete the job (its pods go with it) and its rendezvous Service, if any."""
+        found = self.find(name)
+        if found is None:
+            raise UserInputError(
+                [FieldError("NAME", f"no gpufleet job {name!r} in namespace {self.namespace}")]
+            )
+        kind, _ = found
+        body = {"propagationPolicy": "Foreground"}
+        deleted = []
+        try:
+            self.custom.delete_namespaced_custom_object(
+                kind.group, kind.version, self.namespace, kind.plural, name, body=body
+            )
+            deleted.append(f"{kind.kind}/{name}")
+            services = self.core.list_namespaced_service(
+                self.namespace, label_selector=_selector(name)
+            )
+            for svc in (_as_dict(s) for s in _items(services)):
+                self.core.delete_namespaced_service(svc["metadata"]["name"], self.namespace)
+                deleted.append(f"Service/{svc['metadata']['name']}")
+        except Exception as exc:
+            raise self._api_error(exc, f"delete {kind.kind} {name}") from exc
+        return deleted
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _get(self, kind: Kind, name: str, *, cluster_scoped: bool = False) -> Obj | None:
+        try:
+            if cluster_scoped:
+                obj = self.custom.get_cluster_custom_object(
+                    kind.group, kind.version, kind.plural, name
+                )
+            else:
+                obj = self.custom.get_namespaced_custom_object(
+                    kind.group, kind.version, self.namespace, kind.plural, name
+                )
+        except Exception as exc:
+            if _status_code(exc) == 404:  # no such object, or the CRD is not installed
+                return None
+            raise self._api_error(exc, f"get {kind.kind} {name}") from exc
+        return _as_dict(obj)
+
+    def _owned_by(self, kind: Kind, owner: Obj) -> Obj | None:
+        uid = owner["metadata"].get("uid")
+        try:
+            listed = self.custom.list_namespaced_custom_object(
+                kind.group, kind.version, self.namespace, kind.plural
+            )
+        except Exception as exc:
+            if _status_code(exc) == 404:
+                return None
+            raise self._api_error(exc, f"list {kind.plural}") from exc
+        for item in _items(listed):
+            refs = item["metadata"].get("ownerReferences") or []
+            if any(r.get("uid") == uid for r in refs):
+                return _as_dict(item)
+        return None
+
+    def _list_events(self, pod: str) -> list[Obj]:
+        try:
+            found = self.core.list_namespaced_event(
+                self.namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}"
+            )
+        except Exception as exc:
+            raise self._api_error(exc, f"list events of pod {pod}") from exc
+        return [_as_dict(e) for e in _items(found)]
+
+    def _api_error(self, exc: Exception, doing: str) -> GpufleetError:
+        code = _status_code(exc)
+        if code is None:
+            return ClusterError(f"{doing}: {exc}")
+        reason = {
+            403: "forbidden (RBAC)",
+            404: "not found (is the operator's CRD installed?)",
+            409: "already exists (gpufleet cancel it first)",
+            422: "rejected as invalid",
+        }
+        body = getattr(exc, "body", "") or ""
+        return ClusterError(f"{doing}: {reason.get(code, f'HTTP {code}')}: {str(body)[:500]}")
+
+
+def _is_ours(obj: Obj, name: str) -> bool:
+    return (obj["metadata"].get("labels") or {}).get("gpufleet.dev/job") == name
+
+
+def _selector(name: str) -> str:
+    return f"gpufleet.dev/job={name}"
+
+
+def _items(listed: Any) -> list[Any]:
+    if isinstance(listed, dict):
+        return list(listed.get("items") or [])
+    return list(getattr(listed, "items", None) or [])
+
+
+def _as_dict(obj: Any) -> Obj:
+    """Typed client models (V1Pod, ...) as the API's camelCase dicts; dicts pass through."""
+    if isinstance(obj, dict):
+        return obj
+    from kubernetes.client import ApiClient
+
+    result: Obj = ApiClient().sanitize_for_serialization(obj)
+    return result
+
+
+def _incluster_namespace() -> str:
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    try:
+        with open(path) as fh:
+            return fh.read().strip() or "default"
+    except OSError:
+        return "default"

@@ -1,0 +1,251 @@
+"""Fold a job's API objects into one status line and say why it is not running.
+
+Pure functions over the objects as the API server returns them (camelCase dicts), so the logic
+is tested from recorded objects and the live client only fetches. The question users of Kueue,
+JobSet, Kubeflow and Volcano ask most is "why is my job pending?"; the answer comes, in order,
+from the job's own conditions, Kueue's Workload (and its ClusterQueue's usage), the Volcano
+PodGroup, and the pods' scheduling conditions and events.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+Obj = dict[str, Any]
+
+# Job-level condition types of Job, JobSet, PyTorchJob/MPIJob (Kubeflow) and TrainJob.
+_TERMINAL = {"Complete": "Succeeded", "Completed": "Succeeded", "Succeeded": "Succeeded",
+             "Failed": "Failed"}  # fmt: skip
+_ACTIVE = {"Suspended": "Suspended", "Restarting": "Restarting", "Running": "Running"}
+_VOLCANO = {"Completed": "Succeeded", "Failed": "Failed", "Aborted": "Failed",
+            "Terminated": "Failed", "Running": "Running", "Restarting": "Restarting",
+            "Pending": "Pending", "Aborting": "Failed", "Completing": "Running",
+            "Terminating": "Failed"}  # fmt: skip
+_WAITING_PROBLEMS = {
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "InvalidImageName",
+}
+
+
+@dataclass
+class JobStatus:
+    """What ``gpufleet status`` prints: a phase, pod counts and the reasons, most useful first."""
+
+    name: str
+    kind: str
+    phase: str  # Queued, Pending, Starting, Running, Restarting, Suspended, Succeeded, Failed
+    pods: dict[str, int] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        """One line: ``name (Kind): Phase, pods 1/2 Running; reason; reason``."""
+        total = sum(self.pods.values())
+        text = f"{self.name} ({self.kind}): {self.phase}"
+        if total:
+            text += f", pods {self.pods.get('Running', 0)}/{total} Running"
+        return "; ".join([text, *self.reasons])
+
+    def as_dict(self) -> Obj:
+        return {"name": self.name, "kind": self.kind, "phase": self.phase, "pods": self.pods,
+                "reasons": self.reasons, "line": self.line()}  # fmt: skip
+
+
+def _true_conditions(obj: Obj) -> list[Obj]:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return [c for c in conditions if c.get("status") == "True"]
+
+
+def job_phase(job: Obj) -> tuple[str | None, str]:
+    """The phase the job object itself reports, and its message (None: it says nothing yet)."""
+    if job.get("apiVersion", "").startswith("batch.volcano.sh/"):
+        state = (job.get("status") or {}).get("state") or {}
+        phase = _VOLCANO.get(state.get("phase", ""))
+        return phase, state.get("message") or state.get("reason") or ""
+    true = _true_conditions(job)
+    for table in (_TERMINAL, _ACTIVE):
+        for cond in reversed(true):  # the newest condition wins
+            if cond.get("type") in table:
+                return table[cond["type"]], cond.get("message") or cond.get("reason") or ""
+    return None, ""
+
+
+def _cq_usage(cluster_queue: Obj) -> list[str]:
+    """``nvidia.com/gpu in flavor a30: 8 of 8 used (0 borrowed)`` for each exhausted resource."""
+    nominal: dict[tuple[str, str], str] = {}
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                nominal[(flavor["name"], res["name"])] = str(res.get("nominalQuota", "?"))
+    out = []
+    for flavor in (cluster_queue.get("status") or {}).get("flavorsUsage") or []:
+        for res in flavor.get("resources") or []:
+            quota = nominal.get((flavor["name"], res["name"]))
+            total = str(res.get("total", "0"))
+            if quota is not None and total == quota:
+                borrowed = res.get("borrowed", "0")
+                out.append(
+                    f"{res['name']} in flavor {flavor['name']}: {total} of {quota} used "
+                    f"({borrowed} borrowed)"
+                )
+    return out
+
+
+def kueue_reasons(
+    workload: Obj | None, local_queue: Obj | None, cluster_queue: Obj | None
+) -> tuple[bool | None, list[str]]:
+    """Whether Kueue admitted the job (None: no Workload) and, if not, why."""
+    if workload is None:
+        return None, []
+    status = workload.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    if conditions.get("QuotaReserved", {}).get("status") == "True" or status.get("admission"):
+        admitted = conditions.get("Admitted", {}).get("status", "True") == "True"
+        if admitted:
+            return True, []
+        pending = conditions.get("Admitted", {})
+        return False, [f"Kueue: quota reserved, waiting for admission checks: "
+                       f"{pending.get('message', '')}".rstrip(": ")]  # fmt: skip
+    reasons = []
+    queue = (workload.get("spec") or {}).get("queueName", "?")
+    cq_name = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
+    message = conditions.get("QuotaReserved", {}).get("message", "")
+    where = f"LocalQueue {queue}" + (f" -> ClusterQueue {cq_name}" if cq_name else "")
+    if local_queue is None and "doesn't exist" not in message:
+        message = message or f"LocalQueue {queue} not found in the job's namespace"
+    reasons.append(f"Kueue: waiting in {where}: {message or 'not yet evaluated'}")
+    for cond in ("Evicted", "Preempted"):
+        c = conditions.get(cond)
+        if c and c.get("status") == "True":
+            reasons.append(f"Kueue: {cond.lower()} ({c.get('reason', '')}): {c.get('message', '')}")
+    if cluster_queue is not None:
+        full = _cq_usage(cluster_queue)
+        if full:
+            reasons.append(f"ClusterQueue {cq_name} is full: " + ", ".join(full))
+        inactive = [
+            c for c in (cluster_queue.get("status") or {}).get("conditions") or []
+            if c.get("type") == "Active" and c.get("status") == "False"
+        ]  # fmt: skip
+        for c in inactive:
+            reasons.append(f"ClusterQueue {cq_name} is inactive: {c.get('message', '')}")
+    return False, reasons
+
+
+_INSUFFICIENT = re.compile(r"(\d+) Insufficient ([\w./-]+)")
+_TAINT = re.compile(r"(\d+) node\(s\) had untolerated taint \{([^}]*)\}")
+
+
+def explain_scheduling(message: str) -> str:
+    """Turn the scheduler's ``0/5 nodes are available: ...`` into a short diagnosis."""
+    parts = []
+    for count, resource in _INSUFFICIENT.findall(message):
+        parts.append(f"{count} node(s) without enough free {resource}")
+    for count, taint in _TAINT.findall(message):
+        parts.append(f"{count} node(s) with a taint the pod does not tolerate ({taint.strip()})")
+    if "didn't match Pod's node affinity/selector" in message:
+        parts.append("no node matches the pod's nodeSelector/affinity (GPU product label?)")
+    if "unbound immediate PersistentVolumeClaims" in message or "persistentvolumeclaim" in message:
+        parts.append("a PersistentVolumeClaim is not bound")
+    return "; ".join(parts) if parts else message
+
+
+def pod_reasons(pods: list[Obj], events: list[Obj]) -> list[str]:
+    """Why pods are not running: unschedulable (with the scheduler's words), bad images, crashes."""
+    latest: dict[str, str] = {}
+    for ev in sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or "")):
+        if ev.get("reason") == "FailedScheduling":
+            latest[(ev.get("involvedObject") or {}).get("name", "")] = ev.get("message", "")
+    reasons: list[str] = []
+    seen: set[str] = set()
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        message = ""
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                message = cond.get("message") or cond.get("reason") or ""
+        message = latest.get(name, message)
+        if message:
+            text = f"unschedulable: {explain_scheduling(message)} (scheduler: {message})"
+            if text not in seen:
+                seen.add(text)
+                reasons.append(f"pod {name} {text}")
+        for cs in status.get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in _WAITING_PROBLEMS:
+                reasons.append(
+                    f"pod {name}: {waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+                )
+            terminated = (cs.get("lastState") or {}).get("terminated") or {}
+            if terminated.get("exitCode") not in (None, 0):
+                reasons.append(
+                    f"pod {name}: container last exited {terminated['exitCode']} "
+                    f"({terminated.get('reason', '')}), restarts {cs.get('restartCount', 0)}"
+                )
+    return reasons
+
+
+def podgroup_reasons(podgroup: Obj | None) -> list[str]:
+    """Volcano's gang verdict: ``1/2 tasks in gang unschedulable: ...``."""
+    if podgroup is None:
+        return []
+    out = []
+    for cond in (podgroup.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Unschedulable" and cond.get("status") == "True":
+            out.append(f"Volcano gang (PodGroup {podgroup['metadata']['name']}): "
+                       f"{cond.get('message', '')}")  # fmt: skip
+    return out
+
+
+def summarize(
+    job: Obj,
+    pods: list[Obj],
+    events: list[Obj] | None = None,
+    *,
+    workload: Obj | None = None,
+    local_queue: Obj | None = None,
+    cluster_queue: Obj | None = None,
+    podgroup: Obj | None = None,
+) -> JobStatus:
+    """Everything about one job in one JobStatus."""
+    name = job["metadata"]["name"]
+    phase, message = job_phase(job)
+    counts = Counter((p.get("status") or {}).get("phase", "Unknown") for p in pods)
+    status = JobStatus(name=name, kind=job.get("kind", "?"), phase=phase or "Pending",
+                       pods=dict(sorted(counts.items())))  # fmt: skip
+    if phase in ("Succeeded", "Failed"):
+        if message:
+            status.reasons.append(message)
+        if phase == "Failed":
+            status.reasons += pod_reasons(pods, events or [])
+        return status
+    admitted, why = kueue_reasons(workload, local_queue, cluster_queue)
+    labels = job["metadata"].get("labels") or {}
+    if admitted is False:
+        status.phase = "Queued"
+        status.reasons += why
+    elif admitted is None and "kueue.x-k8s.io/queue-name" in labels and phase == "Suspended":
+        status.phase = "Queued"
+        status.reasons.append(
+            "Kueue has made no Workload for it: is Kueue installed and managing this kind, "
+            "and does the LocalQueue exist?"
+        )
+    problems = podgroup_reasons(podgroup) + pod_reasons(pods, events or [])
+    status.reasons += problems
+    if status.phase in ("Pending", "Running", "Restarting") and pods:
+        running = counts.get("Running", 0)
+        if problems and running < len(pods):
+            status.phase = "Pending"
+        elif running == len(pods):
+            status.phase = "Running" if phase != "Restarting" else "Restarting"
+        else:
+            status.phase = "Starting"
+    elif phase == "Suspended" and status.phase != "Queued":
+        status.reasons.append("suspended (spec.suspend is true)")
+    return status
