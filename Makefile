@@ -4,13 +4,18 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpufleet-installed
+TOOLS := .tools/bin
 
-.PHONY: demo test lint unit fmt docs bench clean
+.PHONY: demo test lint unit fmt docs bench clean tools
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+# helm for the chart tests: from PATH, or fetched once into .tools/bin (scripts/get-helm.sh).
+tools:
+	bash scripts/get-helm.sh $(TOOLS)
 
 demo: $(STAMP)
 	$(BIN)/gpufleet run examples/digits.yaml --fresh
@@ -21,11 +26,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python scripts/gen_spec_docs.py --check
 
-test: lint
-	$(BIN)/python -m pytest -q
+test: lint tools
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q
 
-unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit
+unit: $(STAMP) tools
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q tests/unit
 
 fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks scripts examples
@@ -38,4 +43,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/runtime_overhead.py
 
 clean:
-	rm -rf $(VENV) .gpufleet .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .gpufleet .mypy_cache .ruff_cache .pytest_cache .tools

@@ -30,7 +30,7 @@ def crd_schema(group: str, kind: str, version: str) -> dict[str, Any]:
 def validate_strictly(obj: dict[str, Any]) -> None:
     """Raise if ``obj`` is not a valid object of its kind (unknown fields rejected)."""
     group, _, version = obj["apiVersion"].rpartition("/")
-    if "." in group:  # a custom resource
+    if "." in group and not group.endswith(".k8s.io"):  # a custom resource (x-k8s.io is one)
         jsonschema.validate(obj, crd_schema(group, obj["kind"], version))
     else:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

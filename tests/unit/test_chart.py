@@ -1,0 +1,171 @@
+"""The platform chart: helm lint --strict, every ci/ scenario renders strictly valid objects,
+restricted pods, default-deny tenants, no RBAC wildcards, and clear failures on bad values."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpufleet.render import check_restricted, pod_specs_in
+from tests.conftest import REPO
+from tests.k8s_schemas import validate_strictly
+
+CHART = REPO / "deploy" / "helm" / "gpufleet"
+SCENARIOS = sorted((CHART / "ci").glob("*-values.yaml"))
+HELM = shutil.which("helm")
+
+pytestmark = pytest.mark.skipif(
+    HELM is None, reason="helm not on PATH (make test fetches it: scripts/get-helm.sh)"
+)
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    assert HELM
+    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def template(values: Path | None = None) -> list[dict[str, Any]]:
+    args = ["template", "gpufleet", str(CHART), "--namespace", "gpufleet-system"]
+    proc = helm(*args, *(["-f", str(values)] if values else []))
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def test_scenarios_exist() -> None:
+    names = {p.name for p in SCENARIOS}
+    assert names == {"minimal-values.yaml", "lab-3node-a30-values.yaml",
+                     "onprem-50node-values.yaml"}  # fmt: skip
+
+
+@pytest.mark.parametrize("values", [None, *SCENARIOS], ids=lambda p: p.name if p else "defaults")
+def test_lint_strict(values: Path | None) -> None:
+    proc = helm("lint", "--strict", str(CHART), *(["-f", str(values)] if values else []))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("values", SCENARIOS, ids=lambda p: p.name)
+def test_scenario_objects_are_valid_and_safe(values: Path) -> None:
+    objects = template(values)
+    scenario = yaml.safe_load(values.read_text())
+    kinds = [o["kind"] for o in objects]
+    for obj in objects:
+        validate_strictly(obj)
+        for path, pod in pod_specs_in(obj):
+            errors = check_restricted(pod, path)
+            assert not errors, [str(e) for e in errors]
+        if obj["kind"] in ("Role", "ClusterRole"):
+            for rule in obj["rules"]:
+                for key in ("verbs", "resources", "apiGroups"):
+                    assert "*" not in rule.get(key, []), (obj["metadata"]["name"], rule)
+    tenants = [t["name"] for t in scenario["tenants"]]
+    namespaces = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Namespace"}
+    assert sorted(namespaces) == sorted(tenants)
+    for name, ns in namespaces.items():
+        assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+        deny = [
+            o for o in objects
+            if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == name
+            and o["spec"]["podSelector"] == {} and "ingress" not in o["spec"]
+            and "egress" not in o["spec"]
+            and sorted(o["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+        ]  # fmt: skip
+        assert deny, f"tenant {name} has no default-deny NetworkPolicy"
+        quota = next(
+            o
+            for o in objects
+            if o["kind"] == "ResourceQuota" and o["metadata"]["namespace"] == name
+        )
+        assert "requests.nvidia.com/gpu" in quota["spec"]["hard"]
+    assert kinds.count("ClusterQueue") == kinds.count("LocalQueue") == len(tenants)
+
+
+def test_onprem_has_flavors_cohort_topology_volcano_and_ceph() -> None:
+    objects = template(CHART / "ci" / "onprem-50node-values.yaml")
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for o in objects:
+        by_kind.setdefault(o["kind"], []).append(o)
+    flavors = {f["metadata"]["name"]: f for f in by_kind["ResourceFlavor"]}
+    assert flavors["h100"]["spec"]["nodeLabels"]["nvidia.com/gpu.product"].startswith("NVIDIA-H100")
+    assert flavors["h100"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert flavors["h100"]["spec"]["topologyName"] == "racks"
+    cq = next(c for c in by_kind["ClusterQueue"] if c["metadata"]["name"] == "llm")
+    assert cq["spec"]["cohort"] == "onprem"
+    assert cq["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
+    groups = cq["spec"]["resourceGroups"][0]
+    assert [f["name"] for f in groups["flavors"]] == ["cpu", "h100"]  # CPU pool tried first
+    gpu = next(r for r in groups["flavors"][1]["resources"] if r["name"] == "nvidia.com/gpu")
+    assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": "56", "borrowingLimit": "16",
+                   "lendingLimit": "16"}  # fmt: skip
+    assert {q["metadata"]["name"] for q in by_kind["Queue"]} == {"llm", "vision", "inference"}
+    classes = {s["metadata"]["name"]: s for s in by_kind["StorageClass"]}
+    assert classes["local-nvme"]["volumeBindingMode"] == "WaitForFirstConsumer"
+    assert classes["local-nvme"]["provisioner"] == "kubernetes.io/no-provisioner"
+    assert classes["ceph-rbd"]["provisioner"] == "rbd.csi.ceph.com"
+    assert classes["cephfs"]["provisioner"] == "cephfs.csi.ceph.com"
+    default_key = "storageclass.kubernetes.io/is-default-class"
+    default = [
+        n for n, s in classes.items() if s["metadata"].get("annotations", {}).get(default_key)
+    ]
+    assert default == ["ceph-rbd"]
+    assert len(by_kind["Topology"]) == 1
+
+
+LAB = yaml.safe_load((CHART / "ci" / "lab-3node-a30-values.yaml").read_text())
+
+
+def _bad(change: Any) -> dict[str, Any]:
+    values = copy.deepcopy(LAB)
+    change(values)
+    return values
+
+
+def _set(path: list[Any], value: Any) -> Any:
+    def change(values: dict[str, Any]) -> None:
+        target: Any = values
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return change
+
+
+BAD_VALUES = [
+    ("duplicate tenant", lambda v: v["tenants"].append(copy.deepcopy(v["tenants"][0])),
+     "tenants[2].name"),
+    ("unknown flavor", _set(["tenants", 0, "queue", "flavors", 0, "name"], "h100"),
+     "tenants[0].queue.flavors[0].name"),
+    ("quota below queue", _set(["tenants", 1, "quota", "gpu"], 2), "tenants[1].quota.gpu"),
+    ("lend more than owned", _set(["tenants", 1, "queue", "flavors", 0, "gpu", "lendingLimit"], 9),
+     "tenants[1].queue.flavors[0].gpu.lendingLimit"),
+    ("system namespace", _set(["tenants", 0, "name"], "kube-system"), "tenants[0].name"),
+    ("monitoring slot", _set(["monitoring"], {"exporter": {"enabled": True},
+     "serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
+     "dashboards": {"enabled": False}}), "monitoring.exporter.enabled"),
+    ("default class off", _set(["storage", "defaultClass"], "cephfs"), "storage.defaultClass"),
+    ("ceph without cluster", _set(["storage", "cephRbd", "enabled"], True), "storage.cephRbd"),
+    ("topology without kueue", lambda v: v.update(kueue={**v["kueue"], "enabled": False,
+     "topology": {"enabled": True, "name": "t", "levels": ["kubernetes.io/hostname"]}}),
+     "kueue.topology.enabled"),
+    ("unknown key", _set(["tenants", 0, "quota", "gpus"], 4), "gpus"),
+    ("topology without node labels", lambda v: (v["flavors"][0].update(nodeLabels={}),
+     v["kueue"].update(topology={"enabled": True, "name": "t", "levels": ["kubernetes.io/hostname"]})),
+     "flavors[0].nodeLabels"),
+    ("bad tenant name", _set(["tenants", 0, "name"], "Team_A"), "name"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "change", "path"), BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_contradictory_values_fail_with_the_path(
+    label: str, change: Any, path: str, tmp_path: Path
+) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(_bad(change)))
+    proc = helm("template", "gpufleet", str(CHART), "-f", str(values))
+    assert proc.returncode != 0, f"{label}: rendered anyway"
+    assert path in proc.stderr, proc.stderr
