@@ -154,7 +154,7 @@ BAD_VALUES = [
      "kueue.topology.enabled"),
     ("unknown key", _set(["tenants", 0, "quota", "gpus"], 4), "gpus"),
     ("topology without node labels", lambda v: (v["flavors"][0].update(nodeLabels={}),
-     v["kueue"].update(topology={"enabled": True, "name": "t", "levels": ["kubernetes.io/hostname"]})),
+     v["kueue"].update(topology={**v["kueue"]["topology"], "enabled": True})),
      "flavors[0].nodeLabels"),
     ("bad tenant name", _set(["tenants", 0, "name"], "Team_A"), "name"),
 ]  # fmt: skip
