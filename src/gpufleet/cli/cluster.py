@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import Output, err_console, fail, load_job, print_json
+from gpufleet.cli.common import Output, err_console, fail, print_json
+from gpufleet.cli.render import TargetOption, load_and_render
 from gpufleet.cli.validate import SetOption
 from gpufleet.cluster import Cluster
-from gpufleet.errors import FieldError, GpufleetError, UserInputError
-from gpufleet.render import TARGETS, render
+from gpufleet.errors import GpufleetError
 
 NamespaceOption = Annotated[
     str | None,
@@ -33,22 +33,13 @@ def _reported() -> Iterator[None]:
 
 def submit(
     file: Annotated[str, typer.Argument(help="A TrainingJob YAML file.")],
-    target: Annotated[
-        str, typer.Option(help=f"What runs the job on the cluster: {', '.join(TARGETS)}.")
-    ] = "job",
+    target: TargetOption = "job",
     set_: SetOption = None,
     namespace: NamespaceOption = None,
     context: ContextOption = None,
 ) -> None:
     """Render a job for TARGET and create it on the cluster."""
-    if target not in TARGETS:
-        msg = f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}"
-        fail(UserInputError([FieldError("--target", msg)], file))
-    job = load_job(file, set_)
-    try:
-        objects = render(job, target)
-    except UserInputError as exc:
-        fail(UserInputError(exc.errors, file))
+    job, objects = load_and_render(file, target, set_)
     with _reported():
         cluster = Cluster.connect(namespace or job.metadata.namespace, context)
         for created in cluster.submit(objects):

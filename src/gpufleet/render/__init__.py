@@ -35,4 +35,4 @@ def render(job: TrainingJob, target: str = "job") -> list[Obj]:
     return TARGETS[target](job)
 
 
-__all__ = ["TARGETS", "check_restricted", "cluster_errors", "pod_specs_in", "render"]
+__all__ = ["TARGETS", "Obj", "check_restricted", "cluster_errors", "pod_specs_in", "render"]
