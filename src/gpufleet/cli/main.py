@@ -7,6 +7,7 @@ import typer
 from gpufleet import __version__
 from gpufleet.cli import cluster
 from gpufleet.cli.common import fail, internal_error
+from gpufleet.cli.exporter import exporter
 from gpufleet.cli.render import render_cmd
 from gpufleet.cli.run import run
 from gpufleet.cli.validate import validate
@@ -22,7 +23,7 @@ app = typer.Typer(
 app.command()(run)
 app.command()(validate)
 app.command(name="render")(render_cmd)
-for command in (cluster.submit, cluster.status, cluster.logs, cluster.cancel):
+for command in (cluster.submit, cluster.status, cluster.logs, cluster.cancel, exporter):
     app.command()(command)
 
 

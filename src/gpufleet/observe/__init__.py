@@ -1,0 +1,1 @@
+"""Observability: the GPU metrics exporter (NVML) and, later, job metrics."""

@@ -1,0 +1,163 @@
+"""``gpufleet exporter``: per-GPU metrics for Prometheus that survive sick devices.
+
+Each scrape reads every device in its own daemon thread and waits at most ``deadline`` seconds
+in total. A device that raises, returns NaN/inf or does not answer in time gets
+``gpufleet_gpu_up 0`` and no values; the others are reported as usual, and the scrape answers
+200 within the deadline. A read that hangs keeps its thread; later scrapes do not pile more
+threads onto that device until it returns, and report it down meanwhile. Without NVML the
+exporter still serves: no devices, ``gpufleet_exporter_info{nvml="unavailable",reason=...}``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import fields
+from typing import Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpufleet.observe.devices import Device, Reading
+
+LABELS = ["gpu", "uuid", "model", "node"]
+# Reading field -> (metric name, help, kind); counters without _total (the client adds it).
+METRICS: dict[str, tuple[str, str, str]] = {
+    "utilization_ratio": ("gpufleet_gpu_utilization_ratio", "GPU busy time ratio (0-1).", "gauge"),
+    "memory_used_bytes": ("gpufleet_gpu_memory_used_bytes", "Frame buffer memory in use.", "gauge"),
+    "memory_total_bytes": ("gpufleet_gpu_memory_total_bytes", "Frame buffer memory.", "gauge"),
+    "temperature_celsius": ("gpufleet_gpu_temperature_celsius", "GPU die temperature.", "gauge"),
+    "power_watts": ("gpufleet_gpu_power_watts", "Power draw.", "gauge"),
+    "sm_clock_hertz": ("gpufleet_gpu_sm_clock_hertz", "SM clock.", "gauge"),
+    "pcie_tx_bytes_per_second": (
+        "gpufleet_gpu_pcie_transmit_bytes_per_second", "PCIe transmit throughput.", "gauge"),
+    "pcie_rx_bytes_per_second": (
+        "gpufleet_gpu_pcie_receive_bytes_per_second", "PCIe receive throughput.", "gauge"),
+    "nvlink_tx_bytes_total": ("gpufleet_gpu_nvlink_transmit_bytes", "NVLink data sent.", "counter"),
+    "nvlink_rx_bytes_total": ("gpufleet_gpu_nvlink_receive_bytes", "NVLink data in.", "counter"),
+    "xid_errors_total": ("gpufleet_gpu_xid_errors", "XID critical errors since start.", "counter"),
+}  # fmt: skip
+
+
+class _Reader:
+    """Reads one device in a daemon thread; at most one read in flight per device."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self._inflight: Future[Reading] | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> Future[Reading] | None:
+        """A future for a fresh reading, or None while an earlier read still hangs."""
+        with self._lock:
+            if self._inflight is not None and not self._inflight.done():
+                return None
+            future: Future[Reading] = Future()
+            self._inflight = future
+
+        def run() -> None:
+            try:
+                future.set_result(self.device.read())
+            except BaseException as exc:  # any failure means "device down"
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name=f"gpufleet-gpu{self.device.index}", daemon=True).start()
+        return future
+
+
+class GpuCollector(Collector):
+    """A prometheus_client collector over ``devices``; see the module docstring."""
+
+    def __init__(
+        self,
+        devices: list[Device],
+        *,
+        node: str | None = None,
+        deadline: float = 2.0,
+        nvml_reason: str | None = None,
+    ) -> None:
+        self.readers = [_Reader(d) for d in devices]
+        self.node = node or socket.gethostname()
+        self.deadline = deadline
+        self.nvml_reason = nvml_reason
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        until = started + self.deadline
+        pending = [(r.device, r.start()) for r in self.readers]
+        up = GaugeMetricFamily(
+            "gpufleet_gpu_up", "1 if the last read of this GPU succeeded.", labels=LABELS
+        )
+        families: dict[str, Any] = {}
+        ecc = CounterMetricFamily(
+            "gpufleet_gpu_ecc_errors", "Volatile ECC errors.", labels=[*LABELS, "type"]
+        )
+        for device, future in pending:
+            labels = [str(device.index), device.uuid, device.model, self.node]
+            reading = self._wait(future, until)
+            if reading is None:
+                up.add_metric(labels, 0)
+                continue
+            up.add_metric(labels, 1)
+            for name, (metric, doc, kind) in METRICS.items():
+                value = getattr(reading, name)
+                if value is None:
+                    continue
+                if metric not in families:
+                    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+                    families[metric] = cls(metric, doc, labels=LABELS)
+                families[metric].add_metric(labels, value)
+            for kind, value in (("corrected", reading.ecc_corrected_errors_total),
+                                ("uncorrected", reading.ecc_uncorrected_errors_total)):  # fmt: skip
+                if value is not None:
+                    ecc.add_metric([*labels, kind], value)
+        yield up
+        yield from families.values()
+        if ecc.samples:
+            yield ecc
+        info = GaugeMetricFamily(
+            "gpufleet_exporter_info",
+            "The exporter's NVML state.",
+            labels=["nvml", "reason", "node"],
+        )
+        nvml = "unavailable" if self.nvml_reason else "available"
+        info.add_metric([nvml, self.nvml_reason or "", self.node], 1)
+        yield info
+        yield GaugeMetricFamily(
+            "gpufleet_exporter_devices", "GPUs this exporter reads.", value=len(self.readers)
+        )
+        yield GaugeMetricFamily(
+            "gpufleet_exporter_scrape_duration_seconds",
+            "Time this scrape spent reading devices.",
+            value=time.perf_counter() - started,
+        )
+
+    @staticmethod
+    def _wait(future: Future[Reading] | None, until: float) -> Reading | None:
+        if future is None:  # the previous read of this device still hangs
+            return None
+        try:
+            reading = future.result(timeout=max(0.0, until - time.perf_counter()))
+        except (FutureTimeout, Exception):
+            return None
+        if not isinstance(reading, Reading) or reading.invalid():
+            return None
+        return reading
+
+
+def registry_for(collector: GpuCollector) -> CollectorRegistry:
+    """A registry with the GPU collector and the exporter's own process metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def reading_fields() -> list[str]:
+    """Every Reading field (the exporter maps each to a metric; a test keeps them in sync)."""
+    return [f.name for f in fields(Reading)]

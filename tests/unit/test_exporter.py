@@ -1,0 +1,152 @@
+"""The GPU exporter: sick devices never fail a scrape, and the output is what Prometheus reads."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
+
+from gpufleet.cli.main import app
+from gpufleet.errors import EXIT_BAD_INPUT
+from gpufleet.observe.devices import Reading, SimulatedDevice, nvml_devices
+from gpufleet.observe.exporter import METRICS, GpuCollector, reading_fields, registry_for
+
+RELEASE = threading.Event()  # set at the end of the module: lets hung reads return
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_hung_reads() -> Iterator[None]:
+    yield
+    RELEASE.set()
+
+
+@dataclass
+class SickDevice:
+    """A simulated GPU whose reads behave as told: ok, raise, hang or nan."""
+
+    index: int
+    behaviour: str
+    model: str = "Sick GPU"
+    reads: int = field(default=0)
+
+    @property
+    def uuid(self) -> str:
+        return f"GPU-sick-{self.index}"
+
+    def read(self) -> Reading:
+        self.reads += 1
+        if self.behaviour == "raise":
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        if self.behaviour == "hang":
+            RELEASE.wait()
+        good = SimulatedDevice(self.index).read()
+        if self.behaviour == "nan":
+            return Reading(float("nan"), good.memory_used_bytes, good.memory_total_bytes)
+        return good
+
+
+def scrape(url: str) -> tuple[int, dict[str, list[tuple[dict[str, str], float]]], float]:
+    started = time.monotonic()
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        status, text = resp.status, resp.read().decode()
+    elapsed = time.monotonic() - started
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, []).append((s.labels, s.value))
+    return status, samples, elapsed
+
+
+def serve(collector: GpuCollector) -> tuple[str, object]:
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=registry_for(collector))
+    return f"http://127.0.0.1:{server.server_port}/metrics", server
+
+
+def stop(server: object) -> None:
+    server.shutdown()  # type: ignore[attr-defined]
+    server.server_close()  # type: ignore[attr-defined]
+
+
+DEADLINE = 0.3
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.sampled_from(["ok", "raise", "hang", "nan"]), min_size=1, max_size=8))
+def test_sick_devices_never_fail_the_scrape(behaviours: list[str]) -> None:
+    devices = [SickDevice(i, b) for i, b in enumerate(behaviours)]
+    url, server = serve(GpuCollector(devices, node="n1", deadline=DEADLINE))  # type: ignore[arg-type]
+    try:
+        for _ in range(2):  # the second scrape meets reads still hanging from the first
+            status, samples, elapsed = scrape(url)
+            assert status == 200
+            assert elapsed < DEADLINE + 1.0
+            up = {labels["gpu"]: value for labels, value in samples["gpufleet_gpu_up"]}
+            assert up == {str(d.index): float(d.behaviour == "ok") for d in devices}
+            utilized = {
+                labels["gpu"] for labels, _ in samples.get("gpufleet_gpu_utilization_ratio", [])
+            }
+            assert utilized == {str(d.index) for d in devices if d.behaviour == "ok"}
+    finally:
+        stop(server)
+    hung = [d for d in devices if d.behaviour == "hang"]
+    assert all(d.reads == 1 for d in hung)  # no second thread piled onto a hung device
+
+
+def test_labels_units_and_self_metrics() -> None:
+    url, server = serve(GpuCollector([SimulatedDevice(0), SimulatedDevice(1)], node="gpu-node-7"))
+    try:
+        status, samples, _ = scrape(url)
+    finally:
+        stop(server)
+    assert status == 200
+    (labels, _), _second = samples["gpufleet_gpu_temperature_celsius"]
+    assert labels == {"gpu": "0", "uuid": SimulatedDevice(0).uuid, "model": "Simulated GPU",
+                      "node": "gpu-node-7"}  # fmt: skip
+    for name in ("gpufleet_gpu_memory_used_bytes", "gpufleet_gpu_power_watts",
+                 "gpufleet_gpu_sm_clock_hertz", "gpufleet_gpu_nvlink_transmit_bytes_total",
+                 "gpufleet_gpu_xid_errors_total", "gpufleet_gpu_ecc_errors_total",
+                 "gpufleet_gpu_pcie_receive_bytes_per_second"):  # fmt: skip
+        assert len(samples[name]) >= 2, name
+    assert {lab["type"] for lab, _ in samples["gpufleet_gpu_ecc_errors_total"]} == {
+        "corrected", "uncorrected"}  # fmt: skip
+    assert samples["gpufleet_exporter_devices"][0][1] == 2
+    assert 0 <= samples["gpufleet_exporter_scrape_duration_seconds"][0][1] < 1
+    assert "process_cpu_seconds_total" in samples  # the exporter's own cost
+    ratio = [v for _, v in samples["gpufleet_gpu_utilization_ratio"]]
+    assert all(0 <= v <= 1 for v in ratio)
+
+
+def test_every_reading_field_becomes_a_metric() -> None:
+    mapped = set(METRICS) | {"ecc_corrected_errors_total", "ecc_uncorrected_errors_total"}
+    assert mapped == set(reading_fields())
+
+
+def test_without_nvml_it_serves_and_says_why() -> None:
+    devices, reason = nvml_devices()
+    if devices:
+        pytest.skip("this machine has NVML devices")
+    assert reason
+    url, server = serve(GpuCollector(devices, node="cpu-node", nvml_reason=reason))
+    try:
+        status, samples, _ = scrape(url)
+    finally:
+        stop(server)
+    assert status == 200
+    ((labels, value),) = samples["gpufleet_exporter_info"]
+    assert labels["nvml"] == "unavailable" and labels["reason"] == reason and value == 1
+    assert samples["gpufleet_exporter_devices"][0][1] == 0
+    assert "gpufleet_gpu_up" not in samples
+
+
+def test_cli_rejects_a_bad_deadline() -> None:
+    result = CliRunner().invoke(app, ["exporter", "--deadline", "soon"])
+    assert result.exit_code == EXIT_BAD_INPUT and "--deadline" in result.output
