@@ -41,6 +41,7 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/runtime_overhead.py
+	$(BIN)/python benchmarks/exporter_scrape.py
 
 clean:
 	rm -rf $(VENV) .gpufleet .mypy_cache .ruff_cache .pytest_cache .tools

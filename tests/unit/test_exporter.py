@@ -150,3 +150,13 @@ def test_without_nvml_it_serves_and_says_why() -> None:
 def test_cli_rejects_a_bad_deadline() -> None:
     result = CliRunner().invoke(app, ["exporter", "--deadline", "soon"])
     assert result.exit_code == EXIT_BAD_INPUT and "--deadline" in result.output
+
+
+def test_the_cli_and_exporter_do_not_import_torch() -> None:
+    """torch costs ~250 MB of RSS; the exporter (and render/status) must not pay it."""
+    import subprocess
+    import sys
+
+    code = "import sys, gpufleet.cli.main, gpufleet.observe.exporter; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -7,7 +7,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,8 +16,11 @@ from rich.table import Table
 
 from gpufleet.cli.common import Output, err_console, load_job, print_json
 from gpufleet.cli.validate import SetOption
-from gpufleet.launch.local import DEFAULT_RUN_ROOT, RunSummary, run_local
+from gpufleet.launch.worker import DEFAULT_RUN_ROOT
 from gpufleet.runtime.files import read_json
+
+if TYPE_CHECKING:
+    from gpufleet.launch.local import RunSummary
 
 
 def run(
@@ -38,6 +41,8 @@ def run(
     Exit codes: 0 succeeded, 1 failed, 2 bad input, 75 preempted after a checkpoint (run again
     to resume), 128+N stopped by signal N before a checkpoint was confirmed.
     """
+    from gpufleet.launch.local import run_local  # imports torch: only when a job runs
+
     job = load_job(file, set_)
     total = job.spec.workload.steps if job.spec.workload else None
     run_dir = run_root / job.metadata.name

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli.common import Output, err_console, load_job, print_json
-from gpufleet.launch.local import local_notes
 
 SetOption = Annotated[
     list[str] | None,
@@ -31,5 +30,7 @@ def validate(
         f"{file}: valid TrainingJob {job.metadata.name!r}: {what} on {s.nodes} node(s) x "
         f"{s.procs_per_node} process(es)"
     )
+    from gpufleet.launch.local import local_notes  # imports torch
+
     for note in local_notes(job):
         err_console.print(note)

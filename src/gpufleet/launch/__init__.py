@@ -1,5 +1,5 @@
-"""Backends that start jobs: the local one (PyTorch's elastic launcher) for now."""
+"""Backends that start jobs: the local one (PyTorch's elastic launcher) for now.
 
-from gpufleet.launch.local import RunSummary, run_local
-
-__all__ = ["RunSummary", "run_local"]
+Import ``gpufleet.launch.local`` for ``run_local``; this package itself imports nothing heavy,
+so ``gpufleet.launch.worker`` (used by the renderers) does not pull in torch.
+"""

@@ -24,11 +24,9 @@ import torch
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, FieldError, UserInputError
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
-from gpufleet.launch.worker import job_context, worker_module_args
+from gpufleet.launch.worker import DEFAULT_RUN_ROOT, job_context, worker_module_args
 from gpufleet.runtime.files import read_json, write_json_atomic
 from gpufleet.spec.models import TrainingJob
-
-DEFAULT_RUN_ROOT = Path(".gpufleet/runs")
 
 
 @dataclass(kw_only=True)

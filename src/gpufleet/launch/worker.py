@@ -11,6 +11,8 @@ from pathlib import Path
 from gpufleet.runtime.context import JobContext
 from gpufleet.spec.models import TrainingJob
 
+DEFAULT_RUN_ROOT = Path(".gpufleet/runs")  # where local runs keep logs, results, checkpoints
+
 SHIM_MODULE = "gpufleet.launch.shim"
 WORKLOAD_MODULE = "gpufleet.workloads"
 

@@ -1,19 +1,50 @@
-"""Code that runs inside workers: process groups, checkpoints, data, the Trainer, watchdogs."""
+"""Code that runs inside workers: process groups, checkpoints, data, the Trainer, watchdogs.
 
-from gpufleet.runtime.checkpoint import Checkpointer, CheckpointRef
-from gpufleet.runtime.context import JobContext
-from gpufleet.runtime.data import ResumableDistributedSampler
-from gpufleet.runtime.digest import state_digest
-from gpufleet.runtime.distributed import (
-    DistInfo,
-    barrier,
-    init_distributed,
-    shutdown_distributed,
-)
-from gpufleet.runtime.preemption import PreemptionGuard
-from gpufleet.runtime.rng import capture_rng, restore_rng, seed_everything
-from gpufleet.runtime.trainer import Trainer, TrainerConfig, TrainResult
-from gpufleet.runtime.watchdog import HangWatchdog
+Names are imported on first use (PEP 562), so light modules of this package (``context``,
+``files``) do not pull in torch: the CLI, the renderers and the GPU exporter import them, and
+the exporter must stay small (an exporter that imports torch holds ~280 MB).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpufleet.runtime.checkpoint import Checkpointer, CheckpointRef
+    from gpufleet.runtime.context import JobContext
+    from gpufleet.runtime.data import ResumableDistributedSampler
+    from gpufleet.runtime.digest import state_digest
+    from gpufleet.runtime.distributed import (
+        DistInfo,
+        barrier,
+        init_distributed,
+        shutdown_distributed,
+    )
+    from gpufleet.runtime.preemption import PreemptionGuard
+    from gpufleet.runtime.rng import capture_rng, restore_rng, seed_everything
+    from gpufleet.runtime.trainer import Trainer, TrainerConfig, TrainResult
+    from gpufleet.runtime.watchdog import HangWatchdog
+
+_WHERE = {
+    "CheckpointRef": "checkpoint",
+    "Checkpointer": "checkpoint",
+    "DistInfo": "distributed",
+    "HangWatchdog": "watchdog",
+    "JobContext": "context",
+    "PreemptionGuard": "preemption",
+    "ResumableDistributedSampler": "data",
+    "TrainResult": "trainer",
+    "Trainer": "trainer",
+    "TrainerConfig": "trainer",
+    "barrier": "distributed",
+    "capture_rng": "rng",
+    "init_distributed": "distributed",
+    "restore_rng": "rng",
+    "seed_everything": "rng",
+    "shutdown_distributed": "distributed",
+    "state_digest": "digest",
+}
 
 __all__ = [
     "CheckpointRef",
@@ -34,3 +65,9 @@ __all__ = [
     "shutdown_distributed",
     "state_digest",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
