@@ -13,9 +13,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-# helm for the chart tests: from PATH, or fetched once into .tools/bin (scripts/get-helm.sh).
+# helm for the chart tests: from PATH, or fetched once into .tools/bin (scripts/get-helm.sh);
+# promtool and prometheus for the metrics tests: the Debian package (scripts/get-prometheus.sh).
 tools:
 	bash scripts/get-helm.sh $(TOOLS)
+	bash scripts/get-prometheus.sh
 
 demo: $(STAMP)
 	$(BIN)/gpufleet run examples/digits.yaml --fresh

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -154,9 +157,23 @@ def test_cli_rejects_a_bad_deadline() -> None:
 
 def test_the_cli_and_exporter_do_not_import_torch() -> None:
     """torch costs ~250 MB of RSS; the exporter (and render/status) must not pay it."""
-    import subprocess
-    import sys
-
     code = "import sys, gpufleet.cli.main, gpufleet.observe.exporter; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (make tools)")
+@pytest.mark.parametrize("devices", [0, 1, 8])
+def test_promtool_accepts_the_exposition(devices: int) -> None:
+    from prometheus_client import generate_latest
+
+    collector = GpuCollector(
+        [SimulatedDevice(i) for i in range(devices)],
+        node="n1",
+        nvml_reason=None if devices else "x",
+    )
+    text = generate_latest(registry_for(collector))
+    proc = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
