@@ -63,10 +63,48 @@ def worker_argv(job: TrainingJob) -> list[str]:
 def worker_env(job: TrainingJob, run_dir: Path) -> dict[str, str]:
     """Variables added to torchrun's worker environment."""
     checkpoint_dir = job.spec.checkpoint.dir or str((run_dir / "checkpoints").resolve())
+    metrics_dir = str(metrics_dir_of(run_dir).resolve())
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as torchrun sets it
-    env.update(job_context(job, run_dir.resolve(), checkpoint_dir).to_env())
+    env.update(job_context(job, run_dir.resolve(), checkpoint_dir, metrics_dir).to_env())
     env.update(job.spec.env)
     return env
+
+
+def metrics_dir_of(run_dir: Path) -> Path:
+    """Where workers write their metrics files (prometheus_client multiprocess mode)."""
+    return run_dir / "metrics"
+
+
+@contextmanager
+def serve_metrics(job: TrainingJob, run_dir: Path) -> Iterator[None]:
+    """Serve the workers' metrics on 127.0.0.1:spec.metrics.port for the whole run.
+
+    One endpoint for the job, in this process, so it stays up while workers restart. The
+    directory starts empty each launch: counters restart with the launch, like a process's.
+    """
+    port = job.spec.metrics.port
+    if not port:
+        yield
+        return
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    directory = metrics_dir_of(run_dir)
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    try:
+        server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
+    except OSError as exc:
+        raise UserInputError(
+            [FieldError("spec.metrics.port", f"cannot serve metrics on 127.0.0.1:{port}: {exc}")]
+        ) from exc
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def prepare_run_dir(run_root: Path, name: str, *, fresh: bool) -> Path:
@@ -155,7 +193,8 @@ def run_local(
         )
         for i in range(s.nodes)
     ]
-    outcomes = [launch_node(configs[0])] if s.nodes == 1 else _launch_node_processes(configs)
+    with serve_metrics(job, run_dir):
+        outcomes = [launch_node(configs[0])] if s.nodes == 1 else _launch_node_processes(configs)
     summary = _summarize(job, run_dir, outcomes, started)
     state["launches"].append(
         {"started": started, "status": summary.status, "restarts": summary.restarts}

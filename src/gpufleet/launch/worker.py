@@ -23,7 +23,9 @@ def worker_module_args(job: TrainingJob) -> list[str]:
     return ["-m", SHIM_MODULE, *command]
 
 
-def job_context(job: TrainingJob, run_dir: Path, checkpoint_dir: str) -> JobContext:
+def job_context(
+    job: TrainingJob, run_dir: Path, checkpoint_dir: str, metrics_dir: str | None = None
+) -> JobContext:
     """The runtime settings workers read from GPUFLEET_* variables."""
     s = job.spec
     return JobContext(
@@ -35,4 +37,5 @@ def job_context(job: TrainingJob, run_dir: Path, checkpoint_dir: str) -> JobCont
         checkpoint_async=s.checkpoint.async_save,
         hang_timeout=s.hang_timeout,
         workload=s.workload.model_dump(by_alias=True) if s.workload else {},
+        metrics_dir=metrics_dir if s.metrics.port else None,
     )

@@ -96,6 +96,9 @@ class Checkpointer:
         # Seconds the caller spent blocked on each step's checkpoint: the save call, the
         # staging fence and any wait for the upload. Benchmarks read it.
         self.blocking: dict[int, float] = {}
+        # Called as on_commit(step, save_seconds, blocking_seconds) once a save is committed
+        # (the Trainer feeds job metrics from it).
+        self.on_commit: Callable[[int, float, float], None] | None = None
         if self._rank == 0:
             self._fs.makedirs(self._root_path, exist_ok=True)
 
@@ -152,12 +155,18 @@ class Checkpointer:
             else:
                 future = result
             self._pending = _Pending(future, path, step, started)
+            self._blocked(step, time.perf_counter() - started)
         else:
             dcp_save(state, storage_writer=writer, process_group=self._pg)
             faults.maybe_fire("checkpoint_written", step)
             self._commit(path, step, started)
-        self._blocked(step, time.perf_counter() - started)
+            self._blocked(step, time.perf_counter() - started)
+            self._committed(step, started)
         return self._url(path)
+
+    def _committed(self, step: int, started: float) -> None:
+        if self.on_commit is not None:
+            self.on_commit(step, time.perf_counter() - started, self.blocking.get(step, 0.0))
 
     def _blocked(self, step: int, seconds: float) -> None:
         self.blocking[step] = self.blocking.get(step, 0.0) + seconds
@@ -218,6 +227,7 @@ class Checkpointer:
         self._blocked(pending.step, time.perf_counter() - started)
         faults.maybe_fire("checkpoint_written", pending.step)
         self._commit(pending.path, pending.step, pending.started)
+        self._committed(pending.step, pending.started)
 
     def _commit(self, path: str, step: int, started: float) -> None:
         # DCP's finish step (rank 0 writes .metadata after every rank reported its writes) has

@@ -19,6 +19,9 @@ ENV_CHECKPOINT_KEEP = "GPUFLEET_CHECKPOINT_KEEP"
 ENV_CHECKPOINT_ASYNC = "GPUFLEET_CHECKPOINT_ASYNC"
 ENV_HANG_TIMEOUT = "GPUFLEET_HANG_TIMEOUT"
 ENV_WORKLOAD = "GPUFLEET_WORKLOAD"
+# prometheus_client's multiprocess mode: each worker writes its metrics into files there, and
+# one server (the launcher, locally) serves the sum of all of them.
+ENV_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +36,7 @@ class JobContext:
     checkpoint_async: bool = False
     hang_timeout: float = 0.0
     workload: dict[str, object] = field(default_factory=dict)
+    metrics_dir: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> JobContext:
@@ -49,6 +53,7 @@ class JobContext:
             checkpoint_async=e.get(ENV_CHECKPOINT_ASYNC, "0") == "1",
             hang_timeout=float(e.get(ENV_HANG_TIMEOUT, "0")),
             workload=json.loads(e.get(ENV_WORKLOAD, "{}")),
+            metrics_dir=e.get(ENV_METRICS_DIR) or None,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -65,4 +70,6 @@ class JobContext:
             env[ENV_CHECKPOINT_DIR] = self.checkpoint_dir
         if self.workload:
             env[ENV_WORKLOAD] = json.dumps(self.workload, sort_keys=True)
+        if self.metrics_dir:
+            env[ENV_METRICS_DIR] = self.metrics_dir
         return env

@@ -25,6 +25,7 @@ from gpufleet.runtime.data import ResumableDistributedSampler
 from gpufleet.runtime.digest import state_digest
 from gpufleet.runtime.distributed import DistInfo, control_group, init_distributed
 from gpufleet.runtime.files import write_json_atomic
+from gpufleet.runtime.metrics import JobMetrics
 from gpufleet.runtime.preemption import PreemptionGuard
 from gpufleet.runtime.rng import capture_rng, restore_rng, seed_everything
 from gpufleet.runtime.watchdog import HangWatchdog
@@ -180,6 +181,9 @@ class Trainer:
         )
         self.guard = PreemptionGuard(control_group())
         self.watchdog = HangWatchdog(self.context.hang_timeout, rank=self.info.rank)
+        self.metrics = JobMetrics.from_env(self.context.name, self.info.rank)
+        if self.metrics is not None:
+            self.checkpointer.on_commit = self.metrics.record_checkpoint
 
     def _print(self, msg: str) -> None:
         print(msg, file=sys.stderr if msg.startswith("gpufleet:") else sys.stdout, flush=True)
@@ -222,6 +226,7 @@ class Trainer:
                     p.epoch, p.batch_in_epoch = p.epoch + 1, 0
                 self.sampler.set_epoch(p.epoch, p.batch_in_epoch * cfg.batch_size)
                 for batch in self.loader:
+                    data_wait = time.perf_counter() - mark
                     last_loss = self._train_step(batch)
                     self._advance()
                     preempted = self._step_boundary(last_loss, state)
@@ -229,6 +234,10 @@ class Trainer:
                     # blocking, so overheads show up in step times.
                     now = time.perf_counter()
                     self._step_seconds.append(now - mark)
+                    if self.metrics is not None:
+                        self.metrics.record_step(
+                            self.progress.step, now - mark, data_wait, cfg.batch_size
+                        )
                     mark = now
                     if preempted or self.progress.step >= cfg.steps:
                         break
@@ -295,6 +304,8 @@ class Trainer:
         mean_loss = self._mean(loss) if loss is not None else float("nan")
         recent = seconds[-self.config.log_every :]
         sps = self._throughput(recent)
+        if self.metrics is not None and self.info.is_main:
+            self.metrics.loss.set(mean_loss)
         if self.info.is_main:
             self._log(f"step {step}/{self.config.steps} loss {mean_loss:.4f} {sps:,.0f} samples/s")
             write_json_atomic(

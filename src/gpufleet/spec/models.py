@@ -139,6 +139,20 @@ class Checkpoint(SpecModel):
     )
 
 
+class Metrics(SpecModel):
+    """The job's Prometheus endpoint (step, throughput, loss, checkpoints, restarts)."""
+
+    port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description=(
+            "Port of the job's /metrics (0: none). Locally `gpufleet run` serves every worker's "
+            "metrics there on 127.0.0.1 for the whole run, restarts included."
+        ),
+    )
+
+
 class Preemption(SpecModel):
     """How a SIGTERM (node drain, Kueue preemption, Ctrl-C) is handled."""
 
@@ -193,6 +207,7 @@ class TrainingJobSpec(SpecModel):
         ),
     )
     preemption: Preemption = Field(default_factory=Preemption, description="Preemption.")
+    metrics: Metrics = Field(default_factory=Metrics, description="Job metrics endpoint.")
     image: str | None = Field(default=None, description="Cluster only: container image.")
     queue: DnsLabel | None = Field(
         default=None,

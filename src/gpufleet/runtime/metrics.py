@@ -1,0 +1,88 @@
+"""Job metrics from inside workers, for Prometheus (prometheus_client, multiprocess mode).
+
+Choice: **aggregated, not per worker.** Each worker writes its series into the directory in
+``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode: memory-mapped files, no
+server in the worker), and one server reads the whole directory. Locally that server is
+``gpufleet run`` itself, so the job has one endpoint, on the spec's port, that stays up while
+workers crash and restart (no scrape gaps, no port per rank to configure). Series carry a
+``rank`` label where ranks differ (step time, data wait), counters are summed over a rank's
+restarts, and gauges report the most recent writer (after a restart: the new process).
+
+Without that variable (a plain torchrun run, unit tests) ``JobMetrics.from_env`` returns None
+and the Trainer records nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Literal
+
+from gpufleet.runtime.context import ENV_METRICS_DIR
+
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+CKPT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+
+
+class JobMetrics:
+    """The series one worker writes; names are ``gpufleet_job_*`` with unit suffixes."""
+
+    def __init__(self, job: str, rank: int) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        by_rank = ["job", "rank"]
+        self._labels: dict[str, Any] = {"job": job, "rank": str(rank)}
+        self.rank = rank
+        l = self._labels  # noqa: E741
+
+        def gauge(name: str, doc: str, mode: Literal["mostrecent", "max"] = "mostrecent") -> Any:
+            return Gauge(name, doc, by_rank, multiprocess_mode=mode).labels(**l)
+
+        self.step = gauge("gpufleet_job_step", "Last completed training step.")
+        self.loss = gauge("gpufleet_job_loss", "Mean training loss over all ranks (last report).")
+        self.restarts = gauge("gpufleet_job_restarts", "Worker-group restarts so far.")
+        self.last_progress = gauge(
+            "gpufleet_job_last_progress_timestamp_seconds",
+            "Unix time of the last completed step.",
+            mode="max",
+        )
+        self.steps = Counter("gpufleet_job_steps", "Steps completed.", by_rank).labels(**l)
+        self.samples = Counter("gpufleet_job_samples", "Samples trained on.", by_rank).labels(**l)
+        self.data_wait = Counter(
+            "gpufleet_job_data_wait_seconds", "Time spent waiting for the next batch.", by_rank
+        ).labels(**l)
+        self.step_seconds = Histogram(
+            "gpufleet_job_step_duration_seconds", "Step time, boundary to boundary.", by_rank,
+            buckets=STEP_BUCKETS,
+        ).labels(**l)  # fmt: skip
+        self.ckpt_blocking = Histogram(
+            "gpufleet_job_checkpoint_blocking_seconds",
+            "Time a checkpoint held up training (sync save, or staging and commit waits).",
+            by_rank, buckets=CKPT_BUCKETS,
+        ).labels(**l)  # fmt: skip
+        self.ckpt_save = Histogram(
+            "gpufleet_job_checkpoint_save_duration_seconds",
+            "Time from the start of a checkpoint save to its commit (async included).",
+            by_rank, buckets=CKPT_BUCKETS,
+        ).labels(**l)  # fmt: skip
+        self.restarts.set(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+
+    @classmethod
+    def from_env(cls, job: str, rank: int) -> JobMetrics | None:
+        """Metrics if the launcher asked for them (PROMETHEUS_MULTIPROC_DIR set), else None."""
+        if not os.environ.get(ENV_METRICS_DIR):
+            return None
+        return cls(job, rank)
+
+    def record_checkpoint(self, step: int, save_seconds: float, blocking_seconds: float) -> None:
+        """A committed checkpoint: its save duration and how long it held up training."""
+        self.ckpt_save.observe(save_seconds)
+        self.ckpt_blocking.observe(blocking_seconds)
+
+    def record_step(self, step: int, seconds: float, data_wait: float, samples: int) -> None:
+        self.step.set(step)
+        self.steps.inc()
+        self.samples.inc(samples)
+        self.step_seconds.observe(seconds)
+        self.data_wait.inc(data_wait)
+        self.last_progress.set(time.time())

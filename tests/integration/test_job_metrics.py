@@ -1,0 +1,111 @@
+"""Job metrics: `gpufleet run` serves every worker's metrics on the spec's port while it runs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpufleet.launch.local import free_port
+from tests.conftest import cli_env, digits_job, gpufleet_cmd, write_spec
+
+pytestmark = pytest.mark.slow
+
+
+def scrape(port: int) -> tuple[str, dict[str, list[tuple[dict[str, str], float]]]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, []).append((s.labels, s.value))
+    return text, samples
+
+
+def steps_by_rank(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, float]:
+    return {labels["rank"]: value for labels, value in samples.get("gpufleet_job_step", [])}
+
+
+def test_running_job_exposes_progress_throughput_and_checkpoints(workdir: Path) -> None:
+    port = free_port()
+    doc = digits_job(
+        "metrics",
+        workload={"name": "digits", "steps": 300, "batchSize": 16, "logEvery": 5},
+        checkpoint={"everySteps": 20, "keep": 2},
+        metrics={"port": port},
+    )
+    proc = subprocess.Popen(
+        gpufleet_cmd("run", str(write_spec(workdir, doc))), cwd=workdir, env=cli_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        first: dict[str, float] = {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                _, samples = scrape(port)
+            except OSError:
+                time.sleep(0.2)
+                continue
+            steps = steps_by_rank(samples)
+            if set(steps) == {"0", "1"} and min(steps.values()) > 0:
+                first = steps
+                break
+            time.sleep(0.2)
+        assert first, "no step metrics from both ranks"
+        later: dict[str, float] = {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            text, samples = scrape(port)
+            later = steps_by_rank(samples)
+            if min(later.values()) > max(first.values()) and "gpufleet_job_loss" in samples:
+                break
+            time.sleep(0.2)
+        assert min(later.values()) > max(first.values()), (first, later)  # the counter moves
+        assert samples["gpufleet_job_restarts"][0][1] == 0
+        assert sum(v for _, v in samples["gpufleet_job_samples_total"]) >= 16 * sum(later.values())
+        assert sum(v for _, v in samples["gpufleet_job_step_duration_seconds_count"]) > 0
+        assert samples["gpufleet_job_last_progress_timestamp_seconds"][0][1] > time.time() - 60
+        if shutil.which("promtool"):
+            check = subprocess.run(["promtool", "check", "metrics"], input=text,
+                                   capture_output=True, text=True, check=False)  # fmt: skip
+            assert check.returncode == 0, check.stdout + check.stderr
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    with pytest.raises(OSError):
+        scrape(port)  # the endpoint lives as long as the run
+
+
+def test_checkpoint_metrics_recorded(workdir: Path) -> None:
+    """Checkpoint save and blocking histograms fill as checkpoints commit (read from the files
+    the workers leave behind, with prometheus_client's own multiprocess reader)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    doc = digits_job("ckmetrics", checkpoint={"everySteps": 10, "keep": 2},
+                     metrics={"port": free_port()})  # fmt: skip
+    run = subprocess.run(
+        gpufleet_cmd("run", str(write_spec(workdir, doc))), cwd=workdir, env=cli_env(),
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(workdir / ".gpufleet/runs/ckmetrics/metrics"))  # type: ignore[no-untyped-call]
+    samples = {
+        (s.name, s.labels.get("rank")): s.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in family.samples
+    }
+    for rank in ("0", "1"):
+        # 40 steps, a checkpoint every 10 (the last one synchronous): 4 commits per rank
+        assert samples[("gpufleet_job_checkpoint_save_duration_seconds_count", rank)] == 4
+        assert samples[("gpufleet_job_checkpoint_blocking_seconds_count", rank)] == 4
+        assert samples[("gpufleet_job_steps_total", rank)] == 40
