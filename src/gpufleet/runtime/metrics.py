@@ -30,8 +30,9 @@ class JobMetrics:
     def __init__(self, job: str, rank: int) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
-        by_rank = ["job", "rank"]
-        self._labels: dict[str, Any] = {"job": job, "rank": str(rank)}
+        # Not "job": Prometheus sets that label to the scrape job's name and would rename ours.
+        by_rank = ["job_name", "rank"]
+        self._labels: dict[str, Any] = {"job_name": job, "rank": str(rank)}
         self.rank = rank
         l = self._labels  # noqa: E741
 
