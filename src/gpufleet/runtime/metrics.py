@@ -27,8 +27,10 @@ CKPT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 class JobMetrics:
     """The series one worker writes; names are ``gpufleet_job_*`` with unit suffixes."""
 
-    def __init__(self, job: str, rank: int) -> None:
-        from prometheus_client import Counter, Gauge, Histogram
+    def __init__(self, job: str, rank: int, registry: Any = None) -> None:
+        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+        reg = REGISTRY if registry is None else registry
 
         # Not "job": Prometheus sets that label to the scrape job's name and would rename ours.
         by_rank = ["job_name", "rank"]
@@ -37,7 +39,7 @@ class JobMetrics:
         l = self._labels  # noqa: E741
 
         def gauge(name: str, doc: str, mode: Literal["mostrecent", "max"] = "mostrecent") -> Any:
-            return Gauge(name, doc, by_rank, multiprocess_mode=mode).labels(**l)
+            return Gauge(name, doc, by_rank, multiprocess_mode=mode, registry=reg).labels(**l)
 
         self.step = gauge("gpufleet_job_step", "Last completed training step.")
         self.loss = gauge("gpufleet_job_loss", "Mean training loss over all ranks (last report).")
@@ -47,24 +49,29 @@ class JobMetrics:
             "Unix time of the last completed step.",
             mode="max",
         )
-        self.steps = Counter("gpufleet_job_steps", "Steps completed.", by_rank).labels(**l)
-        self.samples = Counter("gpufleet_job_samples", "Samples trained on.", by_rank).labels(**l)
-        self.data_wait = Counter(
-            "gpufleet_job_data_wait_seconds", "Time spent waiting for the next batch.", by_rank
+        self.steps = Counter(
+            "gpufleet_job_steps", "Steps completed.", by_rank, registry=reg
         ).labels(**l)
+        self.samples = Counter(
+            "gpufleet_job_samples", "Samples trained on.", by_rank, registry=reg
+        ).labels(**l)
+        self.data_wait = Counter(
+            "gpufleet_job_data_wait_seconds", "Time spent waiting for the next batch.", by_rank,
+            registry=reg,
+        ).labels(**l)  # fmt: skip
         self.step_seconds = Histogram(
             "gpufleet_job_step_duration_seconds", "Step time, boundary to boundary.", by_rank,
-            buckets=STEP_BUCKETS,
+            buckets=STEP_BUCKETS, registry=reg,
         ).labels(**l)  # fmt: skip
         self.ckpt_blocking = Histogram(
             "gpufleet_job_checkpoint_blocking_seconds",
             "Time a checkpoint held up training (sync save, or staging and commit waits).",
-            by_rank, buckets=CKPT_BUCKETS,
+            by_rank, buckets=CKPT_BUCKETS, registry=reg,
         ).labels(**l)  # fmt: skip
         self.ckpt_save = Histogram(
             "gpufleet_job_checkpoint_save_duration_seconds",
             "Time from the start of a checkpoint save to its commit (async included).",
-            by_rank, buckets=CKPT_BUCKETS,
+            by_rank, buckets=CKPT_BUCKETS, registry=reg,
         ).labels(**l)  # fmt: skip
         self.restarts.set(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
 

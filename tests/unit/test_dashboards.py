@@ -1,0 +1,79 @@
+"""Grafana dashboards: every panel query parses (promtool) and reads only metrics that the
+exporter, the job metrics or the recording rules produce."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpufleet.observe.devices import SimulatedDevice
+from gpufleet.observe.exporter import GpuCollector
+from gpufleet.runtime.metrics import JobMetrics
+from tests.conftest import REPO
+
+DASHBOARDS = sorted((REPO / "deploy" / "grafana").glob("*.json"))
+RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
+NAME = re.compile(r"\b([a-z]+:gpufleet_[a-z_:]+|gpufleet_[a-z_]+)\b")
+
+
+def queries() -> list[tuple[str, str, str]]:
+    out = []
+    for path in DASHBOARDS:
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel["targets"]:
+                out.append((path.name, panel["title"], target["expr"]))
+    return out
+
+
+def produced() -> set[str]:
+    """Sample names the exporter and the job metrics actually expose, plus recorded series."""
+    registry = CollectorRegistry()
+    registry.register(GpuCollector([SimulatedDevice(0)], node="n"))
+    metrics = JobMetrics("j", 0, registry=registry)
+    metrics.record_step(1, 0.1, 0.01, 8)
+    metrics.record_checkpoint(1, 0.5, 0.1)
+    metrics.loss.set(1.0)
+    text = generate_latest(registry).decode()
+    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    rules = yaml.safe_load(RULES.read_text())
+    names |= {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+    return names
+
+
+def test_dashboards_exist_with_unique_uids() -> None:
+    uids = [json.loads(p.read_text())["uid"] for p in DASHBOARDS]
+    assert {p.stem for p in DASHBOARDS} >= {"cluster-overview", "node-gpus", "training-job"}
+    assert len(uids) == len(set(uids))
+    assert all(panel_targets for *_, panel_targets in queries())
+
+
+def test_queries_read_existing_metrics() -> None:
+    known = produced()
+    for dashboard, title, expr in queries():
+        used = set(NAME.findall(expr))
+        assert used, (dashboard, title, expr)
+        assert used <= known, (dashboard, title, sorted(used - known))
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (make tools)")
+def test_every_query_parses(tmp_path: Path) -> None:
+    """promtool parses each query as the expression of a recording rule (variables filled)."""
+    rules: list[dict[str, Any]] = []
+    for i, (_, _, expr) in enumerate(queries()):
+        concrete = re.sub(r"\$\{?\w+\}?", "x", expr)
+        rules.append({"record": f"dashboard:check_{i}", "expr": concrete})
+    path = tmp_path / "dashboards.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{len(rules)} rules found" in proc.stdout
