@@ -12,17 +12,11 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet.observe.devices import SimulatedDevice
-from gpufleet.observe.exporter import GpuCollector
-from gpufleet.runtime.metrics import JobMetrics
 from tests.conftest import REPO
+from tests.metric_names import NAME, produced
 
 DASHBOARDS = sorted((REPO / "deploy" / "grafana").glob("*.json"))
-RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
-NAME = re.compile(r"\b([a-z]+:gpufleet_[a-z_:]+|gpufleet_[a-z_]+)\b")
 
 
 def queries() -> list[tuple[str, str, str]]:
@@ -32,21 +26,6 @@ def queries() -> list[tuple[str, str, str]]:
             for target in panel["targets"]:
                 out.append((path.name, panel["title"], target["expr"]))
     return out
-
-
-def produced() -> set[str]:
-    """Sample names the exporter and the job metrics actually expose, plus recorded series."""
-    registry = CollectorRegistry()
-    registry.register(GpuCollector([SimulatedDevice(0)], node="n"))
-    metrics = JobMetrics("j", 0, registry=registry)
-    metrics.record_step(1, 0.1, 0.01, 8)
-    metrics.record_checkpoint(1, 0.5, 0.1)
-    metrics.loss.set(1.0)
-    text = generate_latest(registry).decode()
-    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
-    rules = yaml.safe_load(RULES.read_text())
-    names |= {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
-    return names
 
 
 def test_dashboards_exist_with_unique_uids() -> None:

@@ -27,7 +27,9 @@ CKPT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 class JobMetrics:
     """The series one worker writes; names are ``gpufleet_job_*`` with unit suffixes."""
 
-    def __init__(self, job: str, rank: int, registry: Any = None) -> None:
+    def __init__(
+        self, job: str, rank: int, registry: Any = None, *, hang_timeout: float = 0.0
+    ) -> None:
         from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
         reg = REGISTRY if registry is None else registry
@@ -73,14 +75,19 @@ class JobMetrics:
             "Time from the start of a checkpoint save to its commit (async included).",
             by_rank, buckets=CKPT_BUCKETS, registry=reg,
         ).labels(**l)  # fmt: skip
+        # The job's own patience (spec.hangTimeout): the no-progress alert compares against it.
+        self.hang_timeout = gauge(
+            "gpufleet_job_hang_timeout_seconds", "The job's hangTimeout (0: no watchdog)."
+        )
+        self.hang_timeout.set(hang_timeout)
         self.restarts.set(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
 
     @classmethod
-    def from_env(cls, job: str, rank: int) -> JobMetrics | None:
+    def from_env(cls, job: str, rank: int, hang_timeout: float = 0.0) -> JobMetrics | None:
         """Metrics if the launcher asked for them (PROMETHEUS_MULTIPROC_DIR set), else None."""
         if not os.environ.get(ENV_METRICS_DIR):
             return None
-        return cls(job, rank)
+        return cls(job, rank, hang_timeout=hang_timeout)
 
     def record_checkpoint(self, step: int, save_seconds: float, blocking_seconds: float) -> None:
         """A committed checkpoint: its save duration and how long it held up training."""

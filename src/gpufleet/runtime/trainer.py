@@ -181,7 +181,9 @@ class Trainer:
         )
         self.guard = PreemptionGuard(control_group())
         self.watchdog = HangWatchdog(self.context.hang_timeout, rank=self.info.rank)
-        self.metrics = JobMetrics.from_env(self.context.name, self.info.rank)
+        self.metrics = JobMetrics.from_env(
+            self.context.name, self.info.rank, self.context.hang_timeout
+        )
         if self.metrics is not None:
             self.checkpointer.on_commit = self.metrics.record_checkpoint
 

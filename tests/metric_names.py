@@ -1,0 +1,37 @@
+"""The metric names gpufleet really exposes, for tests of rules and dashboards."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpufleet.observe.devices import SimulatedDevice
+from gpufleet.observe.exporter import GpuCollector
+from gpufleet.runtime.metrics import JobMetrics
+from tests.conftest import REPO
+
+RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
+# gpufleet metric names and recording-rule names (level:metric:operations) in a PromQL string
+NAME = re.compile(r"\b([a-z_]+:gpufleet_[a-z_:0-9]+|gpufleet_[a-z_]+)\b")
+
+
+def recorded() -> set[str]:
+    rules = yaml.safe_load(RULES.read_text())
+    return {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+
+
+def produced() -> set[str]:
+    """Sample names the exporter and the job metrics expose (on a private registry), plus the
+    series the recording rules produce."""
+    registry = CollectorRegistry()
+    registry.register(GpuCollector([SimulatedDevice(0)], node="n"))
+    metrics = JobMetrics("j", 0, registry=registry, hang_timeout=60)
+    metrics.record_step(1, 0.1, 0.01, 8)
+    metrics.record_checkpoint(1, 0.5, 0.1)
+    metrics.loss.set(1.0)
+    text = generate_latest(registry).decode()
+    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    return names | recorded()
