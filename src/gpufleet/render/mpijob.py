@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpufleet.render.pod import (
     Obj,
     WorkerPod,
+    kubeflow_run_policy,
     labels,
     metadata,
     pod_spec,
@@ -58,9 +59,6 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
     worker["containers"][0]["ports"].append({"name": "ssh", "containerPort": SSH_PORT})
     for pod in (launcher, worker):
         pod["restartPolicy"] = "OnFailure"
-    run_policy: Obj = {"backoffLimit": s.max_restarts, "cleanPodPolicy": "Running"}
-    if s.queue:
-        run_policy["suspend"] = True  # Kueue admits (unsuspends) it when quota allows
     return [
         {
             "apiVersion": "kubeflow.org/v2beta1",
@@ -70,7 +68,7 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
                 "mpiImplementation": "OpenMPI",
                 "slotsPerWorker": 1,
                 "sshAuthMountPath": SSH_DIR,
-                "runPolicy": run_policy,
+                "runPolicy": kubeflow_run_policy(job, "Running"),
                 "mpiReplicaSpecs": {
                     "Launcher": {
                         "replicas": 1,

@@ -209,6 +209,15 @@ def queued_labels(job: TrainingJob) -> dict[str, str]:
     return out
 
 
+def kubeflow_run_policy(job: TrainingJob, clean_pod_policy: str) -> Obj:
+    """The runPolicy of Kubeflow jobs (PyTorchJob, MPIJob): the restart budget, and suspended
+    for Kueue when the spec names a queue (Kueue admits, i.e. unsuspends, it)."""
+    policy: Obj = {"backoffLimit": job.spec.max_restarts, "cleanPodPolicy": clean_pod_policy}
+    if job.spec.queue:
+        policy["suspend"] = True
+    return policy
+
+
 def indexed_job_spec(job: TrainingJob, pod: Obj, *, backoff_limit: int, on_preempted: str) -> Obj:
     """An Indexed JobSpec with one pod per node; ``on_preempted`` is the pod failure policy's
     action for the "preempted" exit code (Ignore: retry free; FailJob: let the parent decide).

@@ -8,6 +8,7 @@ from gpufleet.render.pod import (
     RDZV_PORT,
     Obj,
     WorkerPod,
+    kubeflow_run_policy,
     labels,
     metadata,
     pod_spec,
@@ -42,9 +43,6 @@ def render_pytorchjob(job: TrainingJob) -> list[Obj]:
             "restartPolicy": "OnFailure",
             "template": copy.deepcopy(template),
         }
-    run_policy: Obj = {"backoffLimit": s.max_restarts, "cleanPodPolicy": "None"}
-    if s.queue:
-        run_policy["suspend"] = True  # Kueue admits (unsuspends) it when quota allows
     return [
         {
             "apiVersion": "kubeflow.org/v1",
@@ -52,7 +50,7 @@ def render_pytorchjob(job: TrainingJob) -> list[Obj]:
             "metadata": metadata(job, queued_labels(job)),
             "spec": {
                 "nprocPerNode": str(s.procs_per_node),
-                "runPolicy": run_policy,
+                "runPolicy": kubeflow_run_policy(job, "None"),
                 "pytorchReplicaSpecs": replicas,
             },
         }

@@ -30,29 +30,32 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 Quantity = Annotated[str, BeforeValidator(parse_quantity)]
 
 
-def _dns_label(value: str) -> str:
-    if len(value) > 63 or not _DNS_LABEL.match(value):
-        raise ValueError(
-            "must be a DNS-1123 label: at most 63 lowercase letters, digits or '-', "
-            f"starting and ending with a letter or digit, got {value!r}"
-        )
-    return value
-
-
-DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
-def _label_value(value: str) -> str:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
-        raise ValueError(
-            "must be a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', "
-            f"starting and ending with a letter or digit, got {value!r}"
-        )
-    return value
+def _kubernetes_name(pattern: re.Pattern[str], what: str) -> AfterValidator:
+    """A validator for a Kubernetes name or label value: at most 63 characters of ``what``."""
+
+    def check(value: str) -> str:
+        if len(value) > 63 or not pattern.match(value):
+            raise ValueError(
+                f"must be a {what}, starting and ending with a letter or digit, got {value!r}"
+            )
+        return value
+
+    return AfterValidator(check)
 
 
-LabelValue = Annotated[str, AfterValidator(_label_value)]
+DnsLabel = Annotated[
+    str,
+    _kubernetes_name(_DNS_LABEL, "DNS-1123 label: at most 63 lowercase letters, digits or '-'"),
+]
+LabelValue = Annotated[
+    str,
+    _kubernetes_name(
+        _LABEL_VALUE, "Kubernetes label value: at most 63 letters, digits, '-', '_' or '.'"
+    ),
+]
 
 
 class SpecModel(BaseModel):
