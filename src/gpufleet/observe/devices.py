@@ -157,7 +157,8 @@ class XidCounter:
     def __init__(self, nvml: Any, handles: dict[int, Any]) -> None:
         self._nvml = nvml
         self._counts: dict[int, int] = dict.fromkeys(handles, 0)
-        self._by_handle = {id(h): i for i, h in handles.items()}
+        # Events name their device by handle; map by UUID, looked up once here.
+        self._index_by_uuid = {_text(nvml.nvmlDeviceGetUUID(h)): i for i, h in handles.items()}
         self._lock = threading.Lock()
         self._events = nvml.nvmlEventSetCreate()
         for handle in handles.values():
@@ -172,12 +173,10 @@ class XidCounter:
                 continue
             except self._nvml.NVMLError:
                 return
-            uuid = _text(self._nvml.nvmlDeviceGetUUID(event.device))
-            with self._lock:
-                for index in self._counts:
-                    handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
-                    if _text(self._nvml.nvmlDeviceGetUUID(handle)) == uuid:
-                        self._counts[index] += 1
+            index = self._index_by_uuid.get(_text(self._nvml.nvmlDeviceGetUUID(event.device)))
+            if index is not None:
+                with self._lock:
+                    self._counts[index] += 1
 
     def count(self, index: int) -> int:
         with self._lock:
