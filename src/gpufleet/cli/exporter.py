@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from gpufleet.cli.common import err_console, fail
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.observe.devices import Device, SimulatedDevice, nvml_devices
 from gpufleet.observe.exporter import GpuCollector, registry_for
+from gpufleet.observe.podresources import SOCKET, Attribution, PodLabels, list_allocations
 from gpufleet.spec.units import parse_duration
 
 
@@ -28,6 +30,20 @@ def exporter(
     simulate: Annotated[
         int, typer.Option(help="Serve N simulated GPUs instead of NVML (no GPU needed).")
     ] = 0,
+    pod_resources: Annotated[
+        str | None,
+        typer.Option(
+            help="The kubelet pod-resources socket: report which pod holds each GPU "
+            f"(gpufleet_gpu_allocated). In a pod: {SOCKET}."
+        ),
+    ] = None,
+    pod_labels: Annotated[
+        bool,
+        typer.Option(
+            help="Read job, tenant and queue from the labels of the pods on this node "
+            "(Kubernetes API, needs list on pods; in-cluster service account or kubeconfig)."
+        ),
+    ] = False,
 ) -> None:
     """Serve /metrics: utilization, memory, temperature, power, clocks, PCIe, NVLink, ECC, XID."""
     try:
@@ -40,7 +56,17 @@ def exporter(
         devices = [SimulatedDevice(i) for i in range(simulate)]
     else:
         devices, reason = nvml_devices()
-    collector = GpuCollector(devices, node=node, deadline=wait, nvml_reason=reason)
+    node = node or socket.gethostname()
+    attribution = None
+    if pod_resources:
+        labels = _pod_labels(node) if pod_labels else None
+        path = pod_resources
+        attribution = Attribution(lambda: list_allocations(path), labels)
+    elif pod_labels:
+        fail(UserInputError([FieldError("--pod-labels", "needs --pod-resources")]))
+    collector = GpuCollector(
+        devices, node=node, deadline=wait, nvml_reason=reason, attribution=attribution
+    )
     server, _ = start_http_server(port, addr=address, registry=registry_for(collector))
     where = f"http://{address}:{server.server_port}/metrics"
     err_console.print(
@@ -52,3 +78,13 @@ def exporter(
     stop.wait()
     server.shutdown()
     server.server_close()
+
+
+def _pod_labels(node: str) -> PodLabels:
+    """Pod labels from the Kubernetes API (kubeconfig, else the in-cluster service account)."""
+    from gpufleet.cluster.client import Cluster
+
+    try:
+        return PodLabels(Cluster.connect().core, node)
+    except UserInputError as exc:
+        fail(exc)

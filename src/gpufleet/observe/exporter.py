@@ -13,7 +13,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import fields
@@ -24,8 +25,21 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpufleet.observe.devices import Device, Reading
+from gpufleet.observe.podresources import Allocation, Attribution, Owner
 
 LABELS = ["gpu", "uuid", "model", "node"]
+# Who holds a GPU. namespace/pod/container are the names kube-prometheus uses for target labels,
+# so the ServiceMonitor scrapes with honorLabels (as for dcgm-exporter) to keep these.
+ALLOCATION_LABELS = [
+    *LABELS,
+    "namespace",
+    "pod",
+    "container",
+    "job_name",
+    "tenant",
+    "queue",
+    "resource",
+]
 # Reading field -> (metric name, help, kind); counters without _total (the client adds it).
 METRICS: dict[str, tuple[str, str, str]] = {
     "utilization_ratio": ("gpufleet_gpu_utilization_ratio", "GPU busy time ratio (0-1).", "gauge"),
@@ -45,28 +59,29 @@ METRICS: dict[str, tuple[str, str, str]] = {
 
 
 class _Reader:
-    """Reads one device in a daemon thread; at most one read in flight per device."""
+    """Runs one read in a daemon thread; at most one read in flight per source."""
 
-    def __init__(self, device: Device) -> None:
-        self.device = device
-        self._inflight: Future[Reading] | None = None
+    def __init__(self, read: Callable[[], Any], name: str) -> None:
+        self.read = read
+        self.name = name
+        self._inflight: Future[Any] | None = None
         self._lock = threading.Lock()
 
-    def start(self) -> Future[Reading] | None:
+    def start(self) -> Future[Any] | None:
         """A future for a fresh reading, or None while an earlier read still hangs."""
         with self._lock:
             if self._inflight is not None and not self._inflight.done():
                 return None
-            future: Future[Reading] = Future()
+            future: Future[Any] = Future()
             self._inflight = future
 
         def run() -> None:
             try:
-                future.set_result(self.device.read())
-            except BaseException as exc:  # any failure means "device down"
+                future.set_result(self.read())
+            except BaseException as exc:  # any failure means "source down"
                 future.set_exception(exc)
 
-        threading.Thread(target=run, name=f"gpufleet-gpu{self.device.index}", daemon=True).start()
+        threading.Thread(target=run, name=f"gpufleet-{self.name}", daemon=True).start()
         return future
 
 
@@ -80,8 +95,13 @@ class GpuCollector(Collector):
         node: str | None = None,
         deadline: float = 2.0,
         nvml_reason: str | None = None,
+        attribution: Attribution | None = None,
     ) -> None:
-        self.readers = [_Reader(d) for d in devices]
+        self.devices = devices
+        self.readers = [_Reader(d.read, f"gpu{d.index}") for d in devices]
+        self.attribution = (
+            _Reader(attribution.read, "pod-resources") if attribution is not None else None
+        )
         self.node = node or socket.gethostname()
         self.deadline = deadline
         self.nvml_reason = nvml_reason
@@ -89,7 +109,8 @@ class GpuCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
         until = started + self.deadline
-        pending = [(r.device, r.start()) for r in self.readers]
+        pending = [(d, r.start()) for d, r in zip(self.devices, self.readers, strict=True)]
+        allocations = self.attribution.start() if self.attribution else None
         up = GaugeMetricFamily(
             "gpufleet_gpu_up", "1 if the last read of this GPU succeeded.", labels=LABELS
         )
@@ -120,6 +141,8 @@ class GpuCollector(Collector):
         yield from families.values()
         if ecc.samples:
             yield ecc
+        if self.attribution is not None:
+            yield from self._allocations(allocations, until)
         info = GaugeMetricFamily(
             "gpufleet_exporter_info",
             "The exporter's NVML state.",
@@ -135,6 +158,41 @@ class GpuCollector(Collector):
             "gpufleet_exporter_scrape_duration_seconds",
             "Time this scrape spent reading devices.",
             value=time.perf_counter() - started,
+        )
+
+    def _allocations(self, future: Future[Any] | None, until: float) -> Iterator[Metric]:
+        """gpufleet_gpu_allocated: which container holds which GPU (kubelet pod-resources)."""
+        result: tuple[list[tuple[Allocation, Owner]], str | None] = ([], "pod-resources: no answer")
+        if future is not None:
+            try:
+                result = future.result(timeout=max(0.0, until - time.perf_counter()))
+            except FutureTimeout:
+                result = ([], "pod-resources: no answer within the scrape deadline")
+            except Exception as exc:  # Attribution.read returns errors; this is a bug guard
+                result = ([], f"pod-resources: {exc}")
+        allocations, error = result
+        by_uuid = {d.uuid: d for d in self.devices}
+        by_index = {str(d.index): d for d in self.devices}
+        shares: Counter[tuple[str, ...]] = Counter()
+        for alloc, owner in allocations:
+            device = by_uuid.get(alloc.gpu_id) or by_index.get(alloc.gpu_id)
+            gpu, uuid, model = (
+                (str(device.index), device.uuid, device.model) if device else ("", alloc.gpu_id, "")
+            )
+            shares[(gpu, uuid, model, self.node, alloc.namespace, alloc.pod, alloc.container,
+                    owner.job_name, owner.tenant, owner.queue, alloc.resource)] += 1  # fmt: skip
+        allocated = GaugeMetricFamily(
+            "gpufleet_gpu_allocated",
+            "Shares of this GPU the kubelet gave this container (1 unless time-sliced).",
+            labels=ALLOCATION_LABELS,
+        )
+        for labels, count in sorted(shares.items()):
+            allocated.add_metric(list(labels), count)
+        yield allocated
+        yield GaugeMetricFamily(
+            "gpufleet_exporter_pod_resources_up",
+            "1 if the last kubelet pod-resources List succeeded.",
+            value=0 if error else 1,
         )
 
     @staticmethod
