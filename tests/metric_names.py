@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.observe.devices import SimulatedDevice
 from gpufleet.observe.exporter import GpuCollector
+from gpufleet.observe.podresources import Allocation, Attribution
 from gpufleet.runtime.metrics import JobMetrics
 from tests.conftest import REPO
 
@@ -27,7 +28,9 @@ def produced() -> set[str]:
     """Sample names the exporter and the job metrics expose (on a private registry), plus the
     series the recording rules produce."""
     registry = CollectorRegistry()
-    registry.register(GpuCollector([SimulatedDevice(0)], node="n"))
+    held = Allocation("ns", "pod", "c", "nvidia.com/gpu", SimulatedDevice(0).uuid)
+    attribution = Attribution(lambda: [held])
+    registry.register(GpuCollector([SimulatedDevice(0)], node="n", attribution=attribution))
     metrics = JobMetrics("j", 0, registry=registry, hang_timeout=60)
     metrics.record_step(1, 0.1, 0.01, 8)
     metrics.record_checkpoint(1, 0.5, 0.1)
