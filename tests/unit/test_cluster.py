@@ -169,9 +169,12 @@ class RecordedApi:
     def get_cluster_custom_object(self, group, version, plural, name):  # type: ignore[no-untyped-def]
         return self.get_namespaced_custom_object(group, version, "", plural, name)
 
-    def list_namespaced_custom_object(self, group, version, namespace, plural):  # type: ignore[no-untyped-def]
+    def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=None):  # type: ignore[no-untyped-def]
         items = [o for (g, v, ns, p, _), o in self.objects.items()
                  if (g, v, ns, p) == (group, version, namespace, plural)]  # fmt: skip
+        if label_selector:
+            key, value = label_selector.split("=")
+            items = [o for o in items if o["metadata"].get("labels", {}).get(key) == value]
         return {"items": items}
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body):  # type: ignore[no-untyped-def]

@@ -42,6 +42,8 @@ WORKLOADS = Kind("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
 LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue")
 CLUSTER_QUEUES = Kind("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue")
 PODGROUPS = Kind("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+# Rendered next to a job when spec.metrics.podMonitor is set (Prometheus Operator).
+PODMONITORS = Kind("monitoring.coreos.com", "v1", "podmonitors", "PodMonitor")
 
 
 class ClusterError(GpufleetError):
@@ -49,10 +51,10 @@ class ClusterError(GpufleetError):
 
 
 def _kind_of(obj: Obj) -> Kind:
-    for kind in JOB_KINDS:
+    for kind in [*JOB_KINDS, PODMONITORS]:
         if kind.api_version == obj["apiVersion"] and kind.kind == obj["kind"]:
             return kind
-    raise ValueError(f"not a job kind: {obj['apiVersion']} {obj['kind']}")
+    raise ValueError(f"not a gpufleet kind: {obj['apiVersion']} {obj['kind']}")
 
 
 def _status_code(exc: Exception) -> int | None:
@@ -206,8 +208,28 @@ class Cluster:
             for svc in (_as_dict(s) for s in _items(services)):
                 self.core.delete_namespaced_service(svc["metadata"]["name"], self.namespace)
                 deleted.append(f"Service/{svc['metadata']['name']}")
+            deleted += self._delete_pod_monitors(name)
         except Exception as exc:
             raise self._api_error(exc, f"delete {kind.kind} {name}") from exc
+        return deleted
+
+    def _delete_pod_monitors(self, name: str) -> list[str]:
+        """Delete the job's PodMonitor, if it has one (no Prometheus Operator: nothing to do)."""
+        k = PODMONITORS
+        try:
+            listed = self.custom.list_namespaced_custom_object(
+                k.group, k.version, self.namespace, k.plural, label_selector=_selector(name)
+            )
+        except Exception as exc:
+            if _status_code(exc) == 404:  # the CRD is not installed
+                return []
+            raise
+        deleted = []
+        for monitor in listed.get("items", []):
+            self.custom.delete_namespaced_custom_object(
+                k.group, k.version, self.namespace, k.plural, monitor["metadata"]["name"]
+            )
+            deleted.append(f"PodMonitor/{monitor['metadata']['name']}")
         return deleted
 
     # -- helpers ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import torch
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, FieldError, UserInputError
 from gpufleet.launch.logs import last_lines_of_rank
+from gpufleet.launch.metrics_server import MetricsPortError, serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
 from gpufleet.launch.worker import DEFAULT_RUN_ROOT, job_context, worker_module_args
 from gpufleet.runtime.files import read_json, write_json_atomic
@@ -86,25 +87,11 @@ def serve_metrics(job: TrainingJob, run_dir: Path) -> Iterator[None]:
     if not port:
         yield
         return
-    from prometheus_client import CollectorRegistry, start_http_server
-    from prometheus_client.multiprocess import MultiProcessCollector
-
-    directory = metrics_dir_of(run_dir)
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     try:
-        server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
-    except OSError as exc:
-        raise UserInputError(
-            [FieldError("spec.metrics.port", f"cannot serve metrics on 127.0.0.1:{port}: {exc}")]
-        ) from exc
-    try:
-        yield
-    finally:
-        server.shutdown()
-        server.server_close()
+        with serve_metrics_dir(metrics_dir_of(run_dir), "127.0.0.1", port):
+            yield
+    except MetricsPortError as exc:
+        raise UserInputError([FieldError("spec.metrics.port", str(exc))]) from exc
 
 
 def prepare_run_dir(run_root: Path, name: str, *, fresh: bool) -> Path:

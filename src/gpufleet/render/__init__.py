@@ -13,7 +13,7 @@ from collections.abc import Callable
 from gpufleet.render.job import render_indexed_job
 from gpufleet.render.jobset import render_jobset
 from gpufleet.render.mpijob import render_mpijob
-from gpufleet.render.pod import Obj, cluster_errors
+from gpufleet.render.pod import Obj, cluster_errors, pod_monitor
 from gpufleet.render.podsecurity import check_restricted, pod_specs_in
 from gpufleet.render.pytorchjob import render_pytorchjob
 from gpufleet.render.trainjob import render_trainjob
@@ -31,8 +31,9 @@ TARGETS: dict[str, Callable[[TrainingJob], list[Obj]]] = {
 
 
 def render(job: TrainingJob, target: str = "job") -> list[Obj]:
-    """Kubernetes objects for ``job`` on ``target``; UserInputError if it cannot run there."""
-    return TARGETS[target](job)
+    """Kubernetes objects for ``job`` on ``target``; UserInputError if it cannot run there.
+    With ``spec.metrics.podMonitor``, a PodMonitor for the job's pods comes last."""
+    return TARGETS[target](job) + pod_monitor(job)
 
 
 __all__ = ["TARGETS", "Obj", "check_restricted", "cluster_errors", "pod_specs_in", "render"]

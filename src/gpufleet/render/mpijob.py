@@ -6,8 +6,8 @@ from gpufleet.render.pod import (
     Obj,
     WorkerPod,
     kubeflow_run_policy,
-    labels,
     metadata,
+    pod_metadata,
     pod_spec,
     queued_labels,
     require_cluster_ready,
@@ -74,7 +74,7 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
                         "replicas": 1,
                         "restartPolicy": "OnFailure",
                         "template": {
-                            "metadata": {"labels": labels(job, "trainer", "launcher")},
+                            "metadata": pod_metadata(job, "launcher"),
                             "spec": launcher,
                         },
                     },
@@ -82,7 +82,7 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
                         "replicas": s.nodes,
                         "restartPolicy": "OnFailure",
                         "template": {
-                            "metadata": {"labels": labels(job, "trainer", "worker")},
+                            "metadata": pod_metadata(job, "worker"),
                             "spec": worker,
                         },
                     },

@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import EXIT_PREEMPTED, FieldError, UserInputError
+from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
+from gpufleet.launch.pod import MODULE as POD_LAUNCHER
 from gpufleet.launch.worker import job_context, worker_module_args
 from gpufleet.spec.models import TrainingJob
 
 RDZV_PORT = 29400
+METRICS_PORT_NAME = "metrics"
 RUN_DIR = "/run/gpufleet"
 UID = 1000  # the non-root user the worker image runs as
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -108,8 +111,45 @@ def labels(job: TrainingJob, component: str, role: str) -> dict[str, str]:
         "gpufleet.dev/job": job.metadata.name,
         "gpufleet.dev/tenant": job.metadata.namespace or "default",
         "gpufleet.dev/role": role,
+        # Read by the GPU exporter to attribute GPU usage to queues (Kueue labels only the job).
+        **({"gpufleet.dev/queue": job.spec.queue} if job.spec.queue else {}),
         **job.metadata.labels,
     }
+
+
+def pod_metadata(job: TrainingJob, role: str) -> Obj:
+    """A pod template's metadata: labels, and Prometheus' scrape annotations on pods that
+    serve the job's metrics (the launcher of each worker pod, on spec.metrics.port)."""
+    meta: Obj = {"labels": labels(job, "trainer", role)}
+    if job.spec.metrics.port and role == "worker":
+        meta["annotations"] = {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(job.spec.metrics.port),
+            "prometheus.io/path": "/metrics",
+        }
+    return meta
+
+
+def pod_monitor(job: TrainingJob) -> list[Obj]:
+    """A PodMonitor for the job's worker pods when the spec asks for one (else nothing)."""
+    if not job.spec.metrics.pod_monitor:
+        return []
+    return [
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PodMonitor",
+            "metadata": metadata(job, labels(job, "trainer", "metrics")),
+            "spec": {
+                "selector": {
+                    "matchLabels": {
+                        "gpufleet.dev/job": job.metadata.name,
+                        "gpufleet.dev/role": "worker",
+                    }
+                },
+                "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics"}],
+            },
+        }
+    ]
 
 
 def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
@@ -118,7 +158,8 @@ def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
     cmd = [
         "python",
         "-m",
-        "torch.distributed.run",
+        POD_LAUNCHER,  # torchrun, plus job metrics and gpufleet's exit codes
+        f"--shutdown-timeout={math.ceil(s.preemption.grace_period)}",
         f"--nnodes={s.nodes}",
         f"--nproc-per-node={s.procs_per_node}",
         "--rdzv-backend=c10d",
@@ -132,8 +173,12 @@ def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
 def worker_env(job: TrainingJob) -> dict[str, str]:
     """The environment of every worker: torch threads, GPUFLEET_* context, the spec's env."""
     assert job.spec.checkpoint.dir, "call require_cluster_ready first"
-    context = job_context(job, Path(RUN_DIR), job.spec.checkpoint.dir)
-    return {"OMP_NUM_THREADS": "1", **context.to_env(), **job.spec.env}
+    context = job_context(job, Path(RUN_DIR), job.spec.checkpoint.dir, f"{RUN_DIR}/metrics")
+    env = {"OMP_NUM_THREADS": "1", **context.to_env()}
+    if job.spec.metrics.port:  # served by the pod's launcher, for Prometheus outside the pod
+        env[ENV_METRICS_PORT] = str(job.spec.metrics.port)
+        env[ENV_METRICS_ADDRESS] = "0.0.0.0"
+    return {**env, **job.spec.env}
 
 
 def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
@@ -170,7 +215,12 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
         "imagePullPolicy": "IfNotPresent",
         "command": where.command or torchrun_command(job, where),
         "env": [{"name": k, "value": v} for k, v in sorted(worker_env(job).items())],
-        "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}],
+        "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}]
+        + (
+            [{"name": METRICS_PORT_NAME, "containerPort": s.metrics.port}]
+            if s.metrics.port and where.worker
+            else []
+        ),
         "resources": {"requests": resources, "limits": resources} if resources else {},
         "volumeMounts": mounts,
         "securityContext": copy.deepcopy(CONTAINER_SECURITY),
@@ -239,7 +289,7 @@ def indexed_job_spec(job: TrainingJob, pod: Obj, *, backoff_limit: int, on_preem
                 },
             ]
         },
-        "template": {"metadata": {"labels": labels(job, "trainer", "worker")}, "spec": pod},
+        "template": {"metadata": pod_metadata(job, "worker"), "spec": pod},
     }
 
 

@@ -9,8 +9,8 @@ from gpufleet.render.pod import (
     Obj,
     WorkerPod,
     kubeflow_run_policy,
-    labels,
     metadata,
+    pod_metadata,
     pod_spec,
     queued_labels,
     require_cluster_ready,
@@ -35,7 +35,7 @@ def render_pytorchjob(job: TrainingJob) -> list[Obj]:
     pod["restartPolicy"] = "OnFailure"
     # The operator finds its port by this name (and exports it as MASTER_PORT).
     pod["containers"][0]["ports"] = [{"name": "pytorchjob-port", "containerPort": RDZV_PORT}]
-    template = {"metadata": {"labels": labels(job, "trainer", "worker")}, "spec": pod}
+    template = {"metadata": pod_metadata(job, "worker"), "spec": pod}
     replicas: Obj = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
     if s.nodes > 1:
         replicas["Worker"] = {

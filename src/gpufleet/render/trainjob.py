@@ -5,8 +5,8 @@ from __future__ import annotations
 from gpufleet.render.pod import (
     Obj,
     WorkerPod,
-    labels,
     metadata,
+    pod_metadata,
     pod_spec,
     queued_labels,
     require_cluster_ready,
@@ -52,7 +52,7 @@ def render_trainjob(job: TrainingJob) -> list[Obj]:
         "template": {
             "spec": {
                 "template": {
-                    "metadata": {"labels": labels(job, "trainer", "worker")},
+                    "metadata": pod_metadata(job, "worker"),
                     "spec": patch_pod,
                 }
             }

@@ -7,6 +7,7 @@ from gpufleet.render.pod import (
     WorkerPod,
     labels,
     metadata,
+    pod_metadata,
     pod_spec,
     require_cluster_ready,
 )
@@ -41,7 +42,7 @@ def render_volcano(job: TrainingJob) -> list[Obj]:
                 "name": TASK,
                 "replicas": s.nodes,
                 "minAvailable": s.nodes,
-                "template": {"metadata": {"labels": labels(job, "trainer", "worker")}, "spec": pod},
+                "template": {"metadata": pod_metadata(job, "worker"), "spec": pod},
             }
         ],
     }

@@ -352,11 +352,14 @@ class Trainer:
 
     def _finish_preempted(self, result: TrainResult) -> None:
         self.write_result(result)
-        if self.info.is_main:
+        # Every node's first worker marks its run directory (in a pod: the pod's own), so each
+        # node's launcher can report "preempted" rather than "killed by SIGTERM".
+        if self.info.local_rank == 0:
             write_json_atomic(
                 self.context.run_dir / "preempted.json",
                 {"step": result.steps, "checkpoint": result.checkpoint},
             )
+        if self.info.is_main:
             self._log(f"gpufleet: preempted at step {result.steps}; checkpoint {result.checkpoint}")
         from gpufleet.runtime.distributed import shutdown_distributed
 

@@ -151,9 +151,24 @@ class Metrics(SpecModel):
         le=65535,
         description=(
             "Port of the job's /metrics (0: none). Locally `gpufleet run` serves every worker's "
-            "metrics there on 127.0.0.1 for the whole run, restarts included."
+            "metrics there on 127.0.0.1 for the whole run, restarts included; on Kubernetes each "
+            "pod's launcher serves its workers' metrics on this port, and the pods carry "
+            "prometheus.io/scrape annotations."
         ),
     )
+    pod_monitor: bool = Field(
+        default=False,
+        description=(
+            "On Kubernetes, also render a PodMonitor (Prometheus Operator) that scrapes the "
+            "job's pods; needs spec.metrics.port."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _monitor_needs_port(self) -> Metrics:
+        if self.pod_monitor and not self.port:
+            raise ValueError("podMonitor needs a port to scrape: set spec.metrics.port")
+        return self
 
 
 class Preemption(SpecModel):
