@@ -34,7 +34,11 @@ def queries() -> list[tuple[str, str, str]]:
 def test_dashboards_exist_with_unique_uids() -> None:
     uids = [json.loads(p.read_text())["uid"] for p in DASHBOARDS]
     assert {p.stem for p in DASHBOARDS} >= {
-        "cluster-overview", "node-gpus", "training-job", "tenants-queues", "inference"
+        "cluster-overview",
+        "node-gpus",
+        "training-job",
+        "tenants-queues",
+        "inference",
     }
     assert len(uids) == len(set(uids))
     assert all(panel_targets for *_, panel_targets in queries())
