@@ -1,5 +1,7 @@
 """A real Prometheus (the Debian package) on 127.0.0.1 scrapes the exporter and a running
-2-worker job; its HTTP API shows the series, the recording rules, and the step counter rising."""
+2-worker job; its HTTP API shows the series, the recording rules, and the step counter rising.
+The exporter reads GPU allocations from a stand-in kubelet, so the usage rules (per namespace,
+per tenant) run on real scrapes too."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import yaml
 
 from gpufleet.launch.local import free_port
 from tests.conftest import REPO, cli_env, digits_job, gpufleet_cmd, write_spec
+from tests.kubelet import Kubelet, compiled_upstream, kubelet_answer
 
 pytestmark = [
     pytest.mark.slow,
@@ -48,7 +51,15 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_prometheus_scrapes_exporter_and_training_job(workdir: Path) -> None:
+@pytest.fixture
+def kubelet() -> Iterator[Kubelet]:
+    with compiled_upstream() as upstream:
+        k = Kubelet(upstream, kubelet_answer(upstream[0]))
+        yield k
+        k.close()
+
+
+def test_prometheus_scrapes_exporter_and_training_job(workdir: Path, kubelet: Kubelet) -> None:
     prom_port, exp_port, job_port = free_port(), free_port(), free_port()
     rules = workdir / "rules.yaml"
     shutil.copy(REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml", rules)
@@ -77,7 +88,8 @@ def test_prometheus_scrapes_exporter_and_training_job(workdir: Path) -> None:
             cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         ),
         subprocess.Popen(
-            gpufleet_cmd("exporter", "--simulate", "2", "--port", str(exp_port), "--node", "n1"),
+            gpufleet_cmd("exporter", "--simulate", "2", "--port", str(exp_port), "--node", "n1",
+                         "--pod-resources", kubelet.socket),
             cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         ),
         subprocess.Popen(
@@ -91,6 +103,17 @@ def test_prometheus_scrapes_exporter_and_training_job(workdir: Path) -> None:
         wait_for(
             lambda: query(prom_port, "node:gpufleet_gpu_utilization:avg"), 30, "a recording rule"
         )
+        # GPU usage attributed through the kubelet: team-a's pod holds GPUs 0 and 1.
+        held = wait_for(
+            lambda: query(prom_port, 'tenant:gpufleet_gpus_allocated:sum{tenant="team-a"}'),
+            30, "GPUs allocated per tenant",
+        )  # fmt: skip
+        assert float(held[0]["value"][1]) == 2
+        busy = wait_for(
+            lambda: query(prom_port, 'namespace:gpufleet_gpu_utilization:avg{namespace="team-a"}'),
+            30, "GPU utilization per namespace",
+        )  # fmt: skip
+        assert 0 <= float(busy[0]["value"][1]) <= 1
 
         def steps() -> dict[str, float]:
             result = query(prom_port, 'gpufleet_job_step{job_name="promjob"}')
