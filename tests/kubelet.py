@@ -145,10 +145,22 @@ class Kubelet:
 
         self.dir = Path(tempfile.mkdtemp(prefix="gf-kubelet-"))
         self.socket = str(self.dir / "kubelet.sock")
-        self.server = grpc.server(ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_PodResourcesListerServicer_to_server(Lister(), self.server)
-        self.server.add_insecure_port(f"unix://{self.socket}")
-        self.server.start()
+        self._servicer = Lister()
+        self._add = pb_grpc.add_PodResourcesListerServicer_to_server
+        self.server = self._serve()
+
+    def _serve(self) -> grpc.Server:
+        server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        self._add(self._servicer, server)
+        server.add_insecure_port(f"unix://{self.socket}")
+        server.start()
+        return server
+
+    def restart(self) -> None:
+        """Stop and serve again on the same socket, as a restarted kubelet does."""
+        self.server.stop(grace=None).wait()
+        Path(self.socket).unlink(missing_ok=True)
+        self.server = self._serve()
 
     def close(self) -> None:
         self.release.set()

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+import grpc
 import pytest
 from kubernetes import client as k8s
 from prometheus_client import generate_latest
@@ -28,6 +29,7 @@ from gpufleet.observe.podresources import (
     Allocation,
     Attribution,
     PodLabels,
+    PodResourcesClient,
     list_allocations,
     owner_of,
 )
@@ -94,6 +96,26 @@ def test_list_reads_gpu_devices_and_skips_what_it_does_not_know(kubelet: Kubelet
         Allocation("team-b", "mig-pod", "c", "nvidia.com/mig-1g.10gb", "MIG-abc"),
     ]
     assert allocations[2].gpu_id == "1"
+
+
+def test_client_keeps_its_channel_and_reconnects_after_a_kubelet_restart(
+    kubelet: Kubelet,
+) -> None:
+    client = PodResourcesClient(kubelet.socket, timeout=2)
+    try:
+        assert len(client()) == len(client()) == 5
+        kubelet.restart()
+        deadline = time.monotonic() + 15
+        while True:  # grpcio backs off after the broken connection, then reconnects
+            try:
+                allocations = client()
+                break
+            except grpc.RpcError:
+                assert time.monotonic() < deadline, "no reconnect within 15 s"
+                time.sleep(0.2)
+        assert len(allocations) == 5
+    finally:
+        client.close()
 
 
 def test_owner_from_labels_of_every_engine() -> None:

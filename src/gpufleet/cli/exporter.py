@@ -14,7 +14,7 @@ from gpufleet.cli.common import err_console, fail
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.observe.devices import Device, SimulatedDevice, nvml_devices
 from gpufleet.observe.exporter import GpuCollector, registry_for
-from gpufleet.observe.podresources import SOCKET, Attribution, PodLabels, list_allocations
+from gpufleet.observe.podresources import SOCKET, Attribution, PodLabels, PodResourcesClient
 from gpufleet.spec.units import parse_duration
 
 
@@ -60,8 +60,7 @@ def exporter(
     attribution = None
     if pod_resources:
         labels = _pod_labels(node) if pod_labels else None
-        path = pod_resources
-        attribution = Attribution(lambda: list_allocations(path), labels)
+        attribution = Attribution(PodResourcesClient(pod_resources), labels)
     elif pod_labels:
         fail(UserInputError([FieldError("--pod-labels", "needs --pod-resources")]))
     collector = GpuCollector(

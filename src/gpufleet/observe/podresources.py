@@ -115,31 +115,51 @@ class Allocation:
         return self.device_id.split("::", 1)[0]
 
 
-def list_allocations(
-    socket_path: str = SOCKET, *, timeout: float = 1.0, prefix: str = GPU_RESOURCE_PREFIX
-) -> list[Allocation]:
-    """Every device of a resource starting with ``prefix`` that the kubelet allocated.
+class PodResourcesClient:
+    """``List`` on the kubelet's socket over one gRPC channel, kept between calls (grpcio
+    reconnects by itself when the kubelet restarts). Calling it returns every device of a
+    resource starting with ``prefix``; it raises ``grpc.RpcError`` (a deadline included)."""
 
-    Raises ``grpc.RpcError`` (including a deadline) or OSError; callers treat both as "unknown".
-    """
-    import grpc
+    def __init__(
+        self, socket_path: str = SOCKET, *, timeout: float = 1.0, prefix: str = GPU_RESOURCE_PREFIX
+    ) -> None:
+        import grpc
 
-    m = messages()
-    with grpc.insecure_channel(f"unix://{socket_path}") as channel:
-        call = channel.unary_unary(
+        m = messages()
+        self.timeout = timeout
+        self.prefix = prefix
+        self._request = m["ListPodResourcesRequest"]()
+        self.channel = grpc.insecure_channel(f"unix://{socket_path}")
+        self._list = self.channel.unary_unary(
             LIST_METHOD,
             request_serializer=m["ListPodResourcesRequest"].SerializeToString,
             response_deserializer=m["ListPodResourcesResponse"].FromString,
         )
-        response = call(m["ListPodResourcesRequest"](), timeout=timeout)
-    return [
-        Allocation(pod.namespace, pod.name, container.name, devices.resource_name, device_id)
-        for pod in response.pod_resources
-        for container in pod.containers
-        for devices in container.devices
-        if devices.resource_name.startswith(prefix)
-        for device_id in devices.device_ids
-    ]
+
+    def __call__(self) -> list[Allocation]:
+        response = self._list(self._request, timeout=self.timeout)
+        return [
+            Allocation(pod.namespace, pod.name, container.name, devices.resource_name, device_id)
+            for pod in response.pod_resources
+            for container in pod.containers
+            for devices in container.devices
+            if devices.resource_name.startswith(self.prefix)
+            for device_id in devices.device_ids
+        ]
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def list_allocations(
+    socket_path: str = SOCKET, *, timeout: float = 1.0, prefix: str = GPU_RESOURCE_PREFIX
+) -> list[Allocation]:
+    """One ``List`` on a fresh channel (see PodResourcesClient)."""
+    client = PodResourcesClient(socket_path, timeout=timeout, prefix=prefix)
+    try:
+        return client()
+    finally:
+        client.close()
 
 
 @dataclass(frozen=True)
