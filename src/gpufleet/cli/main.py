@@ -10,6 +10,7 @@ from gpufleet.cli.common import fail, internal_error
 from gpufleet.cli.exporter import exporter
 from gpufleet.cli.render import render_cmd
 from gpufleet.cli.run import run
+from gpufleet.cli.serve import export_cmd, serve
 from gpufleet.cli.validate import validate
 from gpufleet.errors import GpufleetError
 
@@ -23,6 +24,8 @@ app = typer.Typer(
 app.command()(run)
 app.command()(validate)
 app.command(name="render")(render_cmd)
+app.command(name="export")(export_cmd)
+app.command()(serve)
 for command in (cluster.submit, cluster.status, cluster.logs, cluster.cancel, exporter):
     app.command()(command)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from sklearn.datasets import load_digits
 from torch import nn
@@ -22,7 +23,7 @@ def digits_datasets(seed: int = 0) -> tuple[TensorDataset, TensorDataset]:
     n_test = int(len(labels) * TEST_FRACTION)
     test, train = order[:n_test], order[n_test:]
 
-    def tensors(idx: np.ndarray) -> TensorDataset:
+    def tensors(idx: npt.NDArray[Any]) -> TensorDataset:
         x = torch.from_numpy(images[idx]).unsqueeze(1)  # N x 1 x 8 x 8
         return TensorDataset(x, torch.from_numpy(labels[idx]))
 

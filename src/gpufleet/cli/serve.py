@@ -1,0 +1,132 @@
+"""``gpufleet export`` and ``gpufleet serve``: a trained model into Triton, and Triton here."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli.common import err_console, fail
+from gpufleet.errors import FieldError, UserInputError
+
+
+def _ints(text: str, option: str, *, allow_empty: bool = False) -> tuple[int, ...]:
+    """ "1,8,8" -> (1, 8, 8); exit 2 naming ``option`` otherwise."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        fail(UserInputError([FieldError(option, f"{text!r}: comma-separated integers")]))
+    if not values and not allow_empty:
+        fail(UserInputError([FieldError(option, "at least one integer")]))
+    return values
+
+
+def export_cmd(
+    checkpoint: Annotated[
+        str,
+        typer.Argument(
+            help="A checkpoint (a step directory, a checkpoint root or a run directory; local "
+            "or an fsspec URI) or a TorchScript file."
+        ),
+    ],
+    repository: Annotated[Path, typer.Option(help="The Triton model repository to write into.")],
+    model: Annotated[
+        str, typer.Option(help="The checkpoint's model: a built-in (digits) or module:function.")
+    ] = "digits",
+    name: Annotated[str | None, typer.Option(help="Model name (default: the model's).")] = None,
+    input_shape: Annotated[
+        str | None, typer.Option(help="Input shape without the batch dimension, e.g. 3,224,224.")
+    ] = None,
+    max_batch_size: Annotated[int, typer.Option(help="Largest batch (0: no batching).")] = 64,
+    preferred_batch_sizes: Annotated[
+        str, typer.Option(help="Dynamic batching's preferred sizes (empty: no preference).")
+    ] = "16,32,64",
+    max_queue_delay_us: Annotated[
+        int, typer.Option(help="Longest a request waits for a batch to fill, microseconds.")
+    ] = 500,
+    dynamic_batching: Annotated[bool, typer.Option(help="Merge requests into batches.")] = True,
+    instances: Annotated[int, typer.Option(help="Model instances (instance_group count).")] = 1,
+    gpu: Annotated[bool, typer.Option(help="instance_group kind GPU (default CPU).")] = False,
+) -> None:
+    """Write a trained model into a Triton model repository (config.pbtxt, 1/model.pt)."""
+    from gpufleet.serve.export import export
+    from gpufleet.serve.repository import Batching, describe
+
+    batching = Batching(
+        max_batch_size=max_batch_size,
+        dynamic=dynamic_batching,
+        preferred_batch_sizes=_ints(
+            preferred_batch_sizes, "--preferred-batch-sizes", allow_empty=True
+        ),
+        max_queue_delay_us=max_queue_delay_us,
+    )
+    dims = _ints(input_shape, "--input-shape") if input_shape else None
+    try:
+        entry, what = export(
+            checkpoint,
+            repository,
+            model=model,
+            name=name,
+            batching=batching,
+            instances=instances,
+            gpu=gpu,
+            input_dims=dims,
+        )
+    except UserInputError as exc:
+        fail(exc)
+    err_console.print(f"exported {what}\n  -> {entry.directory} ({describe(entry)})")
+
+
+def serve(
+    repository: Annotated[Path, typer.Option(help="The Triton model repository to serve.")],
+    address: Annotated[
+        str, typer.Option(help="Listen address; 0.0.0.0 to be reachable from other hosts.")
+    ] = "127.0.0.1",
+    http_port: Annotated[int, typer.Option(help="Open Inference Protocol over HTTP.")] = 8000,
+    grpc_port: Annotated[int, typer.Option(help="Open Inference Protocol over gRPC.")] = 8001,
+    metrics_port: Annotated[int, typer.Option(help="Triton's Prometheus metrics.")] = 8002,
+    log_file: Annotated[
+        Path | None, typer.Option(help="Triton's own log (default: a file beside the repository).")
+    ] = None,
+) -> None:
+    """Serve a model repository with Triton (PyTriton) until SIGTERM or Ctrl-C."""
+    from gpufleet.serve.repository import describe
+    from gpufleet.serve.server import ServeConfig, serving
+
+    bad = [
+        (o, p)
+        for o, p in (
+            ("--http-port", http_port),
+            ("--grpc-port", grpc_port),
+            ("--metrics-port", metrics_port),
+        )
+        if not 0 < p < 65536
+    ]
+    if bad:
+        fail(UserInputError([FieldError(o, f"{p}: a port from 1 to 65535") for o, p in bad]))
+    log = log_file or repository.resolve().parent / f"{repository.name}.triton.log"
+    config = ServeConfig(
+        address=address,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        log_file=log,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        with serving(repository, config) as endpoints:
+            for entry in endpoints.models:
+                err_console.print(f"model {describe(entry)}")
+            err_console.print(
+                f"serving: HTTP {endpoints.http}  gRPC {endpoints.grpc}  metrics "
+                f"{endpoints.metrics}  (Triton log: {log})"
+            )
+            stop.wait()
+            err_console.print("stopping")
+    except UserInputError as exc:
+        fail(exc)

@@ -1,0 +1,1 @@
+"""Inference: Triton model repositories (export), local serving through PyTriton, LoadGen."""

@@ -1,0 +1,164 @@
+"""``gpufleet serve``: a Triton model repository served by real Triton on this machine.
+
+PyTriton (``nvidia-pytriton``) ships the Triton server with its Python backend; gpufleet binds
+each model of the repository to it as a Python callable that runs the repository's TorchScript
+(the official container runs the same file with its PyTorch backend). Clients speak the Open
+Inference Protocol v2 over HTTP and gRPC; Triton's metrics endpoint is on.
+
+Defaults that keep a laptop safe: every listener on 127.0.0.1; the model-repository (load,
+unload), shared-memory, statistics, trace and logging APIs restricted behind an access token
+that PyTriton generates and nobody is told (clients can infer and read metadata and health,
+not change the server); a request's batch is at most the
+model's ``max_batch_size`` and its shape must match the config (Triton checks before the model
+runs). Triton 2.51, inside PyTriton 0.7, has no limit on the HTTP body size itself.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sysconfig
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufleet.errors import FieldError, UserInputError
+from gpufleet.serve.repository import ModelEntry, read_repository
+from gpufleet.serve.runtime import TorchScriptModel
+
+# The APIs a client must not use (Triton's names): changing models, mapping shared memory,
+# statistics, tracing and logging settings. (PyTriton's default too; stated so it stays so.)
+RESTRICTED = ["model-repository", "shared-memory", "statistics", "trace", "logging"]
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Where Triton listens."""
+
+    address: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    log_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a started server answers."""
+
+    http: str
+    grpc: str
+    metrics: str
+    models: list[ModelEntry]
+
+
+def python_library_first(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this interpreter's LIBDIR first on LD_LIBRARY_PATH.
+
+    PyTriton's Python backend stub is linked against a libpython; when the loader finds the
+    system's instead of the running interpreter's (pyenv, conda, venvs of another Python), model
+    load fails with "'_thread.RLock' object has no attribute '_recursion_count'". Putting the
+    running interpreter's own library directory first makes the stub load the matching one.
+    """
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p and p != libdir]
+    return {**env, "LD_LIBRARY_PATH": ":".join([libdir, *paths] if libdir else paths)}
+
+
+def _infer_func(model: TorchScriptModel) -> Callable[..., Any]:
+    from pytriton.decorators import batch
+
+    if model.entry.batching.max_batch_size:
+
+        def infer_batch(**inputs: Any) -> dict[str, Any]:
+            return model(inputs)
+
+        batched: Callable[..., Any] = batch(infer_batch)  # concatenates queued requests
+        return batched
+
+    def infer_each(requests: list[Any]) -> list[dict[str, Any]]:
+        return [model(dict(request)) for request in requests]
+
+    return infer_each
+
+
+def _bind(triton: Any, entry: ModelEntry) -> None:
+    import numpy as np
+    from pytriton.model_config import DynamicBatcher, ModelConfig
+    from pytriton.model_config import Tensor as PTensor
+
+    model = TorchScriptModel(entry, device="cuda" if entry.gpu else "cpu")
+    b = entry.batching
+    batcher = (
+        DynamicBatcher(
+            max_queue_delay_microseconds=b.max_queue_delay_us,
+            preferred_batch_size=list(b.preferred_batch_sizes) or None,
+        )
+        if b.dynamic and b.max_batch_size
+        else None
+    )
+    triton.bind(
+        model_name=entry.name,
+        infer_func=[_infer_func(model) for _ in range(entry.instances)],
+        inputs=[PTensor(name=t.name, dtype=np.dtype(t.dtype), shape=t.dims) for t in entry.inputs],
+        outputs=[
+            PTensor(name=t.name, dtype=np.dtype(t.dtype), shape=t.dims) for t in entry.outputs
+        ],
+        config=ModelConfig(
+            batching=b.max_batch_size > 0, max_batch_size=max(b.max_batch_size, 1), batcher=batcher
+        ),
+        strict=True,
+    )
+
+
+@contextmanager
+def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[Endpoints]:
+    """Serve every model of ``repository`` until the block ends."""
+    config = config or ServeConfig()
+    entries = read_repository(repository)
+    try:
+        from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
+    except ImportError as exc:
+        raise UserInputError(
+            [FieldError("nvidia-pytriton", "serving needs: pip install 'gpufleet[serve]'")]
+        ) from exc
+    os.environ.update(python_library_first(dict(os.environ)))  # the stub inherits it
+    triton_config = TritonConfig(
+        http_address=config.address,
+        grpc_address=config.address,
+        metrics_address=config.address,
+        http_port=config.http_port,
+        grpc_port=config.grpc_port,
+        metrics_port=config.metrics_port,
+        strict_readiness=True,
+        exit_on_error=True,
+        allow_metrics=True,
+        allow_gpu_metrics=any(e.gpu for e in entries),  # else Triton prints an NVML error
+        log_file=config.log_file,
+        exit_timeout_secs=5,
+    )
+    # A fresh random token per start, never shown: the restricted APIs stay closed.
+    security = TritonSecurityConfig(
+        access_token=secrets.token_urlsafe(32), restricted_endpoints=list(RESTRICTED)
+    )
+    # Our own workspace (model store, IPC sockets), removed below: PyTriton's default is a
+    # TemporaryDirectory left to the garbage collector.
+    home = Path(tempfile.mkdtemp(prefix="gpufleet-triton-"))
+    triton = Triton(config=triton_config, workspace=home / "workspace", security_config=security)
+    try:
+        for entry in entries:
+            _bind(triton, entry)
+        triton.run()
+        yield Endpoints(
+            http=f"http://{config.address}:{config.http_port}",
+            grpc=f"{config.address}:{config.grpc_port}",
+            metrics=f"http://{config.address}:{config.metrics_port}/metrics",
+            models=entries,
+        )
+    finally:
+        triton.stop()
+        shutil.rmtree(home, ignore_errors=True)

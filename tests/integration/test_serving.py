@@ -1,0 +1,273 @@
+"""Export a trained digits model to a Triton repository, serve it with real Triton (PyTriton),
+and check what clients and attackers get: the official tritonclient (HTTP and gRPC) receives the
+model's own outputs; hostile requests get an error and the server keeps serving, within bounded
+memory; the model-repository API is closed."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpufleet.launch.local import free_port
+from gpufleet.runtime.checkpoint import Checkpointer
+from gpufleet.serve.export import export
+from gpufleet.serve.repository import Batching, read_repository
+from gpufleet.serve.server import Endpoints, ServeConfig, serving
+from gpufleet.workloads.digits import DigitsCNN, digits_datasets
+
+pytestmark = pytest.mark.slow
+tritonclient_http = pytest.importorskip("tritonclient.http")
+tritonclient_grpc = pytest.importorskip("tritonclient.grpc")
+pytest.importorskip("pytriton")
+
+MODEL = "digits"
+
+
+@dataclass
+class Served:
+    endpoints: Endpoints
+    model: DigitsCNN
+    images: np.ndarray[Any, Any]
+    server: psutil.Process  # tritonserver
+
+    @property
+    def host(self) -> str:
+        return self.endpoints.http.removeprefix("http://")
+
+
+def trained_checkpoint(root: Path) -> DigitsCNN:
+    """A few SGD steps on the digits, saved the way the Trainer saves ({"job": {"model": ...}})."""
+    torch.manual_seed(0)
+    model = DigitsCNN()
+    train, _ = digits_datasets(0)
+    x, y = train.tensors
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for i in range(30):
+        batch = slice(32 * i % len(x), 32 * i % len(x) + 32)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+        opt.step()
+    Checkpointer(str(root), log=lambda _: None).save(30, {"job": {"model": model.state_dict()}})
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    base = tmp_path_factory.mktemp("serving")
+    model = trained_checkpoint(base / "run" / "checkpoints")
+    entry, _ = export(
+        str(base / "run"),
+        base / "repo",
+        model=MODEL,
+        batching=Batching(max_batch_size=64, preferred_batch_sizes=(16, 32, 64)),
+    )
+    assert entry.directory == base / "repo" / MODEL
+    _, test = digits_datasets(0)
+    config = ServeConfig(
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        log_file=base / "triton.log",
+    )
+    with serving(base / "repo", config) as endpoints:
+        server = next(
+            p for p in psutil.Process().children(recursive=True) if p.name() == "tritonserver"
+        )
+        yield Served(endpoints, model, test.tensors[0].numpy(), server)
+
+
+def expected(served: Served, x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    with torch.no_grad():
+        return served.model(torch.from_numpy(x)).numpy()  # type: ignore[no-any-return]
+
+
+def test_repository_has_the_triton_layout(served: Served) -> None:
+    (entry,) = served.endpoints.models
+    assert (entry.directory / "config.pbtxt").is_file()
+    assert (entry.directory / "1" / "model.pt").is_file()
+    (again,) = read_repository(entry.directory.parent)
+    assert again.config.backend == "pytorch"
+    assert again.batching.preferred_batch_sizes == (16, 32, 64)
+    assert [t.name for t in again.inputs] == ["INPUT__0"] and again.inputs[0].dims == (1, 8, 8)
+    assert again.outputs[0].dims == (10,)
+
+
+def test_http_client_gets_the_models_outputs(served: Served) -> None:
+    client = tritonclient_http.InferenceServerClient(served.host)
+    try:
+        for x in (served.images[:1], served.images[:64]):
+            inp = tritonclient_http.InferInput("INPUT__0", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x, binary_data=True)
+            got = client.infer(MODEL, [inp]).as_numpy("OUTPUT__0")
+            np.testing.assert_allclose(got, expected(served, x), rtol=1e-5, atol=1e-5)
+            assert (got.argmax(1) == expected(served, x).argmax(1)).all()
+        meta = client.get_model_metadata(MODEL)
+        assert meta["inputs"][0]["shape"] == [-1, 1, 8, 8]
+    finally:
+        client.close()
+
+
+def test_grpc_client_gets_the_models_outputs(served: Served) -> None:
+    client = tritonclient_grpc.InferenceServerClient(served.endpoints.grpc)
+    try:
+        x = served.images[100:132]
+        inp = tritonclient_grpc.InferInput("INPUT__0", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        got = client.infer(MODEL, [inp]).as_numpy("OUTPUT__0")
+        np.testing.assert_allclose(got, expected(served, x), rtol=1e-5, atol=1e-5)
+    finally:
+        client.close()
+
+
+def test_clients_cannot_unload_or_load_models(served: Served) -> None:
+    client = tritonclient_http.InferenceServerClient(served.host)
+    try:
+        with pytest.raises(tritonclient_http.InferenceServerException, match="restricted"):
+            client.unload_model(MODEL)
+        with pytest.raises(tritonclient_http.InferenceServerException, match="restricted"):
+            client.load_model(MODEL)
+        assert client.is_model_ready(MODEL)
+    finally:
+        client.close()
+    grpc = tritonclient_grpc.InferenceServerClient(served.endpoints.grpc)
+    try:
+        with pytest.raises(tritonclient_grpc.InferenceServerException, match="restricted"):
+            grpc.unload_model(MODEL)
+    finally:
+        grpc.close()
+
+
+def post(
+    served: Served, path: str, body: bytes, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(
+        f"{served.endpoints.http}{path}",
+        data=body,
+        method="POST",
+        headers=headers or {"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        with err:
+            text = err.read()
+        try:
+            return err.code, json.loads(text)
+        except json.JSONDecodeError:
+            return err.code, {"error": text.decode(errors="replace")}
+
+
+def infer_body(shape: list[int], datatype: str = "FP32", n: int | None = None) -> bytes:
+    count = int(np.prod(shape)) if n is None else n
+    value: Any = 0 if datatype.startswith("INT") else 0.5
+    return json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT__0", "shape": shape, "datatype": datatype, "data": [value] * count}
+            ]
+        }
+    ).encode()
+
+
+INFER = f"/v2/models/{MODEL}/infer"
+# What Triton 2.51 (in PyTriton 0.7) answers; docs/serving.md records the same table.
+HOSTILE: list[tuple[str, str, bytes, int]] = [
+    ("malformed JSON", INFER, b'{"inputs": [', 500),
+    ("not an object", INFER, b"[1, 2, 3]", 500),
+    ("unknown model", "/v2/models/nope/infer", infer_body([1, 1, 8, 8]), 404),
+    ("wrong shape", INFER, infer_body([1, 1, 8, 7]), 400),
+    ("wrong dtype", INFER, infer_body([1, 1, 8, 8], "INT32"), 400),
+    ("data count differs from shape", INFER, infer_body([1, 1, 8, 8], n=10), 500),
+    ("batch over max_batch_size", INFER, infer_body([65, 1, 8, 8]), 400),
+    ("huge batch", INFER, infer_body([4096, 1, 8, 8]), 400),
+    (
+        "unknown input name",
+        INFER,
+        json.dumps(
+            {
+                "inputs": [
+                    {"name": "X", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}
+                ]
+            }
+        ).encode(),
+        400,
+    ),
+    (
+        "oversized body (64 MB)",
+        INFER,
+        b'{"inputs": [{"name": "INPUT__0", "data": [' + b"0," * (32 << 20) + b"0]}]}",
+        500,
+    ),
+]
+
+
+@pytest.mark.parametrize(("label", "path", "body", "status"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_request_gets_an_error_and_the_server_keeps_serving(
+    served: Served, label: str, path: str, body: bytes, status: int
+) -> None:
+    code, answer = post(served, path, body)
+    assert code == status, (label, code, answer)
+    assert answer.get("error"), answer
+    good, result = post(served, INFER, infer_body([1, 1, 8, 8]))
+    assert good == 200 and result["outputs"][0]["shape"] == [1, 10]
+
+
+def test_memory_stays_bounded_under_a_hostile_loop(served: Served) -> None:
+    bodies = [body for _, path, body, _ in HOSTILE if path == INFER and len(body) < 1 << 20]
+    for body in bodies * 5:  # warm up allocator pools
+        post(served, INFER, body)
+    before = served.server.memory_info().rss
+    for body in bodies * 60:
+        post(served, INFER, body)
+    after = served.server.memory_info().rss
+    assert (after - before) < 64 << 20, f"tritonserver grew {(after - before) >> 20} MB"
+    code, _ = post(served, INFER, infer_body([2, 1, 8, 8]))
+    assert code == 200
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+tensor = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["INPUT__0", "OUTPUT__0", "", "x"]),
+        "shape": st.lists(st.integers(-2, 70), max_size=5),
+        "datatype": st.sampled_from(["FP32", "FP16", "INT64", "BYTES", "BOOL", "nope"]),
+        "data": st.lists(st.floats(allow_nan=False, width=32) | st.integers(), max_size=80),
+    }
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    body=st.one_of(
+        st.binary(max_size=200),
+        json_values.map(lambda v: json.dumps(v).encode()),
+        st.lists(tensor, max_size=3).map(lambda ts: json.dumps({"inputs": ts}).encode()),
+    )
+)
+def test_fuzzed_bodies_never_break_the_server(served: Served, body: bytes) -> None:
+    code, _ = post(served, INFER, body)
+    assert code in (200, 400, 404, 500), code
+    assert served.server.is_running()
+    good, _ = post(served, INFER, infer_body([1, 1, 8, 8]))
+    assert good == 200
