@@ -271,3 +271,142 @@ def test_fuzzed_bodies_never_break_the_server(served: Served, body: bytes) -> No
     assert served.server.is_running()
     good, _ = post(served, INFER, infer_body([1, 1, 8, 8]))
     assert good == 200
+
+
+# -- LoadGen --------------------------------------------------------------------------------
+
+
+def bench(served: Served, tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+
+    out = tmp_path / "loadgen"
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "inference",
+            "--model",
+            MODEL,
+            "--quick",
+            "--outdir",
+            str(out),
+            "-o",
+            "json",
+            *args,
+        ],
+    )
+    data = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
+    return result.exit_code, data, result.output
+
+
+def test_loadgen_offline_over_grpc_is_valid_with_all_outputs(
+    served: Served, tmp_path: Path
+) -> None:
+    code, result, output = bench(
+        served, tmp_path, "--url", served.endpoints.grpc, "--scenario", "Offline", "--prometheus"
+    )
+    assert code == 0, output
+    assert result["result"] == "VALID" and result["errors"] == 0
+    assert result["samples_per_second"] > 0 and result["queries"] >= 64
+    out = tmp_path / "loadgen"
+    summary = (out / "mlperf_log_summary.txt").read_text()
+    assert "Scenario : Offline" in summary and "Result is : VALID" in summary
+    assert (out / "mlperf_log_detail.txt").stat().st_size > 0
+    assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    prom = (out / "result.prom").read_text()
+    assert 'gpufleet_loadgen_valid{model="digits",scenario="Offline"} 1.0' in prom
+    import shutil
+    import subprocess
+
+    if shutil.which("promtool"):
+        check = subprocess.run(
+            ["promtool", "check", "metrics"],
+            input=prom,
+            text=True,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_loadgen_server_reachable_target_is_valid(served: Served, tmp_path: Path) -> None:
+    code, result, output = bench(
+        served,
+        tmp_path,
+        "--url",
+        served.endpoints.grpc,
+        "--scenario",
+        "Server",
+        "--target-qps",
+        "100",
+        "--latency-ms",
+        "250",
+    )
+    assert code == 0, output
+    assert result["result"] == "VALID"
+    assert 80 < result["scheduled_qps"] < 120
+    assert result["latency_ms"]["p99"] < 250
+
+
+def test_loadgen_server_impossible_target_is_invalid(served: Served, tmp_path: Path) -> None:
+    code, result, output = bench(
+        served,
+        tmp_path,
+        "--url",
+        served.endpoints.grpc,
+        "--scenario",
+        "Server",
+        "--target-qps",
+        "3000",
+        "--latency-ms",
+        "1",
+    )
+    assert code == 1, output
+    assert result["result"] == "INVALID" and result["valid"] is False
+    summary = (tmp_path / "loadgen" / "mlperf_log_summary.txt").read_text()
+    assert "Result is : INVALID" in summary
+
+
+def test_loadgen_single_stream_over_http(served: Served, tmp_path: Path) -> None:
+    code, result, output = bench(
+        served, tmp_path, "--url", served.endpoints.http, "--scenario", "SingleStream"
+    )
+    assert code == 0, output
+    assert result["result"] == "VALID" and result["latency_ms"]["p50"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--url", "127.0.0.1:1", "--scenario", "Offline"], "--url"),
+        (["--model", "nope", "--scenario", "Offline"], "--url/--model"),
+        (["--scenario", "MultiStream"], "--scenario"),
+        (["--scenario", "Server"], "--target-qps"),
+    ],
+)
+def test_loadgen_bad_input_exits_2_with_the_field(
+    served: Served, tmp_path: Path, args: list[str], field: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+
+    full = [
+        "bench",
+        "inference",
+        "--url",
+        served.endpoints.grpc,
+        "--model",
+        MODEL,
+        "--quick",
+        "--outdir",
+        str(tmp_path),
+        *args,
+    ]
+    result = CliRunner().invoke(app, full)
+    assert result.exit_code == 2, result.output
+    assert field in result.output
+    assert "Traceback" not in result.output

@@ -6,6 +6,7 @@ import typer
 
 from gpufleet import __version__
 from gpufleet.cli import cluster
+from gpufleet.cli.bench import bench
 from gpufleet.cli.common import fail, internal_error
 from gpufleet.cli.exporter import exporter
 from gpufleet.cli.render import render_cmd
@@ -26,6 +27,7 @@ app.command()(validate)
 app.command(name="render")(render_cmd)
 app.command(name="export")(export_cmd)
 app.command()(serve)
+app.add_typer(bench, name="bench")
 for command in (cluster.submit, cluster.status, cluster.logs, cluster.cancel, exporter):
     app.command()(command)
 

@@ -1,0 +1,107 @@
+"""``gpufleet bench inference``: MLPerf LoadGen against an Open Inference Protocol endpoint."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.cli.common import Output, err_console, fail
+from gpufleet.errors import EXIT_FAILED, FieldError, UserInputError
+
+bench = typer.Typer(help="Benchmarks: inference with MLPerf LoadGen.", no_args_is_help=True)
+
+
+@bench.command()
+def inference(
+    url: Annotated[
+        str,
+        typer.Option(
+            help="host:port (gRPC) or http://host:port of an Open Inference Protocol "
+            "v2 server, e.g. Triton."
+        ),
+    ],
+    model: Annotated[str, typer.Option(help="The model to query.")],
+    scenario: Annotated[str, typer.Option(help="SingleStream, Server or Offline.")] = "Offline",
+    target_qps: Annotated[
+        float | None,
+        typer.Option(help="Server: the scheduled queries/s; Offline: the expected samples/s."),
+    ] = None,
+    latency_ms: Annotated[
+        float, typer.Option(help="Server: the 99th-percentile latency bound in ms.")
+    ] = 100.0,
+    duration: Annotated[
+        float, typer.Option(help="Minimum run time in seconds (MLPerf rules: 600).")
+    ] = 60.0,
+    min_queries: Annotated[int, typer.Option(help="Minimum queries LoadGen issues.")] = 1024,
+    quick: Annotated[bool, typer.Option(help="At most 2 s and 64 queries (tests, smoke).")] = False,
+    concurrency: Annotated[int, typer.Option(help="Most requests in flight.")] = 64,
+    outdir: Annotated[
+        Path, typer.Option(help="Where LoadGen's logs, result.json and latency.png go.")
+    ] = Path("loadgen"),
+    prometheus: Annotated[
+        bool, typer.Option(help="Also write result.prom (Prometheus text format).")
+    ] = False,
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+) -> None:
+    """Run LoadGen's SingleStream, Server or Offline scenario; exit 0 if VALID, 1 if INVALID."""
+    from gpufleet.serve.loadgen import SCENARIOS, BenchConfig, run_bench
+
+    errors = []
+    if scenario not in SCENARIOS:
+        errors.append(FieldError("--scenario", f"{scenario!r}: one of {', '.join(SCENARIOS)}"))
+    for name, value in (("--duration", duration), ("--latency-ms", latency_ms)):
+        if value <= 0:
+            errors.append(FieldError(name, "must be positive"))
+    if target_qps is not None and target_qps <= 0:
+        errors.append(FieldError("--target-qps", "must be positive"))
+    if min_queries < 1 or concurrency < 1:
+        errors.append(FieldError("--min-queries/--concurrency", "must be at least 1"))
+    if errors:
+        fail(UserInputError(errors))
+    cfg = BenchConfig(
+        url=url,
+        model=model,
+        scenario=scenario,
+        target_qps=target_qps,
+        latency_ms=latency_ms,
+        duration=duration,
+        min_queries=min_queries,
+        quick=quick,
+        concurrency=concurrency,
+        outdir=outdir,
+        prometheus=prometheus,
+    )
+    try:
+        result = run_bench(cfg)
+    except UserInputError as exc:
+        fail(exc)
+    if output == Output.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        table = Table(title=f"LoadGen {scenario}: {model} at {url}", show_header=False)
+        rate = result.samples_per_second or result.scheduled_qps
+        rows = [
+            ("result", result.result),
+            ("samples/s" if scenario == "Offline" else "queries/s", f"{rate:.1f}" if rate else "-"),
+            (
+                "latency p50 / p90 / p99 ms",
+                " / ".join(
+                    f"{result.latency_ms.get(k, float('nan')):.2f}" for k in ("p50", "p90", "p99")
+                ),
+            ),
+            ("queries (errors)", f"{result.queries} ({result.errors})"),
+            ("logs", str(outdir)),
+        ]
+        for k, v in rows:
+            table.add_row(k, v)
+        Console(file=sys.stdout).print(table)
+        if result.first_error:
+            err_console.print(f"first error: {result.first_error}")
+    if not result.valid:
+        raise typer.Exit(EXIT_FAILED)
