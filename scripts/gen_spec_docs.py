@@ -17,18 +17,20 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from gpufleet.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_HUNG, EXIT_OK, EXIT_PREEMPTED
+from gpufleet.spec.inference import InferenceService
 from gpufleet.spec.models import TrainingJob
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "spec.md"
 
 HEADER = """# Spec reference
 
-Generated from `gpufleet.spec.models` by `scripts/gen_spec_docs.py`; `make lint` checks that it
-is current. Every object rejects unknown fields, and `gpufleet validate FILE` reports every
+Generated from `gpufleet.spec` by `scripts/gen_spec_docs.py`; `make lint` checks that it is
+current. Two kinds: `TrainingJob` (run locally or rendered for Kubernetes) and
+`InferenceService` (a Triton model repository served on Kubernetes). Every object rejects unknown fields, and `gpufleet validate FILE` reports every
 error with its field path (and YAML line). Override any field from the command line with
 `--set path=value`, for example `--set spec.nodes=2 --set spec.env.MODE=fast`.
 
-Durations take seconds (`30`) or units (`45s`, `5m`, `1h30m`, `250ms`). Quantities are
+Durations take seconds (`30`) or units (`45s`, `5m`, `1h30m`, `250ms`, `500us`). Quantities are
 Kubernetes quantities (`2`, `500m`, `4Gi`). *Cluster only* fields are validated everywhere and
 ignored by `gpufleet run` with a one-line note.
 """
@@ -112,7 +114,7 @@ def models_in(annotation: object) -> list[type[BaseModel]]:
 def render() -> str:
     sections: list[str] = [HEADER]
     seen: set[type[BaseModel]] = set()
-    queue: list[type[BaseModel]] = [TrainingJob]
+    queue: list[type[BaseModel]] = [TrainingJob, InferenceService]
     while queue:
         model = queue.pop(0)
         if model in seen:

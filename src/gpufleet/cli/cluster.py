@@ -32,13 +32,13 @@ def _reported() -> Iterator[None]:
 
 
 def submit(
-    file: Annotated[str, typer.Argument(help="A TrainingJob YAML file.")],
-    target: TargetOption = "job",
+    file: Annotated[str, typer.Argument(help="A TrainingJob or InferenceService YAML file.")],
+    target: TargetOption = None,
     set_: SetOption = None,
     namespace: NamespaceOption = None,
     context: ContextOption = None,
 ) -> None:
-    """Render a job for TARGET and create it on the cluster."""
+    """Render a spec for TARGET and create its objects on the cluster."""
     job, objects = load_and_render(file, target, set_)
     with _reported():
         cluster = Cluster.connect(namespace or job.metadata.namespace, context)

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 
 from gpufleet.errors import EXIT_FAILED, GpufleetError, UserInputError
-from gpufleet.spec import TrainingJob, load_training_job
+from gpufleet.spec import Spec, TrainingJob, load_spec, load_training_job
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -21,6 +21,14 @@ class Output(StrEnum):
 
     text = "text"
     json = "json"
+
+
+def load_any(path: str, overrides: list[str] | None) -> Spec:
+    """Load a spec of any kind or exit 2 with every error and its field path."""
+    try:
+        return load_spec(path, overrides)
+    except UserInputError as exc:
+        fail(exc)
 
 
 def load_job(path: str, overrides: list[str] | None) -> TrainingJob:

@@ -9,40 +9,45 @@ from typing import Annotated
 import typer
 import yaml
 
-from gpufleet.cli.common import err_console, fail, load_job
+from gpufleet.cli.common import err_console, fail, load_any
 from gpufleet.cli.validate import SetOption
 from gpufleet.errors import FieldError, UserInputError
-from gpufleet.render import TARGETS, Obj, render
-from gpufleet.spec.models import TrainingJob
+from gpufleet.render import SERVING_TARGETS, TARGETS, Obj, render_spec, targets_for
+from gpufleet.spec import Spec
 
 TargetOption = Annotated[
-    str, typer.Option(help=f"What runs the job on the cluster: {', '.join(TARGETS)}.")
+    str | None,
+    typer.Option(
+        help=f"What runs it on the cluster. TrainingJob: {', '.join(TARGETS)} (default job); "
+        f"InferenceService: {', '.join(SERVING_TARGETS)} (default triton)."
+    ),
 ]
 
 
 def load_and_render(
-    file: str, target: str, set_: list[str] | None
-) -> tuple[TrainingJob, list[Obj]]:
+    file: str, target: str | None, set_: list[str] | None
+) -> tuple[Spec, list[Obj]]:
     """The spec in ``file`` and its objects for ``target``; exit 2 with field paths if not."""
-    if target not in TARGETS:
-        msg = f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}"
+    spec = load_any(file, set_)
+    allowed = targets_for(spec)
+    if target is not None and target not in allowed:
+        msg = f"unknown target {target!r} for a {spec.kind}; choose one of: {', '.join(allowed)}"
         fail(UserInputError([FieldError("--target", msg)], file))
-    job = load_job(file, set_)
     try:
-        return job, render(job, target)
+        return spec, render_spec(spec, target)
     except UserInputError as exc:
         fail(UserInputError(exc.errors, file))
 
 
 def render_cmd(
-    file: Annotated[str, typer.Argument(help="A TrainingJob YAML file.")],
-    target: TargetOption = "job",
+    file: Annotated[str, typer.Argument(help="A TrainingJob or InferenceService YAML file.")],
+    target: TargetOption = None,
     set_: SetOption = None,
     out: Annotated[
         Path | None, typer.Option(help="Write one file per object here instead of stdout.")
     ] = None,
 ) -> None:
-    """Render a job's Kubernetes objects; exit 2 with field paths if it cannot run there."""
+    """Render a spec's Kubernetes objects; exit 2 with field paths if it cannot run there."""
     _, objects = load_and_render(file, target, set_)
     if out is None:
         yaml.safe_dump_all(objects, sys.stdout, sort_keys=False)

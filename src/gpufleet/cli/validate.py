@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import Output, err_console, load_job, print_json
+from gpufleet.cli.common import Output, err_console, load_any, print_json
+from gpufleet.spec import InferenceService
 
 SetOption = Annotated[
     list[str] | None,
@@ -15,14 +16,22 @@ SetOption = Annotated[
 
 
 def validate(
-    file: Annotated[str, typer.Argument(help="A TrainingJob YAML file.")],
+    file: Annotated[str, typer.Argument(help="A TrainingJob or InferenceService YAML file.")],
     set_: SetOption = None,
     output: Annotated[Output, typer.Option("--output", "-o", help="text or json")] = Output.text,
 ) -> None:
     """Validate a spec: exit 0 if it is valid, 2 with every error (field path, line) if not."""
-    job = load_job(file, set_)
+    job = load_any(file, set_)
     if output is Output.json:
         print_json({"valid": True, "job": job.model_dump(mode="json", by_alias=True)})
+        return
+    if isinstance(job, InferenceService):
+        m, r = job.spec.model, job.spec.replicas
+        where = m.repository or f"pvc {m.pvc.claim_name}/{m.pvc.sub_path}"  # type: ignore[union-attr]
+        err_console.print(
+            f"{file}: valid InferenceService {job.metadata.name!r}: model "
+            f"{m.name} from {where}, {r.min}-{r.max} replica(s)"
+        )
         return
     s = job.spec
     what = s.workload.name if s.workload else " ".join(s.command or [])

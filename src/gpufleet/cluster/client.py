@@ -44,6 +44,22 @@ CLUSTER_QUEUES = Kind("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueu
 PODGROUPS = Kind("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 # Rendered next to a job when spec.metrics.podMonitor is set (Prometheus Operator).
 PODMONITORS = Kind("monitoring.coreos.com", "v1", "podmonitors", "PodMonitor")
+# Serving (kind InferenceService): custom kinds, and built-in kinds with their typed client call.
+SERVING_KINDS = [
+    Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
+    Kind("serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService"),
+]
+BUILTIN_CREATE = {
+    ("apps/v1", "Deployment"): ("AppsV1Api", "create_namespaced_deployment"),
+    ("policy/v1", "PodDisruptionBudget"): (
+        "PolicyV1Api",
+        "create_namespaced_pod_disruption_budget",
+    ),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): (
+        "AutoscalingV2Api",
+        "create_namespaced_horizontal_pod_autoscaler",
+    ),
+}
 
 
 class ClusterError(GpufleetError):
@@ -51,7 +67,7 @@ class ClusterError(GpufleetError):
 
 
 def _kind_of(obj: Obj) -> Kind:
-    for kind in [*JOB_KINDS, PODMONITORS]:
+    for kind in [*JOB_KINDS, PODMONITORS, *SERVING_KINDS]:
         if kind.api_version == obj["apiVersion"] and kind.kind == obj["kind"]:
             return kind
     raise ValueError(f"not a gpufleet kind: {obj['apiVersion']} {obj['kind']}")
@@ -64,10 +80,14 @@ def _status_code(exc: Exception) -> int | None:
 class Cluster:
     """Submit, inspect and cancel gpufleet jobs in one namespace's worth of API calls."""
 
-    def __init__(self, custom: Any, core: Any, namespace: str = "default") -> None:
+    def __init__(
+        self, custom: Any, core: Any, namespace: str = "default", apis: dict[str, Any] | None = None
+    ) -> None:
         self.custom = custom  # kubernetes.client.CustomObjectsApi (or a stand-in)
         self.core = core  # kubernetes.client.CoreV1Api
         self.namespace = namespace
+        # AppsV1Api, PolicyV1Api, AutoscalingV2Api by class name (serving objects)
+        self.apis = apis or {}
 
     @classmethod
     def connect(cls, namespace: str | None = None, context: str | None = None) -> Cluster:
@@ -101,7 +121,8 @@ class Cluster:
                     ]
                 ) from exc
             default_ns = _incluster_namespace()
-        return cls(client.CustomObjectsApi(), client.CoreV1Api(), namespace or default_ns)
+        apis = {name: getattr(client, name)() for name, _ in BUILTIN_CREATE.values()}
+        return cls(client.CustomObjectsApi(), client.CoreV1Api(), namespace or default_ns, apis)
 
     # -- submit ----------------------------------------------------------------------------
 
@@ -112,8 +133,12 @@ class Cluster:
             ns = obj["metadata"].get("namespace", self.namespace)
             obj = {**obj, "metadata": {**obj["metadata"], "namespace": ns}}
             try:
+                builtin = BUILTIN_CREATE.get((obj["apiVersion"], obj["kind"]))
                 if obj["apiVersion"] == "v1" and obj["kind"] == "Service":
                     self.core.create_namespaced_service(ns, obj)
+                elif builtin is not None:
+                    api, method = builtin
+                    getattr(self.apis[api], method)(ns, obj)
                 else:
                     k = _kind_of(obj)
                     self.custom.create_namespaced_custom_object(

@@ -3,9 +3,8 @@
 ``render(job, target)`` returns plain dicts, so a dry run, golden tests and schema validation
 need no cluster. Training targets: ``job`` (Indexed Job + headless Service, any cluster),
 ``jobset``, ``pytorchjob``, ``trainjob``, ``mpijob`` and ``volcano``; every one builds its pods
-with ``render.pod``. The seam for other kinds of workload (the inference renderers): a module
-per target with a pure ``render_<target>(spec) -> list[Obj]``, registered in a table like
-``TARGETS`` for its spec kind, reusing ``render.pod``'s labels, metadata and security contexts.
+with ``render.pod``. Serving targets (kind InferenceService, ``render.serving``): ``triton``
+(Deployment, Service, PodDisruptionBudget, HPA or KEDA ScaledObject) and ``kserve``.
 """
 
 from collections.abc import Callable
@@ -16,8 +15,10 @@ from gpufleet.render.mpijob import render_mpijob
 from gpufleet.render.pod import Obj, cluster_errors, pod_monitor
 from gpufleet.render.podsecurity import check_restricted, pod_specs_in
 from gpufleet.render.pytorchjob import render_pytorchjob
+from gpufleet.render.serving import render_kserve, render_triton
 from gpufleet.render.trainjob import render_trainjob
 from gpufleet.render.volcano import render_volcano
+from gpufleet.spec.inference import InferenceService
 from gpufleet.spec.models import TrainingJob
 
 TARGETS: dict[str, Callable[[TrainingJob], list[Obj]]] = {
@@ -30,10 +31,39 @@ TARGETS: dict[str, Callable[[TrainingJob], list[Obj]]] = {
 }
 
 
+SERVING_TARGETS: dict[str, Callable[[InferenceService], list[Obj]]] = {
+    "triton": render_triton,
+    "kserve": render_kserve,
+}
+
+
+def targets_for(spec: TrainingJob | InferenceService) -> list[str]:
+    """The targets a spec of this kind renders to, the default first."""
+    return list(SERVING_TARGETS if isinstance(spec, InferenceService) else TARGETS)
+
+
 def render(job: TrainingJob, target: str = "job") -> list[Obj]:
     """Kubernetes objects for ``job`` on ``target``; UserInputError if it cannot run there.
     With ``spec.metrics.podMonitor``, a PodMonitor for the job's pods comes last."""
     return TARGETS[target](job) + pod_monitor(job)
 
 
-__all__ = ["TARGETS", "Obj", "check_restricted", "cluster_errors", "pod_specs_in", "render"]
+def render_spec(spec: TrainingJob | InferenceService, target: str | None = None) -> list[Obj]:
+    """Objects for a spec of any kind on ``target`` (default: the kind's first target)."""
+    target = target or targets_for(spec)[0]
+    if isinstance(spec, InferenceService):
+        return SERVING_TARGETS[target](spec)
+    return render(spec, target)
+
+
+__all__ = [
+    "SERVING_TARGETS",
+    "TARGETS",
+    "Obj",
+    "check_restricted",
+    "cluster_errors",
+    "pod_specs_in",
+    "render",
+    "render_spec",
+    "targets_for",
+]

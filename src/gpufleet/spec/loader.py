@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpufleet.errors import FieldError, UserInputError
+from gpufleet.spec.inference import InferenceService
 from gpufleet.spec.models import TrainingJob
 
 PathKey = tuple[str | int, ...]
@@ -18,8 +19,19 @@ PathKey = tuple[str | int, ...]
 _UNION_TAGS = frozenset({"digits", "synthetic"})
 
 
+Spec = TrainingJob | InferenceService
+
+
 def load_training_job(path: str | Path, overrides: list[str] | None = None) -> TrainingJob:
     """Read, override and validate a TrainingJob file. Raises UserInputError with every problem."""
+    spec = load_spec(path, overrides)
+    if not isinstance(spec, TrainingJob):
+        raise UserInputError([FieldError("kind", "expected a TrainingJob here")], str(path))
+    return spec
+
+
+def load_spec(path: str | Path, overrides: list[str] | None = None) -> Spec:
+    """Read, override and validate a spec file of any kind (TrainingJob, InferenceService)."""
     source = str(path)
     text = _read_text(Path(path))
     data, lines = parse_yaml(text, source)
@@ -27,15 +39,34 @@ def load_training_job(path: str | Path, overrides: list[str] | None = None) -> T
         key, value = parse_override(override)
         _apply_override(data, key, value, source)
         lines[key] = None  # the value now comes from the command line, not the file
-    return validate_training_job(data, source, lines)
+    return validate_spec(data, source, lines)
 
 
 def validate_training_job(
     data: object, source: str | None = None, lines: dict[PathKey, int | None] | None = None
 ) -> TrainingJob:
     """Validate an already-parsed document; errors carry field paths (and lines when given)."""
+    return _validate(TrainingJob, data, source, lines)
+
+
+def validate_spec(
+    data: object, source: str | None = None, lines: dict[PathKey, int | None] | None = None
+) -> Spec:
+    """Validate a document as the kind it names (a TrainingJob unless it says otherwise)."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "InferenceService":
+        return _validate(InferenceService, data, source, lines)
+    return _validate(TrainingJob, data, source, lines)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _validate(
+    model: type[M], data: object, source: str | None, lines: dict[PathKey, int | None] | None
+) -> M:
     try:
-        return TrainingJob.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         errors = [_field_error(err, lines or {}) for err in exc.errors()]
         raise UserInputError(errors, source) from None

@@ -1,0 +1,308 @@
+"""InferenceService -> Kubernetes: Triton as a Deployment (target ``triton``) or a KServe
+InferenceService (target ``kserve``).
+
+``triton``: a Deployment of the official Triton image (``--model-repository`` on a PVC or cloud
+storage, ``--model-control-mode=none`` so nobody loads or unloads models, strict readiness,
+non-root under the restricted Pod Security profile), a Service (HTTP 8000, gRPC 8001, metrics
+8002), a PodDisruptionBudget, and with ``spec.autoscaling`` a HorizontalPodAutoscaler on a
+per-pod custom metric (Prometheus Adapter) or a KEDA ScaledObject (Prometheus trigger).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+from gpufleet.render.pod import CONTAINER_SECURITY, GPU_PRODUCT_LABEL, GPU_RESOURCE, POD_SECURITY
+from gpufleet.spec.inference import InferenceService
+
+Obj = dict[str, Any]
+HTTP, GRPC, METRICS = 8000, 8001, 8002
+MODELS = "/models"
+# Per-pod metrics that Prometheus Adapter serves from Triton's own
+# (deploy/prometheus/adapter-rules.yaml).
+ADAPTER_METRICS = {
+    "queueTime": "gpufleet_triton_queue_seconds_per_request",
+    "inflight": "gpufleet_triton_pending_requests",
+}
+
+
+def labels(svc: InferenceService, component: str = "inference") -> dict[str, str]:
+    """The labels of every object: gpufleet's (job = the service, so GPU usage is attributed)."""
+    return {
+        "app.kubernetes.io/name": "gpufleet",
+        "app.kubernetes.io/instance": svc.metadata.name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "gpufleet",
+        "app.kubernetes.io/managed-by": "gpufleet",
+        "gpufleet.dev/job": svc.metadata.name,
+        "gpufleet.dev/tenant": svc.metadata.namespace or "default",
+        "gpufleet.dev/role": "server",
+        **svc.metadata.labels,
+    }
+
+
+def _meta(svc: InferenceService, name: str | None = None) -> Obj:
+    meta: Obj = {"name": name or svc.metadata.name, "labels": labels(svc)}
+    if svc.metadata.namespace:
+        meta = {"name": meta["name"], "namespace": svc.metadata.namespace, "labels": meta["labels"]}
+    return meta
+
+
+def _selector(svc: InferenceService) -> dict[str, str]:
+    return {"gpufleet.dev/job": svc.metadata.name, "gpufleet.dev/role": "server"}
+
+
+def _resources(svc: InferenceService) -> Obj:
+    r = svc.spec.resources
+    out = {k: v for k, v in (("cpu", r.cpu), ("memory", r.memory)) if v}
+    if r.gpu:
+        out[GPU_RESOURCE] = str(r.gpu)
+    return {"requests": out, "limits": dict(out)} if out else {}
+
+
+def triton_args(svc: InferenceService) -> list[str]:
+    """tritonserver's command line for ``svc``."""
+    m = svc.spec.model
+    repository = m.repository or f"{MODELS}/{m.pvc.sub_path}".rstrip("/")  # type: ignore[union-attr]
+    return [
+        "tritonserver",
+        f"--model-repository={repository}",
+        "--model-control-mode=none",  # no load/unload over the API
+        "--strict-readiness=true",
+        "--exit-on-error=true",
+        f"--http-port={HTTP}",
+        f"--grpc-port={GRPC}",
+        f"--metrics-port={METRICS}",
+        "--allow-metrics=true",
+        f"--allow-gpu-metrics={'true' if svc.spec.resources.gpu else 'false'}",
+    ]
+
+
+def pod_spec(svc: InferenceService) -> Obj:
+    """Triton's PodSpec: restricted Pod Security, probes on Triton's health API."""
+    s = svc.spec
+    http = {"path": "/v2/health/ready", "port": "http"}
+    container: Obj = {
+        "name": "triton",
+        "image": s.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": triton_args(svc),
+        "ports": [
+            {"name": "http", "containerPort": HTTP},
+            {"name": "grpc", "containerPort": GRPC},
+            {"name": "metrics", "containerPort": METRICS},
+        ],
+        "readinessProbe": {"httpGet": http, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {
+            "httpGet": {"path": "/v2/health/live", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        # Models load before the server is ready; big ones take minutes.
+        "startupProbe": {"httpGet": dict(http), "periodSeconds": 10, "failureThreshold": 60},
+        "resources": _resources(svc),
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY),
+    }
+    volumes: list[Obj] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if s.model.pvc:
+        container["volumeMounts"].append({"name": "models", "mountPath": MODELS, "readOnly": True})
+        volumes.append(
+            {
+                "name": "models",
+                "persistentVolumeClaim": {"claimName": s.model.pvc.claim_name, "readOnly": True},
+            }
+        )
+    if s.model.credentials_secret:
+        container["envFrom"] = [{"secretRef": {"name": s.model.credentials_secret}}]
+    spec: Obj = {
+        "securityContext": copy.deepcopy(POD_SECURITY),
+        "automountServiceAccountToken": False,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if s.priority:
+        spec["priorityClassName"] = s.priority
+    if s.resources.gpu:
+        spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+        if s.resources.gpu_product:
+            spec["nodeSelector"] = {GPU_PRODUCT_LABEL: s.resources.gpu_product}
+    return spec
+
+
+def render_triton(svc: InferenceService) -> list[Obj]:
+    """Deployment, Service, PodDisruptionBudget, and the autoscaler if the spec asks for one."""
+    name = svc.metadata.name
+    s = svc.spec
+    deployment: Obj = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(svc),
+        "spec": {
+            "replicas": s.replicas.min,
+            "selector": {"matchLabels": _selector(svc)},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+            },
+            "template": {
+                "metadata": {
+                    "labels": labels(svc),
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(METRICS),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": pod_spec(svc),
+            },
+        },
+    }
+    service: Obj = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(svc),
+        "spec": {
+            "selector": _selector(svc),
+            "ports": [
+                {"name": n, "port": p, "targetPort": n}
+                for n, p in (("http", HTTP), ("grpc", GRPC), ("metrics", METRICS))
+            ],
+        },
+    }
+    # One replica at a time may go (drains, upgrades); never all of a multi-replica service.
+    pdb: Obj = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(svc),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(svc)}},
+    }
+    out = [deployment, service, pdb]
+    if s.autoscaling is not None:
+        out.append(_keda(svc, name) if s.autoscaling.engine == "keda" else _hpa(svc, name))
+    return out
+
+
+def _target(svc: InferenceService) -> tuple[str, float]:
+    a = svc.spec.autoscaling
+    assert a is not None
+    if a.metric == "queueTime":
+        return ADAPTER_METRICS["queueTime"], a.target_queue_time
+    return ADAPTER_METRICS["inflight"], float(a.target_inflight)
+
+
+def _quantity(value: float) -> str:
+    """A Kubernetes quantity: whole numbers as is, fractions in milli-units."""
+    return str(int(value)) if value == int(value) else f"{math.ceil(value * 1000)}m"
+
+
+def _hpa(svc: InferenceService, name: str) -> Obj:
+    metric, target = _target(svc)
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _meta(svc),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": svc.spec.replicas.min,
+            "maxReplicas": svc.spec.replicas.max,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": metric},
+                        "target": {"type": "AverageValue", "averageValue": _quantity(target)},
+                    },
+                }
+            ],
+            # Scale up at once, down slowly: a model's warm-up costs more than idle replicas.
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
+        },
+    }
+
+
+def _keda(svc: InferenceService, name: str) -> Obj:
+    a = svc.spec.autoscaling
+    assert a is not None
+    ns = svc.metadata.namespace or "default"
+    sel = f'namespace="{ns}",pod=~"{name}-.*"'
+    if a.metric == "queueTime":  # the service's mean queue time per request, seconds
+        query = (
+            f"sum(rate(nv_inference_queue_duration_us{{{sel}}}[1m])) / 1e6 / "
+            f"clamp_min(sum(rate(nv_inference_request_success{{{sel}}}[1m])), 1e-9)"
+        )
+        threshold = a.target_queue_time
+        metric_type = "Value"  # compared as a whole, not divided by replicas
+    else:  # pending requests summed over pods, divided by replicas by KEDA
+        query = f"sum(nv_inference_pending_request_count{{{sel}}})"
+        threshold = float(a.target_inflight)
+        metric_type = "AverageValue"
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": _meta(svc),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicaCount": svc.spec.replicas.min,
+            "maxReplicaCount": svc.spec.replicas.max,
+            "cooldownPeriod": 300,
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metricType": metric_type,
+                    "metadata": {
+                        "serverAddress": a.prometheus_url,
+                        "query": query,
+                        "threshold": f"{threshold:g}",
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_kserve(svc: InferenceService) -> list[Obj]:
+    """A KServe InferenceService (serving.kserve.io/v1beta1) with a Triton predictor."""
+    s = svc.spec
+    m = s.model
+    predictor: Obj = {
+        "minReplicas": s.replicas.min,
+        "maxReplicas": s.replicas.max,
+        "securityContext": copy.deepcopy(POD_SECURITY),
+        "automountServiceAccountToken": False,
+        "triton": {
+            "storageUri": m.repository or f"pvc://{m.pvc.claim_name}/{m.pvc.sub_path}".rstrip("/"),  # type: ignore[union-attr]
+            "runtimeVersion": s.image.rsplit(":", 1)[-1],
+            "args": ["--model-control-mode=none", "--strict-readiness=true"],
+            "resources": _resources(svc),
+            "securityContext": copy.deepcopy(CONTAINER_SECURITY),
+        },
+    }
+    a = s.autoscaling
+    if a is not None:  # KServe's own autoscaler: concurrency per replica
+        predictor["scaleMetric"] = "concurrency"
+        predictor["scaleTarget"] = a.target_inflight
+    if s.resources.gpu:
+        predictor["tolerations"] = [
+            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+        ]
+        if s.resources.gpu_product:
+            predictor["nodeSelector"] = {GPU_PRODUCT_LABEL: s.resources.gpu_product}
+    if s.priority:
+        predictor["priorityClassName"] = s.priority
+    return [
+        {
+            "apiVersion": "serving.kserve.io/v1beta1",
+            "kind": "InferenceService",
+            "metadata": _meta(svc),
+            "spec": {"predictor": predictor},
+        }
+    ]

@@ -1,0 +1,166 @@
+"""Kind ``InferenceService``: a Triton model repository served on Kubernetes, with autoscaling."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from gpufleet.spec.models import (
+    API_VERSION,
+    DnsLabel,
+    Duration,
+    Metadata,
+    Resources,
+    SpecModel,
+)
+
+TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:26.10-py3"
+_MODEL_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+# Schemes Triton's --model-repository reads itself (cloud storage), besides a PVC path.
+REPOSITORY_SCHEMES = ("s3://", "gs://", "as://")
+
+
+def _model_name(value: str) -> str:
+    if not _MODEL_NAME.match(value):
+        raise ValueError(f"1-63 letters, digits, '_', '.' or '-', got {value!r}")
+    return value
+
+
+def _repository(value: str) -> str:
+    if not value.startswith(REPOSITORY_SCHEMES):
+        raise ValueError(
+            f"a cloud storage URI Triton reads ({', '.join(REPOSITORY_SCHEMES)}...), got "
+            f"{value!r}; for a volume use model.pvc"
+        )
+    return value
+
+
+class PvcSource(SpecModel):
+    """A PersistentVolumeClaim holding the model repository."""
+
+    claim_name: DnsLabel = Field(description="The claim's name, in the service's namespace.")
+    sub_path: str = Field(default="", description="The repository's directory in the volume.")
+
+
+class ModelSource(SpecModel):
+    """Which model, from which repository (exactly one of ``repository`` and ``pvc``)."""
+
+    name: Annotated[str, AfterValidator(_model_name)] = Field(
+        description="The model's directory in the repository (as `gpufleet export` wrote it)."
+    )
+    repository: Annotated[str, AfterValidator(_repository)] | None = Field(
+        default=None, description="A cloud storage URI, e.g. s3://bucket/models."
+    )
+    pvc: PvcSource | None = Field(default=None, description="Or a volume holding the repository.")
+    credentials_secret: DnsLabel | None = Field(
+        default=None,
+        description=(
+            "A Secret whose keys become Triton's environment (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, ...) for a cloud repository."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSource:
+        if (self.repository is None) == (self.pvc is None):
+            raise ValueError("set exactly one of model.repository (a URI) and model.pvc")
+        return self
+
+
+class Replicas(SpecModel):
+    """How many Triton pods: autoscaling moves between min and max."""
+
+    min: int = Field(default=1, ge=1, description="Fewest replicas.")
+    max: int = Field(default=1, ge=1, description="Most replicas.")
+
+
+class ServingBatching(SpecModel):
+    """Dynamic batching as `gpufleet export --service` writes it into config.pbtxt."""
+
+    max_batch_size: int = Field(default=64, ge=0, description="Largest batch (0: none).")
+    preferred_batch_sizes: list[int] = Field(
+        default_factory=lambda: [16, 32, 64], description="Batch sizes the batcher aims for."
+    )
+    max_queue_delay: Duration = Field(
+        default=0.0005, description="Longest a request waits for a batch to fill, e.g. 500us."
+    )
+
+
+class Autoscaling(SpecModel):
+    """Scale on a serving signal from Triton's metrics (not CPU)."""
+
+    engine: Literal["hpa", "keda"] = Field(
+        default="hpa",
+        description=(
+            "hpa: a HorizontalPodAutoscaler on a per-pod custom metric served by Prometheus "
+            "Adapter (rules in deploy/prometheus/adapter-rules.yaml); keda: a KEDA "
+            "ScaledObject with a Prometheus trigger."
+        ),
+    )
+    metric: Literal["queueTime", "inflight"] = Field(
+        default="queueTime",
+        description=(
+            "queueTime: mean time requests wait in Triton's queue; inflight: requests "
+            "pending per replica."
+        ),
+    )
+    target_queue_time: Duration = Field(
+        default=0.02, description="queueTime: the mean queue time to hold, e.g. 20ms."
+    )
+    target_inflight: int = Field(default=8, ge=1, description="inflight: requests per replica.")
+    prometheus_url: str = Field(
+        default="http://prometheus-operated.monitoring.svc:9090",
+        description="keda: the Prometheus its trigger queries.",
+    )
+
+
+class InferenceServiceSpec(SpecModel):
+    """What to serve and how."""
+
+    model: ModelSource = Field(description="The model and its repository.")
+    image: str = Field(default=TRITON_IMAGE, description="The Triton server image.")
+    replicas: Replicas = Field(default_factory=Replicas, description="Replica range.")
+    resources: Resources = Field(default_factory=Resources, description="Per replica.")
+    batching: ServingBatching = Field(
+        default_factory=ServingBatching, description="Dynamic batching."
+    )
+    autoscaling: Autoscaling | None = Field(
+        default=None, description="Required when replicas.max > replicas.min."
+    )
+    priority: DnsLabel | None = Field(
+        default=None, description="A PriorityClass for the Triton pods."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> InferenceServiceSpec:
+        problems = []
+        if self.replicas.max < self.replicas.min:
+            problems.append(
+                f"spec.replicas.max ({self.replicas.max}) is below min ({self.replicas.min})"
+            )
+        elif self.replicas.max > self.replicas.min and self.autoscaling is None:
+            problems.append(
+                "spec.replicas.max > min needs spec.autoscaling (what to scale on), or set "
+                "max = min"
+            )
+        b = self.batching
+        bad = [s for s in b.preferred_batch_sizes if not 0 < s <= b.max_batch_size]
+        if b.max_batch_size and bad:
+            problems.append(
+                f"spec.batching.preferredBatchSizes {bad} not within 1..maxBatchSize "
+                f"({b.max_batch_size})"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class InferenceService(SpecModel):
+    """A model served by Triton on Kubernetes (kind InferenceService)."""
+
+    api_version: Literal["gpufleet.dev/v1alpha1"] = Field(description="Always " + API_VERSION)
+    kind: Literal["InferenceService"] = Field(description="Always InferenceService.")
+    metadata: Metadata = Field(description="Name, namespace and labels.")
+    spec: InferenceServiceSpec = Field(description="What to serve and how.")

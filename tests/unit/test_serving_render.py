@@ -1,0 +1,257 @@
+"""InferenceService: spec validation, the triton and kserve renderers (strictly valid objects,
+restricted pods, the autoscaler's signal), goldens, and submit through the typed clients."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from typer.testing import CliRunner
+
+from gpufleet.cli.main import app
+from gpufleet.cluster import Cluster
+from gpufleet.cluster.client import BUILTIN_CREATE
+from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
+from gpufleet.render import check_restricted, pod_specs_in, render_spec
+from gpufleet.render.serving import ADAPTER_METRICS
+from gpufleet.spec import InferenceService, validate_spec
+from tests.conftest import REPO
+from tests.k8s_schemas import validate_strictly
+
+GOLDEN = REPO / "tests" / "golden"
+ADAPTER = REPO / "deploy" / "prometheus" / "adapter-rules.yaml"
+
+
+def service(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"model": {"name": "digits", "repository": "s3://models/repo"}}
+    base.update(spec)
+    return {
+        "apiVersion": "gpufleet.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": "digits", "namespace": "team-a"},
+        "spec": base,
+    }
+
+
+def parsed(doc: dict[str, Any]) -> InferenceService:
+    spec = validate_spec(doc)
+    assert isinstance(spec, InferenceService)
+    return spec
+
+
+MATRIX = [
+    pytest.param(spec, id=name)
+    for name, spec in [
+        ("s3-cpu-fixed", {}),
+        ("pvc-gpu-hpa-queue", {"model": {"name": "digits", "pvc": {"claimName": "models",
+                               "subPath": "repo"}}, "resources": {"gpu": 1, "cpu": "2",
+                               "gpuProduct": "NVIDIA-A30"}, "replicas": {"min": 2, "max": 6},
+                               "autoscaling": {"metric": "queueTime", "targetQueueTime": "20ms"}}),
+        ("s3-gpu-hpa-inflight", {"resources": {"gpu": 1}, "replicas": {"min": 1, "max": 3},
+                                 "autoscaling": {"metric": "inflight", "targetInflight": 4}}),
+        ("keda-queue", {"replicas": {"min": 1, "max": 8}, "autoscaling": {"engine": "keda"},
+                        "model": {"name": "digits", "repository": "s3://m/r",
+                                  "credentialsSecret": "model-store"}}),
+        ("keda-inflight", {"replicas": {"min": 1, "max": 8}, "priority": "high",
+                           "autoscaling": {"engine": "keda", "metric": "inflight"}}),
+    ]
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", MATRIX)
+@pytest.mark.parametrize("target", ["triton", "kserve"])
+def test_matrix_renders_valid_restricted_objects(spec: dict[str, Any], target: str) -> None:
+    svc = parsed(service(**spec))
+    objects = render_spec(svc, target)
+    for obj in objects:
+        validate_strictly(obj)
+        assert obj["metadata"]["labels"]["gpufleet.dev/job"] == "digits"
+        for path, pod in pod_specs_in(obj):
+            assert not check_restricted(pod, path), [str(e) for e in check_restricted(pod, path)]
+    if target == "kserve":
+        (isvc,) = objects
+        predictor = isvc["spec"]["predictor"]
+        pod = {k: v for k, v in predictor.items() if k not in ("triton", "minReplicas",
+               "maxReplicas", "scaleMetric", "scaleTarget")}  # fmt: skip
+        pod["containers"] = [predictor["triton"]]
+        assert not check_restricted(pod, "spec.predictor")
+        assert predictor["minReplicas"] == svc.spec.replicas.min
+        assert "--model-control-mode=none" in predictor["triton"]["args"]
+
+
+def test_triton_deployment_is_locked_down_and_probed() -> None:
+    svc = parsed(service(resources={"gpu": 1}))
+    deployment, svc_obj, pdb = render_spec(svc, "triton")
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["command"][0] == "tritonserver"
+    assert "--model-control-mode=none" in c["command"]
+    assert "--strict-readiness=true" in c["command"]
+    assert "--model-repository=s3://models/repo" in c["command"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["automountServiceAccountToken"] is False
+    assert {p["name"]: p["port"] for p in svc_obj["spec"]["ports"]} == {
+        "http": 8000, "grpc": 8001, "metrics": 8002}  # fmt: skip
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert "HorizontalPodAutoscaler" not in [o["kind"] for o in render_spec(svc)]
+
+
+def test_pvc_repository_is_mounted_read_only() -> None:
+    svc = parsed(service(model={"name": "digits", "pvc": {"claimName": "models", "subPath": "r"}}))
+    deployment = render_spec(svc, "triton")[0]
+    pod = deployment["spec"]["template"]["spec"]
+    assert {
+        "name": "models",
+        "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
+    } in pod["volumes"]
+    assert "--model-repository=/models/r" in pod["containers"][0]["command"]
+
+
+def test_hpa_scales_on_the_adapter_metric() -> None:
+    svc = parsed(service(replicas={"min": 1, "max": 4}, autoscaling={"targetQueueTime": "20ms"}))
+    hpa = render_spec(svc, "triton")[-1]
+    assert hpa["kind"] == "HorizontalPodAutoscaler"
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["pods"]["metric"]["name"] == ADAPTER_METRICS["queueTime"]
+    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "20m"}  # 0.020 s
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
+
+
+def adapter_rules() -> list[dict[str, Any]]:
+    return yaml.safe_load(ADAPTER.read_text())["rules"]  # type: ignore[no-any-return]
+
+
+def test_adapter_rules_serve_the_metrics_the_hpa_names() -> None:
+    served = {r["name"]["as"] for r in adapter_rules()}
+    assert set(ADAPTER_METRICS.values()) <= served
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (make tools)")
+def test_autoscaling_queries_parse(tmp_path: Path) -> None:
+    """Adapter rules (placeholders filled as the adapter does) and KEDA triggers parse."""
+    exprs = [
+        re.sub(r"<<\.LabelMatchers>>", 'namespace="a",pod="b"', r["metricsQuery"]).replace(
+            "<<.GroupBy>>", "pod"
+        )
+        for r in adapter_rules()
+    ]
+    for metric in ("queueTime", "inflight"):
+        svc = parsed(service(replicas={"min": 1, "max": 2},
+                             autoscaling={"engine": "keda", "metric": metric}))  # fmt: skip
+        exprs.append(render_spec(svc, "triton")[-1]["spec"]["triggers"][0]["metadata"]["query"])
+    rules = [{"record": f"check:q{i}", "expr": e} for i, e in enumerate(exprs)]
+    path = tmp_path / "q.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "q", "rules": rules}]}))
+    proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+BAD = [
+    ("both sources", {"model": {"name": "d", "repository": "s3://a/b", "pvc": {"claimName": "x"}}},
+     "spec.model"),
+    ("no source", {"model": {"name": "d"}}, "spec.model"),
+    ("not a cloud URI", {"model": {"name": "d", "repository": "/models"}}, "spec.model.repository"),
+    ("max below min", {"replicas": {"min": 3, "max": 2}}, "spec.replicas.max (2) is below min"),
+    ("range without autoscaling", {"replicas": {"min": 1, "max": 2}}, "needs spec.autoscaling"),
+    ("preferred above max", {"batching": {"maxBatchSize": 8, "preferredBatchSizes": [16]}},
+     "preferredBatchSizes"),
+    ("unknown engine", {"autoscaling": {"engine": "vpa"}}, "spec.autoscaling.engine"),
+    ("bad model name", {"model": {"name": "a b", "repository": "s3://a/b"}}, "spec.model.name"),
+    ("typo", {"replica": {"min": 1}}, "spec.replica"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "spec", "path"), BAD, ids=[b[0] for b in BAD])
+def test_bad_specs_exit_2_with_the_field(tmp_path: Path, label: str, spec: dict[str, Any],
+                                         path: str) -> None:  # fmt: skip
+    with pytest.raises(UserInputError):
+        validate_spec(service(**spec))
+    file = tmp_path / "svc.yaml"
+    file.write_text(yaml.safe_dump(service(**spec)))
+    result = CliRunner().invoke(app, ["validate", str(file)])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert path in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_render_picks_the_kinds_default_and_rejects_training_targets(tmp_path: Path) -> None:
+    file = REPO / "examples" / "digits-serving.yaml"
+    result = CliRunner().invoke(app, ["render", str(file)])
+    assert result.exit_code == 0, result.output
+    kinds = [d["kind"] for d in yaml.safe_load_all(result.output) if d]
+    assert kinds == ["Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"]
+    bad = CliRunner().invoke(app, ["render", str(file), "--target", "jobset"])
+    assert bad.exit_code == EXIT_BAD_INPUT and "triton, kserve" in bad.output
+
+
+@pytest.mark.parametrize("target", ["triton", "kserve"])
+def test_golden(target: str) -> None:
+    """The rendered example, byte for byte; UPDATE_GOLDEN=1 rewrites the fixture."""
+    svc = validate_spec(yaml.safe_load((REPO / "examples" / "digits-serving.yaml").read_text()))
+    text = yaml.safe_dump_all(render_spec(svc, target), sort_keys=False)
+    golden = GOLDEN / f"digits-serving.{target}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+class TypedApi:
+    """Stands in for AppsV1Api, PolicyV1Api and AutoscalingV2Api: records create calls."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.created: list[tuple[str, str]] = []
+
+    def __getattr__(self, method: str) -> Any:
+        real = getattr(getattr(k8s, self.name), method)  # AttributeError if the client has none
+        assert list(inspect.signature(real).parameters)[1:3] == ["namespace", "body"]
+
+        def create(namespace: str, body: dict[str, Any]) -> None:
+            self.created.append((namespace, body["kind"]))
+
+        return create
+
+
+class Custom:
+    def __init__(self) -> None:
+        self.created: list[tuple[str, str, str]] = []
+
+    def create_namespaced_custom_object(self, group: str, version: str, namespace: str,
+                                        plural: str, body: dict[str, Any]) -> None:  # fmt: skip
+        self.created.append((group, plural, namespace))
+
+
+class Core:
+    def __init__(self) -> None:
+        self.services: list[str] = []
+
+    def create_namespaced_service(self, namespace: str, body: dict[str, Any]) -> None:
+        self.services.append(body["metadata"]["name"])
+
+
+@pytest.mark.parametrize("engine", ["hpa", "keda"])
+def test_submit_creates_every_object_through_its_client(engine: str) -> None:
+    svc = parsed(service(replicas={"min": 1, "max": 2}, autoscaling={"engine": engine}))
+    apis = {name: TypedApi(name) for name, _ in BUILTIN_CREATE.values()}
+    custom, core = Custom(), Core()
+    created = Cluster(custom, core, "team-a", apis).submit(render_spec(svc, "triton"))
+    assert created[:3] == ["Deployment/digits", "Service/digits", "PodDisruptionBudget/digits"]
+    assert apis["AppsV1Api"].created == [("team-a", "Deployment")]
+    assert apis["PolicyV1Api"].created == [("team-a", "PodDisruptionBudget")]
+    if engine == "hpa":
+        assert apis["AutoscalingV2Api"].created == [("team-a", "HorizontalPodAutoscaler")]
+    else:
+        assert custom.created == [("keda.sh", "scaledobjects", "team-a")]
+    kserve = Custom()
+    Cluster(kserve, core, "team-a", apis).submit(render_spec(svc, "kserve"))
+    assert kserve.created == [("serving.kserve.io", "inferenceservices", "team-a")]
