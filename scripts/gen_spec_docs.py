@@ -26,8 +26,9 @@ HEADER = """# Spec reference
 
 Generated from `gpufleet.spec` by `scripts/gen_spec_docs.py`; `make lint` checks that it is
 current. Two kinds: `TrainingJob` (run locally or rendered for Kubernetes) and
-`InferenceService` (a Triton model repository served on Kubernetes). Every object rejects unknown fields, and `gpufleet validate FILE` reports every
-error with its field path (and YAML line). Override any field from the command line with
+`InferenceService` (a Triton model repository served on Kubernetes). Every object rejects
+unknown fields, and `gpufleet validate FILE` reports every error with its field path (and YAML
+line). Override any field from the command line with
 `--set path=value`, for example `--set spec.nodes=2 --set spec.env.MODE=fast`.
 
 Durations take seconds (`30`) or units (`45s`, `5m`, `1h30m`, `250ms`, `500us`). Quantities are
