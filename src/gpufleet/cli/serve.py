@@ -50,6 +50,13 @@ def export_cmd(
     dynamic_batching: Annotated[bool, typer.Option(help="Merge requests into batches.")] = True,
     instances: Annotated[int, typer.Option(help="Model instances (instance_group count).")] = 1,
     gpu: Annotated[bool, typer.Option(help="instance_group kind GPU (default CPU).")] = False,
+    service: Annotated[
+        str | None,
+        typer.Option(
+            help="An InferenceService spec: take the model name, batching and GPU use from it "
+            "(the repository then matches what the cluster serves)."
+        ),
+    ] = None,
 ) -> None:
     """Write a trained model into a Triton model repository (config.pbtxt, 1/model.pt)."""
     from gpufleet.serve.export import export
@@ -63,6 +70,21 @@ def export_cmd(
         ),
         max_queue_delay_us=max_queue_delay_us,
     )
+    if service is not None:
+        from gpufleet.cli.common import load_any
+        from gpufleet.spec import InferenceService
+
+        svc = load_any(service, None)
+        if not isinstance(svc, InferenceService):
+            fail(UserInputError([FieldError("--service", "expected an InferenceService")], service))
+        b = svc.spec.batching
+        batching = Batching(
+            max_batch_size=b.max_batch_size,
+            dynamic=b.max_batch_size > 0,
+            preferred_batch_sizes=tuple(b.preferred_batch_sizes),
+            max_queue_delay_us=round(b.max_queue_delay * 1e6),
+        )
+        name, gpu = svc.spec.model.name, svc.spec.resources.gpu > 0
     dims = _ints(input_shape, "--input-shape") if input_shape else None
     try:
         entry, what = export(

@@ -91,7 +91,12 @@ def _bind(triton: Any, entry: ModelEntry) -> None:
     from pytriton.model_config import DynamicBatcher, ModelConfig
     from pytriton.model_config import Tensor as PTensor
 
-    model = TorchScriptModel(entry, device="cuda" if entry.gpu else "cpu")
+    import torch
+
+    # A KIND_GPU model runs on the GPU when there is one, else on the CPU (a laptop).
+    model = TorchScriptModel(
+        entry, device="cuda" if entry.gpu and torch.cuda.is_available() else "cpu"
+    )
     b = entry.batching
     batcher = (
         DynamicBatcher(
