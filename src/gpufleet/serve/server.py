@@ -88,10 +88,9 @@ def _infer_func(model: TorchScriptModel) -> Callable[..., Any]:
 
 def _bind(triton: Any, entry: ModelEntry) -> None:
     import numpy as np
+    import torch
     from pytriton.model_config import DynamicBatcher, ModelConfig
     from pytriton.model_config import Tensor as PTensor
-
-    import torch
 
     # A KIND_GPU model runs on the GPU when there is one, else on the CPU (a laptop).
     model = TorchScriptModel(
