@@ -21,6 +21,7 @@ tools:
 
 demo: $(STAMP)
 	$(BIN)/gpufleet run examples/digits.yaml --fresh
+	$(BIN)/python examples/serve_and_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks scripts examples
