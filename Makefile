@@ -45,6 +45,7 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/runtime_overhead.py
 	$(BIN)/python benchmarks/exporter_scrape.py
+	$(BIN)/python benchmarks/inference.py
 
 clean:
 	rm -rf $(VENV) .gpufleet .mypy_cache .ruff_cache .pytest_cache .tools
