@@ -15,8 +15,19 @@ from gpufleet.runtime.metrics import JobMetrics
 from tests.conftest import REPO
 
 RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
-# gpufleet metric names and recording-rule names (level:metric:operations) in a PromQL string
-NAME = re.compile(r"\b([a-z_]+:gpufleet_[a-z_:0-9]+|gpufleet_[a-z_]+)\b")
+# gpufleet metric names, recording-rule names (level:metric:operations) and Triton's (nv_*) in a
+# PromQL string
+NAME = re.compile(r"\b([a-z_]+:gpufleet_[a-z_:0-9]+|gpufleet_[a-z_]+|nv_[a-z_]+)\b")
+
+
+TRITON = REPO / "tests" / "fixtures" / "triton" / "metrics-2.51.txt"
+
+
+def triton() -> set[str]:
+    """Triton's own metric names, as recorded from a live server (test_serving re-checks them)."""
+    # Names as Triton writes them (prometheus_client's parser would add _total to counters).
+    lines = TRITON.read_text().splitlines()
+    return {m.group(1) for line in lines if (m := re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", line))}
 
 
 def recorded() -> set[str]:
@@ -37,4 +48,4 @@ def produced() -> set[str]:
     metrics.loss.set(1.0)
     text = generate_latest(registry).decode()
     names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
-    return names | recorded()
+    return names | recorded() | triton()

@@ -49,3 +49,30 @@ def test_worker_sees_its_own_gpu(workdir: Path) -> None:
         got = json.loads((workdir / f"gpu{rank}.json").read_text())
         assert got["device"] == f"cuda:{rank}"
         assert "nccl" in got["backend"]
+
+
+def test_triton_serves_a_gpu_model_on_cuda(tmp_path: Path) -> None:
+    """A KIND_GPU repository served by gpufleet serve runs on CUDA and answers like the model."""
+    pytest.importorskip("pytriton")
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    from gpufleet.launch.local import free_port
+    from gpufleet.serve.export import export
+    from gpufleet.serve.server import ServeConfig, serving
+    from gpufleet.workloads.digits import DigitsCNN
+
+    torch.manual_seed(0)
+    model = DigitsCNN().eval()
+    torch.jit.save(torch.jit.script(model), str(tmp_path / "d.pt"))
+    export(str(tmp_path / "d.pt"), tmp_path / "repo", name="digits", input_dims=(1, 8, 8), gpu=True)
+    config = ServeConfig(http_port=free_port(), grpc_port=free_port(), metrics_port=free_port())
+    with serving(tmp_path / "repo", config) as endpoints:
+        client = grpcclient.InferenceServerClient(endpoints.grpc)
+        x = np.random.rand(16, 1, 8, 8).astype(np.float32)
+        inp = grpcclient.InferInput("INPUT__0", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        got = client.infer("digits", [inp]).as_numpy("OUTPUT__0")
+        client.close()
+        assert torch.cuda.memory_allocated() > 0  # the model ran on the GPU in this process
+    np.testing.assert_allclose(got, model(torch.from_numpy(x)).detach().numpy(), atol=1e-4)

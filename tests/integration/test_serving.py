@@ -410,3 +410,17 @@ def test_loadgen_bad_input_exits_2_with_the_field(
     assert result.exit_code == 2, result.output
     assert field in result.output
     assert "Traceback" not in result.output
+
+
+def test_triton_metrics_are_served_with_the_recorded_names(served: Served) -> None:
+    """The recorded Triton metric names (dashboards and autoscaling read them) are real."""
+    import re
+
+    from tests.metric_names import triton
+
+    post(served, INFER, infer_body([1, 1, 8, 8]))
+    with urllib.request.urlopen(served.endpoints.metrics, timeout=10) as resp:
+        lines = resp.read().decode().splitlines()
+    live = {m.group(1) for line in lines if (m := re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", line))}
+    assert triton() <= live, sorted(triton() - live)
+    assert any(line.startswith('nv_inference_request_success{model="digits"') for line in lines)
