@@ -51,19 +51,45 @@ MATRIX = [
     pytest.param(spec, id=name)
     for name, spec in [
         ("s3-cpu-fixed", {}),
-        ("pvc-gpu-hpa-queue", {"model": {"name": "digits", "pvc": {"claimName": "models",
-                               "subPath": "repo"}}, "resources": {"gpu": 1, "cpu": "2",
-                               "gpuProduct": "NVIDIA-A30"}, "replicas": {"min": 2, "max": 6},
-                               "autoscaling": {"metric": "queueTime", "targetQueueTime": "20ms"}}),
-        ("s3-gpu-hpa-inflight", {"resources": {"gpu": 1}, "replicas": {"min": 1, "max": 3},
-                                 "autoscaling": {"metric": "inflight", "targetInflight": 4}}),
-        ("keda-queue", {"replicas": {"min": 1, "max": 8}, "autoscaling": {"engine": "keda"},
-                        "model": {"name": "digits", "repository": "s3://m/r",
-                                  "credentialsSecret": "model-store"}}),
-        ("keda-inflight", {"replicas": {"min": 1, "max": 8}, "priority": "high",
-                           "autoscaling": {"engine": "keda", "metric": "inflight"}}),
+        (
+            "pvc-gpu-hpa-queue",
+            {
+                "model": {"name": "digits", "pvc": {"claimName": "models", "subPath": "repo"}},
+                "resources": {"gpu": 1, "cpu": "2", "gpuProduct": "NVIDIA-A30"},
+                "replicas": {"min": 2, "max": 6},
+                "autoscaling": {"metric": "queueTime", "targetQueueTime": "20ms"},
+            },
+        ),
+        (
+            "s3-gpu-hpa-inflight",
+            {
+                "resources": {"gpu": 1},
+                "replicas": {"min": 1, "max": 3},
+                "autoscaling": {"metric": "inflight", "targetInflight": 4},
+            },
+        ),
+        (
+            "keda-queue",
+            {
+                "replicas": {"min": 1, "max": 8},
+                "autoscaling": {"engine": "keda"},
+                "model": {
+                    "name": "digits",
+                    "repository": "s3://m/r",
+                    "credentialsSecret": "model-store",
+                },
+            },
+        ),
+        (
+            "keda-inflight",
+            {
+                "replicas": {"min": 1, "max": 8},
+                "priority": "high",
+                "autoscaling": {"engine": "keda", "metric": "inflight"},
+            },
+        ),
     ]
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("spec", MATRIX)
@@ -79,8 +105,11 @@ def test_matrix_renders_valid_restricted_objects(spec: dict[str, Any], target: s
     if target == "kserve":
         (isvc,) = objects
         predictor = isvc["spec"]["predictor"]
-        pod = {k: v for k, v in predictor.items() if k not in ("triton", "minReplicas",
-               "maxReplicas", "scaleMetric", "scaleTarget")}  # fmt: skip
+        pod = {
+            k: v
+            for k, v in predictor.items()
+            if k not in ("triton", "minReplicas", "maxReplicas", "scaleMetric", "scaleTarget")
+        }
         pod["containers"] = [predictor["triton"]]
         assert not check_restricted(pod, "spec.predictor")
         assert predictor["minReplicas"] == svc.spec.replicas.min
@@ -100,7 +129,10 @@ def test_triton_deployment_is_locked_down_and_probed() -> None:
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert pod["automountServiceAccountToken"] is False
     assert {p["name"]: p["port"] for p in svc_obj["spec"]["ports"]} == {
-        "http": 8000, "grpc": 8001, "metrics": 8002}  # fmt: skip
+        "http": 8000,
+        "grpc": 8001,
+        "metrics": 8002,
+    }
     assert pdb["spec"]["maxUnavailable"] == 1
     assert "HorizontalPodAutoscaler" not in [o["kind"] for o in render_spec(svc)]
 
@@ -145,35 +177,48 @@ def test_autoscaling_queries_parse(tmp_path: Path) -> None:
         for r in adapter_rules()
     ]
     for metric in ("queueTime", "inflight"):
-        svc = parsed(service(replicas={"min": 1, "max": 2},
-                             autoscaling={"engine": "keda", "metric": metric}))  # fmt: skip
+        svc = parsed(
+            service(replicas={"min": 1, "max": 2}, autoscaling={"engine": "keda", "metric": metric})
+        )
         exprs.append(render_spec(svc, "triton")[-1]["spec"]["triggers"][0]["metadata"]["query"])
     rules = [{"record": f"check:q{i}", "expr": e} for i, e in enumerate(exprs)]
     path = tmp_path / "q.rules.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "q", "rules": rules}]}))
-    proc = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True,
-                          text=True, timeout=60, check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["promtool", "check", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 BAD = [
-    ("both sources", {"model": {"name": "d", "repository": "s3://a/b", "pvc": {"claimName": "x"}}},
-     "spec.model"),
+    (
+        "both sources",
+        {"model": {"name": "d", "repository": "s3://a/b", "pvc": {"claimName": "x"}}},
+        "spec.model",
+    ),
     ("no source", {"model": {"name": "d"}}, "spec.model"),
     ("not a cloud URI", {"model": {"name": "d", "repository": "/models"}}, "spec.model.repository"),
     ("max below min", {"replicas": {"min": 3, "max": 2}}, "spec.replicas.max (2) is below min"),
     ("range without autoscaling", {"replicas": {"min": 1, "max": 2}}, "needs spec.autoscaling"),
-    ("preferred above max", {"batching": {"maxBatchSize": 8, "preferredBatchSizes": [16]}},
-     "preferredBatchSizes"),
+    (
+        "preferred above max",
+        {"batching": {"maxBatchSize": 8, "preferredBatchSizes": [16]}},
+        "preferredBatchSizes",
+    ),
     ("unknown engine", {"autoscaling": {"engine": "vpa"}}, "spec.autoscaling.engine"),
     ("bad model name", {"model": {"name": "a b", "repository": "s3://a/b"}}, "spec.model.name"),
     ("typo", {"replica": {"min": 1}}, "spec.replica"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("label", "spec", "path"), BAD, ids=[b[0] for b in BAD])
-def test_bad_specs_exit_2_with_the_field(tmp_path: Path, label: str, spec: dict[str, Any],
-                                         path: str) -> None:  # fmt: skip
+def test_bad_specs_exit_2_with_the_field(
+    tmp_path: Path, label: str, spec: dict[str, Any], path: str
+) -> None:
     with pytest.raises(UserInputError):
         validate_spec(service(**spec))
     file = tmp_path / "svc.yaml"
@@ -226,8 +271,9 @@ class Custom:
     def __init__(self) -> None:
         self.created: list[tuple[str, str, str]] = []
 
-    def create_namespaced_custom_object(self, group: str, version: str, namespace: str,
-                                        plural: str, body: dict[str, Any]) -> None:  # fmt: skip
+    def create_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]
+    ) -> None:
         self.created.append((group, plural, namespace))
 
 
@@ -255,3 +301,133 @@ def test_submit_creates_every_object_through_its_client(engine: str) -> None:
     kserve = Custom()
     Cluster(kserve, core, "team-a", apis).submit(render_spec(svc, "kserve"))
     assert kserve.created == [("serving.kserve.io", "inferenceservices", "team-a")]
+
+
+class NotFound(Exception):
+    status = 404
+
+
+class ServingCluster:
+    """A namespace holding one rendered InferenceService: the typed and custom calls that
+    status and cancel make, with the real clients' method names (checked)."""
+
+    def __init__(
+        self,
+        objects: list[dict[str, Any]],
+        ready: int,
+        pods: list[dict[str, Any]],
+        events: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.objects = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+        self.ready, self.pod_list, self.events = ready, pods, events or []
+        self.deleted: list[str] = []
+
+    def _check(self, api: str, method: str) -> None:
+        assert hasattr(getattr(k8s, api), method), (api, method)
+
+    def _delete(self, kind: str, name: str) -> None:
+        if (kind, name) not in self.objects:
+            raise NotFound(kind)
+        del self.objects[(kind, name)]
+        self.deleted.append(kind)
+
+    # AppsV1Api
+    def read_namespaced_deployment(self, name: str, namespace: str) -> dict[str, Any]:
+        self._check("AppsV1Api", "read_namespaced_deployment")
+        if ("Deployment", name) not in self.objects:
+            raise NotFound(name)
+        dep = dict(self.objects[("Deployment", name)])
+        return {**dep, "status": {"readyReplicas": self.ready}}
+
+    def delete_namespaced_deployment(self, name: str, namespace: str) -> None:
+        self._check("AppsV1Api", "delete_namespaced_deployment")
+        self._delete("Deployment", name)
+
+    def delete_namespaced_pod_disruption_budget(self, name: str, namespace: str) -> None:
+        self._check("PolicyV1Api", "delete_namespaced_pod_disruption_budget")
+        self._delete("PodDisruptionBudget", name)
+
+    def delete_namespaced_horizontal_pod_autoscaler(self, name: str, namespace: str) -> None:
+        self._check("AutoscalingV2Api", "delete_namespaced_horizontal_pod_autoscaler")
+        self._delete("HorizontalPodAutoscaler", name)
+
+    # CoreV1Api
+    def list_namespaced_pod(self, namespace: str, label_selector: str) -> dict[str, Any]:
+        self._check("CoreV1Api", "list_namespaced_pod")
+        return {"items": self.pod_list}
+
+    def list_namespaced_event(self, namespace: str, field_selector: str) -> dict[str, Any]:
+        return {"items": self.events}
+
+    def delete_namespaced_service(self, name: str, namespace: str) -> None:
+        self._check("CoreV1Api", "delete_namespaced_service")
+        self._delete("Service", name)
+
+    # CustomObjectsApi
+    def get_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> dict[str, Any]:
+        kind = {"scaledobjects": "ScaledObject", "inferenceservices": "InferenceService"}.get(
+            plural
+        )
+        if kind is None or (kind, name) not in self.objects:
+            raise NotFound(plural)
+        return self.objects[(kind, name)]
+
+    def delete_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, body: Any = None
+    ) -> None:
+        kind = {"scaledobjects": "ScaledObject", "inferenceservices": "InferenceService"}[plural]
+        self._delete(kind, name)
+
+
+def serving_cluster(target: str = "triton", ready: int = 2, **kw: Any) -> tuple[Cluster, Any]:
+    svc = parsed(service(replicas={"min": 2, "max": 4}, autoscaling={}))
+    api = ServingCluster(render_spec(svc, target), ready, **kw)
+    apis = dict.fromkeys(("AppsV1Api", "PolicyV1Api", "AutoscalingV2Api"), api)
+    return Cluster(api, api, "team-a", apis), api
+
+
+def pod(phase: str, name: str = "digits-abc") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"phase": phase}}
+
+
+def test_status_of_a_serving_service() -> None:
+    cluster, _ = serving_cluster(ready=2, pods=[pod("Running", "a"), pod("Running", "b")])
+    st = cluster.status("digits")
+    assert (st.kind, st.phase) == ("InferenceService/Deployment", "Serving")
+    assert "2/2 replicas ready" in st.line()
+    cluster, _ = serving_cluster(ready=1, pods=[pod("Running", "a"), pod("Pending", "b")])
+    assert cluster.status("digits").phase == "Degraded"
+
+
+def test_status_says_why_no_replica_is_ready() -> None:
+    events = [
+        {
+            "reason": "FailedScheduling",
+            "involvedObject": {"kind": "Pod", "name": "digits-abc"},
+            "type": "Warning",
+            "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        }
+    ]
+    cluster, _ = serving_cluster(ready=0, pods=[pod("Pending")], events=events)
+    st = cluster.status("digits")
+    assert st.phase == "Pending"
+    assert "without enough free nvidia.com/gpu" in st.line()
+
+
+@pytest.mark.parametrize(
+    ("target", "kinds"),
+    [
+        ("triton", ["HorizontalPodAutoscaler", "PodDisruptionBudget", "Service", "Deployment"]),
+        ("kserve", ["InferenceService"]),
+    ],
+)
+def test_cancel_deletes_what_the_service_rendered(target: str, kinds: list[str]) -> None:
+    cluster, api = serving_cluster(target, pods=[])
+    deleted = cluster.cancel("digits")
+    assert api.deleted == kinds
+    assert deleted == [f"{k}/digits" for k in kinds]
+    assert api.objects == {}
+    with pytest.raises(UserInputError, match="no gpufleet job"):
+        cluster.cancel("digits")

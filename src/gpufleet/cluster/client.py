@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.cluster.status import JobStatus, Obj, summarize
+from gpufleet.cluster.status import JobStatus, Obj, summarize, summarize_service
 from gpufleet.errors import FieldError, GpufleetError, UserInputError
 
 
@@ -161,10 +161,37 @@ class Cluster:
                 return kind, obj
         return None
 
+    def service(self, name: str) -> Obj | None:
+        """The Triton Deployment of an InferenceService named ``name``; None if there is none."""
+        apps = self.apis.get("AppsV1Api")
+        if apps is None:
+            return None
+        try:
+            found = _as_dict(apps.read_namespaced_deployment(name, self.namespace))
+        except Exception as exc:
+            if _status_code(exc) == 404:
+                return None
+            raise self._api_error(exc, f"read Deployment {name}") from exc
+        labels = found["metadata"].get("labels") or {}
+        ours = (
+            labels.get("gpufleet.dev/job") == name and labels.get("gpufleet.dev/role") == "server"
+        )
+        return found if ours else None
+
     def status(self, name: str) -> JobStatus:
-        """The job's status line and the reasons it is not running."""
+        """The job's (or service's) status line and the reasons it is not running."""
         found = self.find(name)
         if found is None:
+            deployment = self.service(name)
+            if deployment is not None:
+                pods = self.pods(name)
+                events = [
+                    e
+                    for p in pods
+                    if (p.get("status") or {}).get("phase") == "Pending"
+                    for e in self._list_events(p["metadata"]["name"])
+                ]
+                return summarize_service(deployment, pods, events)
             raise UserInputError(
                 [FieldError("NAME", f"no gpufleet job {name!r} in namespace {self.namespace}")]
             )
@@ -181,8 +208,15 @@ class Cluster:
             cq = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
             cluster_queue = self._get(CLUSTER_QUEUES, cq, cluster_scoped=True) if cq else None
         podgroup = self._owned_by(PODGROUPS, job) if kind.group == "batch.volcano.sh" else None
-        return summarize(job, pods, events, workload=workload, local_queue=local_queue,
-                         cluster_queue=cluster_queue, podgroup=podgroup)  # fmt: skip
+        return summarize(
+            job,
+            pods,
+            events,
+            workload=workload,
+            local_queue=local_queue,
+            cluster_queue=cluster_queue,
+            podgroup=podgroup,
+        )
 
     def pods(self, name: str) -> list[Obj]:
         """The job's pods (label gpufleet.dev/job), as API dicts sorted by name."""
@@ -213,9 +247,13 @@ class Cluster:
                 yield f"[{p}] {line}"
 
     def cancel(self, name: str) -> list[str]:
-        """Delete the job (its pods go with it) and its rendezvous Service, if any."""
+        """Delete the job (its pods go with it) and its rendezvous Service, if any; or an
+        InferenceService's objects."""
         found = self.find(name)
         if found is None:
+            deleted = self._delete_service(name)
+            if deleted:
+                return deleted
             raise UserInputError(
                 [FieldError("NAME", f"no gpufleet job {name!r} in namespace {self.namespace}")]
             )
@@ -236,6 +274,46 @@ class Cluster:
             deleted += self._delete_pod_monitors(name)
         except Exception as exc:
             raise self._api_error(exc, f"delete {kind.kind} {name}") from exc
+        return deleted
+
+    def _delete_service(self, name: str) -> list[str]:
+        """Delete what an InferenceService rendered (any target); what is absent is skipped."""
+        if self.service(name) is None and not any(
+            self._get(k, name) is not None for k in SERVING_KINDS
+        ):
+            return []
+        ns = self.namespace
+        calls: list[tuple[str, Any]] = [
+            (
+                "HorizontalPodAutoscaler",
+                lambda: self.apis["AutoscalingV2Api"].delete_namespaced_horizontal_pod_autoscaler(
+                    name, ns
+                ),
+            ),
+            (
+                "PodDisruptionBudget",
+                lambda: self.apis["PolicyV1Api"].delete_namespaced_pod_disruption_budget(name, ns),
+            ),
+            ("Service", lambda: self.core.delete_namespaced_service(name, ns)),
+            ("Deployment", lambda: self.apis["AppsV1Api"].delete_namespaced_deployment(name, ns)),
+        ] + [
+            (
+                k.kind,
+                lambda k=k: self.custom.delete_namespaced_custom_object(
+                    k.group, k.version, ns, k.plural, name
+                ),
+            )
+            for k in SERVING_KINDS
+        ]
+        deleted = []
+        for kind, call in calls:
+            try:
+                call()
+            except Exception as exc:
+                if _status_code(exc) == 404:
+                    continue
+                raise self._api_error(exc, f"delete {kind} {name}") from exc
+            deleted.append(f"{kind}/{name}")
         return deleted
 
     def _delete_pod_monitors(self, name: str) -> list[str]:

@@ -17,13 +17,25 @@ from typing import Any
 Obj = dict[str, Any]
 
 # Job-level condition types of Job, JobSet, PyTorchJob/MPIJob (Kubeflow) and TrainJob.
-_TERMINAL = {"Complete": "Succeeded", "Completed": "Succeeded", "Succeeded": "Succeeded",
-             "Failed": "Failed"}  # fmt: skip
+_TERMINAL = {
+    "Complete": "Succeeded",
+    "Completed": "Succeeded",
+    "Succeeded": "Succeeded",
+    "Failed": "Failed",
+}
 _ACTIVE = {"Suspended": "Suspended", "Restarting": "Restarting", "Running": "Running"}
-_VOLCANO = {"Completed": "Succeeded", "Failed": "Failed", "Aborted": "Failed",
-            "Terminated": "Failed", "Running": "Running", "Restarting": "Restarting",
-            "Pending": "Pending", "Aborting": "Failed", "Completing": "Running",
-            "Terminating": "Failed"}  # fmt: skip
+_VOLCANO = {
+    "Completed": "Succeeded",
+    "Failed": "Failed",
+    "Aborted": "Failed",
+    "Terminated": "Failed",
+    "Running": "Running",
+    "Restarting": "Restarting",
+    "Pending": "Pending",
+    "Aborting": "Failed",
+    "Completing": "Running",
+    "Terminating": "Failed",
+}
 _WAITING_PROBLEMS = {
     "ImagePullBackOff",
     "ErrImagePull",
@@ -53,8 +65,14 @@ class JobStatus:
         return "; ".join([text, *self.reasons])
 
     def as_dict(self) -> Obj:
-        return {"name": self.name, "kind": self.kind, "phase": self.phase, "pods": self.pods,
-                "reasons": self.reasons, "line": self.line()}  # fmt: skip
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "phase": self.phase,
+            "pods": self.pods,
+            "reasons": self.reasons,
+            "line": self.line(),
+        }
 
 
 def _true_conditions(obj: Obj) -> list[Obj]:
@@ -110,8 +128,10 @@ def kueue_reasons(
         if admitted:
             return True, []
         pending = conditions.get("Admitted", {})
-        return False, [f"Kueue: quota reserved, waiting for admission checks: "
-                       f"{pending.get('message', '')}".rstrip(": ")]  # fmt: skip
+        return False, [
+            f"Kueue: quota reserved, waiting for admission checks: "
+            f"{pending.get('message', '')}".rstrip(": ")
+        ]
     reasons = []
     queue = (workload.get("spec") or {}).get("queueName", "?")
     cq_name = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
@@ -129,9 +149,10 @@ def kueue_reasons(
         if full:
             reasons.append(f"ClusterQueue {cq_name} is full: " + ", ".join(full))
         inactive = [
-            c for c in (cluster_queue.get("status") or {}).get("conditions") or []
+            c
+            for c in (cluster_queue.get("status") or {}).get("conditions") or []
             if c.get("type") == "Active" and c.get("status") == "False"
-        ]  # fmt: skip
+        ]
         for c in inactive:
             reasons.append(f"ClusterQueue {cq_name} is inactive: {c.get('message', '')}")
     return False, reasons
@@ -198,8 +219,9 @@ def podgroup_reasons(podgroup: Obj | None) -> list[str]:
     out = []
     for cond in (podgroup.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Unschedulable" and cond.get("status") == "True":
-            out.append(f"Volcano gang (PodGroup {podgroup['metadata']['name']}): "
-                       f"{cond.get('message', '')}")  # fmt: skip
+            out.append(
+                f"Volcano gang (PodGroup {podgroup['metadata']['name']}): {cond.get('message', '')}"
+            )
     return out
 
 
@@ -217,8 +239,12 @@ def summarize(
     name = job["metadata"]["name"]
     phase, message = job_phase(job)
     counts = Counter((p.get("status") or {}).get("phase", "Unknown") for p in pods)
-    status = JobStatus(name=name, kind=job.get("kind", "?"), phase=phase or "Pending",
-                       pods=dict(sorted(counts.items())))  # fmt: skip
+    status = JobStatus(
+        name=name,
+        kind=job.get("kind", "?"),
+        phase=phase or "Pending",
+        pods=dict(sorted(counts.items())),
+    )
     if phase in ("Succeeded", "Failed"):
         if message:
             status.reasons.append(message)
@@ -248,4 +274,31 @@ def summarize(
             status.phase = "Starting"
     elif phase == "Suspended" and status.phase != "Queued":
         status.reasons.append("suspended (spec.suspend is true)")
+    return status
+
+
+def summarize_service(
+    deployment: Obj, pods: list[Obj], events: list[Obj] | None = None
+) -> JobStatus:
+    """An InferenceService's Triton Deployment: Serving, Degraded, Starting or Pending."""
+    want = int((deployment.get("spec") or {}).get("replicas") or 0)
+    ready = int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    counts = Counter((p.get("status") or {}).get("phase", "Unknown") for p in pods)
+    status = JobStatus(
+        name=deployment["metadata"]["name"],
+        kind="InferenceService/Deployment",
+        phase="Serving",
+        pods=dict(sorted(counts.items())),
+    )
+    problems = pod_reasons(pods, events or [])
+    if want == 0:
+        status.phase = "ScaledToZero"
+    elif ready >= want:
+        status.phase = "Serving"
+    elif ready > 0:
+        status.phase = "Degraded"
+    else:
+        status.phase = "Pending" if problems else "Starting"
+    status.reasons.append(f"{ready}/{want} replicas ready")
+    status.reasons += problems
     return status
