@@ -332,8 +332,10 @@ def test_loadgen_offline_over_grpc_is_valid_with_all_outputs(
         assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_loadgen_server_reachable_target_is_valid(served: Served, tmp_path: Path) -> None:
-    code, result, output = bench(
+def server_bench(
+    served: Served, tmp_path: Path, qps: str, latency_ms: str
+) -> tuple[int, dict[str, Any], str]:
+    return bench(
         served,
         tmp_path,
         "--url",
@@ -341,10 +343,14 @@ def test_loadgen_server_reachable_target_is_valid(served: Served, tmp_path: Path
         "--scenario",
         "Server",
         "--target-qps",
-        "100",
+        qps,
         "--latency-ms",
-        "250",
+        latency_ms,
     )
+
+
+def test_loadgen_server_reachable_target_is_valid(served: Served, tmp_path: Path) -> None:
+    code, result, output = server_bench(served, tmp_path, "100", "250")
     assert code == 0, output
     assert result["result"] == "VALID"
     assert 80 < result["scheduled_qps"] < 120
@@ -352,18 +358,7 @@ def test_loadgen_server_reachable_target_is_valid(served: Served, tmp_path: Path
 
 
 def test_loadgen_server_impossible_target_is_invalid(served: Served, tmp_path: Path) -> None:
-    code, result, output = bench(
-        served,
-        tmp_path,
-        "--url",
-        served.endpoints.grpc,
-        "--scenario",
-        "Server",
-        "--target-qps",
-        "3000",
-        "--latency-ms",
-        "1",
-    )
+    code, result, output = server_bench(served, tmp_path, "3000", "1")
     assert code == 1, output
     assert result["result"] == "INVALID" and result["valid"] is False
     summary = (tmp_path / "loadgen" / "mlperf_log_summary.txt").read_text()

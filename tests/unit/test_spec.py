@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
-from gpufleet.spec import load_training_job, parse_override, validate_training_job
+from gpufleet.spec import load_spec, load_training_job, parse_override, validate_training_job
 from gpufleet.spec.units import parse_duration, parse_quantity
 from tests.conftest import digits_job, write_spec
 
@@ -25,9 +25,14 @@ def test_example_specs_load() -> None:
     root = Path(__file__).resolve().parents[2] / "examples"
     specs = sorted(root.glob("*.yaml"))
     assert specs
+    kinds = set()
     for path in specs:
-        job = load_training_job(path)
-        assert job.metadata.name
+        spec = load_spec(path)
+        assert spec.metadata.name
+        kinds.add(spec.kind)
+    assert kinds == {"TrainingJob", "InferenceService"}
+    with pytest.raises(UserInputError, match="expected a TrainingJob"):
+        load_training_job(root / "digits-serving.yaml")
 
 
 def test_defaults() -> None:
@@ -173,7 +178,15 @@ def test_parse_override(text: str, want: tuple[Any, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [(30, 30.0), ("45s", 45.0), ("5m", 300.0), ("1h30m", 5400.0), ("250ms", 0.25), ("2.5", 2.5)],
+    [
+        (30, 30.0),
+        ("45s", 45.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("250ms", 0.25),
+        ("2.5", 2.5),
+        ("500us", 0.0005),
+    ],
 )
 def test_durations(value: object, seconds: float) -> None:
     assert parse_duration(value) == seconds
