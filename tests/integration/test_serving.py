@@ -419,3 +419,57 @@ def test_triton_metrics_are_served_with_the_recorded_names(served: Served) -> No
     live = {m.group(1) for line in lines if (m := re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", line))}
     assert triton() <= live, sorted(triton() - live)
     assert any(line.startswith('nv_inference_request_success{model="digits"') for line in lines)
+
+
+def test_cli_serve_reports_its_endpoints_and_stops_on_sigterm(
+    served: Served, tmp_path: Path
+) -> None:
+    """`gpufleet serve` as users run it: ready line, health 200, SIGTERM -> exit 0."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import cli_env, gpufleet_cmd
+
+    repo = served.endpoints.models[0].directory.parent
+    ports = [str(free_port()) for _ in range(3)]
+    proc = subprocess.Popen(
+        gpufleet_cmd(
+            "serve",
+            "--repository",
+            str(repo),
+            "--http-port",
+            ports[0],
+            "--grpc-port",
+            ports[1],
+            "--metrics-port",
+            ports[2],
+            "--log-file",
+            str(tmp_path / "triton.log"),
+        ),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=cli_env(),
+    )
+    try:
+        assert proc.stderr is not None
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if line.startswith("serving:") or not line:
+                break
+        assert any(f"HTTP http://127.0.0.1:{ports[0]}" in line for line in lines), lines
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{ports[0]}/v2/health/ready", timeout=10
+        ) as r:
+            assert r.status == 200
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
