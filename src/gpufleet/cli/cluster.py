@@ -53,7 +53,7 @@ def status(
     context: ContextOption = None,
     output: Annotated[Output, typer.Option("--output", "-o", help="text or json")] = Output.text,
 ) -> None:
-    """One line: phase, pods, and why the job is not running (Kueue, Volcano, scheduler)."""
+    """One line: phase, pods, and why a job or service is not running (Kueue, scheduler...)."""
     with _reported():
         result = Cluster.connect(namespace, context).status(name)
     if output is Output.json:
@@ -76,7 +76,7 @@ def logs(
 
 
 def cancel(name: NameArg, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
-    """Delete the job, its pods and its Service."""
+    """Delete the job (its pods, Service, PodMonitor), or an InferenceService's objects."""
     with _reported():
         for deleted in Cluster.connect(namespace, context).cancel(name):
             err_console.print(f"deleted {deleted}")

@@ -17,7 +17,8 @@ from gpufleet.errors import GpufleetError
 
 app = typer.Typer(
     name="gpufleet",
-    help="One job spec for distributed PyTorch training: on this machine and on Kubernetes.",
+    help="One job spec for distributed PyTorch training, here and on Kubernetes; Triton serving "
+    "and MLPerf LoadGen for the trained model.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
