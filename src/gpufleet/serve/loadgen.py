@@ -259,12 +259,15 @@ def _run(cfg: BenchConfig, target: Target, requests: list[list[Any]], lg: Any) -
         settings.server_target_latency_percentile = 0.99
     elif cfg.scenario == "Offline":
         # LoadGen issues expected_qps x min_duration x 1.1 samples at once; too low an estimate
-        # ends the run before its minimum duration (INVALID), so measure one when none is given.
+        # ends the run before its minimum duration (INVALID), so measure one when none is given,
+        # and take twice it: the run then lasts about twice its minimum, and still meets it when
+        # the endpoint goes faster than it did while measured.
         settings.offline_expected_qps = float(
-            cfg.target_qps or 1.5 * calibrate(target, requests, cfg.concurrency)
+            cfg.target_qps or 2.0 * calibrate(target, requests, cfg.concurrency)
         )
-    else:  # LoadGen pre-generates min_duration / expected latency queries: measure it
-        settings.single_stream_expected_latency_ns = int(1e9 * single_latency(target, requests))
+    else:  # LoadGen pre-generates min_duration / expected latency queries: measure it, and
+        # halve it so the run still lasts its minimum when queries go faster than measured
+        settings.single_stream_expected_latency_ns = int(0.5e9 * single_latency(target, requests))
     if cfg.quick:  # LoadGen's early-stopping and its long minimums are for real submissions
         settings.max_duration_ms = int(max(duration, 1) * 10_000)
 
@@ -314,7 +317,10 @@ def _run(cfg: BenchConfig, target: Target, requests: list[list[Any]], lg: Any) -
 def calibrate(
     target: Target, requests: list[list[Any]], concurrency: int, seconds: float = 1.0
 ) -> float:
-    """Samples/s the endpoint sustains for ``seconds`` at ``concurrency`` requests in flight."""
+    """Samples/s the endpoint sustains for ``seconds`` at ``concurrency`` requests in flight
+    (after a warm-up of ``concurrency`` requests, so first-call costs do not lower it)."""
+    for i in range(max(concurrency, 1)):
+        target.infer(requests[i % len(requests)])
     in_flight = threading.BoundedSemaphore(max(concurrency, 1))
     done_count = [0]
     lock = threading.Lock()
