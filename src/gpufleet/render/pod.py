@@ -17,7 +17,8 @@ from gpufleet.errors import EXIT_PREEMPTED, FieldError, UserInputError
 from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
 from gpufleet.launch.pod import MODULE as POD_LAUNCHER
 from gpufleet.launch.worker import job_context, worker_module_args
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec.inference import InferenceService
+from gpufleet.spec.models import Metadata, Resources, TrainingJob
 
 RDZV_PORT = 29400
 METRICS_PORT_NAME = "metrics"
@@ -100,20 +101,38 @@ def require_cluster_ready(job: TrainingJob) -> None:
         raise UserInputError(errors)
 
 
-def labels(job: TrainingJob, component: str, role: str) -> dict[str, str]:
-    """The standard labels of every object a job renders."""
+def standard_labels(
+    meta: Metadata, component: str, role: str, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The labels of every object gpufleet renders, for jobs and services alike: the GPU
+    exporter attributes GPUs by gpufleet.dev/job and tenant."""
     return {
         "app.kubernetes.io/name": "gpufleet",
-        "app.kubernetes.io/instance": job.metadata.name,
+        "app.kubernetes.io/instance": meta.name,
         "app.kubernetes.io/component": component,
         "app.kubernetes.io/part-of": "gpufleet",
         "app.kubernetes.io/managed-by": "gpufleet",
-        "gpufleet.dev/job": job.metadata.name,
-        "gpufleet.dev/tenant": job.metadata.namespace or "default",
+        "gpufleet.dev/job": meta.name,
+        "gpufleet.dev/tenant": meta.namespace or "default",
         "gpufleet.dev/role": role,
-        # Read by the GPU exporter to attribute GPU usage to queues (Kueue labels only the job).
-        **({"gpufleet.dev/queue": job.spec.queue} if job.spec.queue else {}),
-        **job.metadata.labels,
+        **(extra or {}),
+        **meta.labels,
+    }
+
+
+def labels(job: TrainingJob, component: str, role: str) -> dict[str, str]:
+    """The standard labels of every object a job renders."""
+    # The queue label lets the GPU exporter attribute usage to queues (Kueue labels only the job).
+    queue = {"gpufleet.dev/queue": job.spec.queue} if job.spec.queue else {}
+    return standard_labels(job.metadata, component, role, queue)
+
+
+def scrape_annotations(port: int) -> dict[str, str]:
+    """Prometheus' scrape annotations for a pod serving /metrics on ``port``."""
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(port),
+        "prometheus.io/path": "/metrics",
     }
 
 
@@ -122,12 +141,28 @@ def pod_metadata(job: TrainingJob, role: str) -> Obj:
     serve the job's metrics (the launcher of each worker pod, on spec.metrics.port)."""
     meta: Obj = {"labels": labels(job, "trainer", role)}
     if job.spec.metrics.port and role == "worker":
-        meta["annotations"] = {
-            "prometheus.io/scrape": "true",
-            "prometheus.io/port": str(job.spec.metrics.port),
-            "prometheus.io/path": "/metrics",
-        }
+        meta["annotations"] = scrape_annotations(job.spec.metrics.port)
     return meta
+
+
+def resource_quantities(r: Resources) -> dict[str, str]:
+    """Requests (= limits) of a container: CPU, memory and GPUs, those the spec sets."""
+    out = {k: v for k, v in (("cpu", r.cpu), ("memory", r.memory)) if v}
+    if r.gpu:
+        out[GPU_RESOURCE] = str(r.gpu)
+    return out
+
+
+def gpu_placement(r: Resources) -> Obj:
+    """PodSpec fields for GPU pods: the GPU taint's toleration and the product selector."""
+    if not r.gpu:
+        return {}
+    out: Obj = {
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    }
+    if r.gpu_product:
+        out["nodeSelector"] = {GPU_PRODUCT_LABEL: r.gpu_product}
+    return out
 
 
 def pod_monitor(job: TrainingJob) -> list[Obj]:
@@ -185,13 +220,7 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
     """A PodSpec for ``job``: passes the Pod Security "restricted" profile by construction."""
     s = job.spec
     assert s.image, "call require_cluster_ready first"
-    resources: dict[str, str] = {}
-    if s.resources.cpu and where.worker:
-        resources["cpu"] = s.resources.cpu
-    if s.resources.memory and where.worker:
-        resources["memory"] = s.resources.memory
-    if s.resources.gpu and where.worker:
-        resources[GPU_RESOURCE] = str(s.resources.gpu)
+    resources = resource_quantities(s.resources) if where.worker else {}
     data = s.volumes if where.worker else []
     mounts = [
         {"name": "dshm", "mountPath": "/dev/shm"},
@@ -233,15 +262,13 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
         "containers": [container],
         "volumes": volumes,
     }
-    if s.resources.gpu and where.worker:
-        spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
-        if s.resources.gpu_product:
-            spec["nodeSelector"] = {GPU_PRODUCT_LABEL: s.resources.gpu_product}
+    if where.worker:
+        spec.update(gpu_placement(s.resources))
     return spec
 
 
-def metadata(job: TrainingJob, obj_labels: dict[str, str]) -> Obj:
-    """ObjectMeta of a top-level object: the job's name, namespace (if any) and labels."""
+def metadata(job: TrainingJob | InferenceService, obj_labels: dict[str, str]) -> Obj:
+    """ObjectMeta of a top-level object: the spec's name, namespace (if any) and labels."""
     meta: Obj = {"name": job.metadata.name}
     if job.metadata.namespace:
         meta["namespace"] = job.metadata.namespace

@@ -14,7 +14,15 @@ import copy
 import math
 from typing import Any
 
-from gpufleet.render.pod import CONTAINER_SECURITY, GPU_PRODUCT_LABEL, GPU_RESOURCE, POD_SECURITY
+from gpufleet.render.pod import (
+    CONTAINER_SECURITY,
+    POD_SECURITY,
+    gpu_placement,
+    metadata,
+    resource_quantities,
+    scrape_annotations,
+    standard_labels,
+)
 from gpufleet.spec.inference import InferenceService
 
 Obj = dict[str, Any]
@@ -28,26 +36,13 @@ ADAPTER_METRICS = {
 }
 
 
-def labels(svc: InferenceService, component: str = "inference") -> dict[str, str]:
-    """The labels of every object: gpufleet's (job = the service, so GPU usage is attributed)."""
-    return {
-        "app.kubernetes.io/name": "gpufleet",
-        "app.kubernetes.io/instance": svc.metadata.name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/part-of": "gpufleet",
-        "app.kubernetes.io/managed-by": "gpufleet",
-        "gpufleet.dev/job": svc.metadata.name,
-        "gpufleet.dev/tenant": svc.metadata.namespace or "default",
-        "gpufleet.dev/role": "server",
-        **svc.metadata.labels,
-    }
+def labels(svc: InferenceService) -> dict[str, str]:
+    """gpufleet's standard labels (job = the service, so the exporter attributes its GPUs)."""
+    return standard_labels(svc.metadata, "inference", "server")
 
 
-def _meta(svc: InferenceService, name: str | None = None) -> Obj:
-    meta: Obj = {"name": name or svc.metadata.name, "labels": labels(svc)}
-    if svc.metadata.namespace:
-        meta = {"name": meta["name"], "namespace": svc.metadata.namespace, "labels": meta["labels"]}
-    return meta
+def _meta(svc: InferenceService) -> Obj:
+    return metadata(svc, labels(svc))
 
 
 def _selector(svc: InferenceService) -> dict[str, str]:
@@ -55,10 +50,7 @@ def _selector(svc: InferenceService) -> dict[str, str]:
 
 
 def _resources(svc: InferenceService) -> Obj:
-    r = svc.spec.resources
-    out = {k: v for k, v in (("cpu", r.cpu), ("memory", r.memory)) if v}
-    if r.gpu:
-        out[GPU_RESOURCE] = str(r.gpu)
+    out = resource_quantities(svc.spec.resources)
     return {"requests": out, "limits": dict(out)} if out else {}
 
 
@@ -131,10 +123,7 @@ def pod_spec(svc: InferenceService) -> Obj:
     }
     if s.priority:
         spec["priorityClassName"] = s.priority
-    if s.resources.gpu:
-        spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
-        if s.resources.gpu_product:
-            spec["nodeSelector"] = {GPU_PRODUCT_LABEL: s.resources.gpu_product}
+    spec.update(gpu_placement(s.resources))
     return spec
 
 
@@ -156,11 +145,7 @@ def render_triton(svc: InferenceService) -> list[Obj]:
             "template": {
                 "metadata": {
                     "labels": labels(svc),
-                    "annotations": {
-                        "prometheus.io/scrape": "true",
-                        "prometheus.io/port": str(METRICS),
-                        "prometheus.io/path": "/metrics",
-                    },
+                    "annotations": scrape_annotations(METRICS),
                 },
                 "spec": pod_spec(svc),
             },
@@ -290,12 +275,7 @@ def render_kserve(svc: InferenceService) -> list[Obj]:
     if a is not None:  # KServe's own autoscaler: concurrency per replica
         predictor["scaleMetric"] = "concurrency"
         predictor["scaleTarget"] = a.target_inflight
-    if s.resources.gpu:
-        predictor["tolerations"] = [
-            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
-        ]
-        if s.resources.gpu_product:
-            predictor["nodeSelector"] = {GPU_PRODUCT_LABEL: s.resources.gpu_product}
+    predictor.update(gpu_placement(s.resources))
     if s.priority:
         predictor["priorityClassName"] = s.priority
     return [
