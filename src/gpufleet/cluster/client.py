@@ -49,15 +49,15 @@ SERVING_KINDS = [
     Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
     Kind("serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService"),
 ]
-BUILTIN_CREATE = {
-    ("apps/v1", "Deployment"): ("AppsV1Api", "create_namespaced_deployment"),
-    ("policy/v1", "PodDisruptionBudget"): (
-        "PolicyV1Api",
-        "create_namespaced_pod_disruption_budget",
-    ),
+# Built-in serving kinds, in the order the renderer emits them: (apiVersion, kind) -> the typed
+# API class and its method suffix (create_<suffix>, delete_<suffix>). Service goes through core.
+BUILTIN_KINDS = {
+    ("apps/v1", "Deployment"): ("AppsV1Api", "namespaced_deployment"),
+    ("v1", "Service"): ("CoreV1Api", "namespaced_service"),
+    ("policy/v1", "PodDisruptionBudget"): ("PolicyV1Api", "namespaced_pod_disruption_budget"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"): (
         "AutoscalingV2Api",
-        "create_namespaced_horizontal_pod_autoscaler",
+        "namespaced_horizontal_pod_autoscaler",
     ),
 }
 
@@ -86,8 +86,8 @@ class Cluster:
         self.custom = custom  # kubernetes.client.CustomObjectsApi (or a stand-in)
         self.core = core  # kubernetes.client.CoreV1Api
         self.namespace = namespace
-        # AppsV1Api, PolicyV1Api, AutoscalingV2Api by class name (serving objects)
-        self.apis = apis or {}
+        # The typed APIs of BUILTIN_KINDS by class name (serving objects); core is CoreV1Api.
+        self.apis = {"CoreV1Api": core, **(apis or {})}
 
     @classmethod
     def connect(cls, namespace: str | None = None, context: str | None = None) -> Cluster:
@@ -121,7 +121,7 @@ class Cluster:
                     ]
                 ) from exc
             default_ns = _incluster_namespace()
-        apis = {name: getattr(client, name)() for name, _ in BUILTIN_CREATE.values()}
+        apis = {n: getattr(client, n)() for n, _ in BUILTIN_KINDS.values() if n != "CoreV1Api"}
         return cls(client.CustomObjectsApi(), client.CoreV1Api(), namespace or default_ns, apis)
 
     # -- submit ----------------------------------------------------------------------------
@@ -133,12 +133,10 @@ class Cluster:
             ns = obj["metadata"].get("namespace", self.namespace)
             obj = {**obj, "metadata": {**obj["metadata"], "namespace": ns}}
             try:
-                builtin = BUILTIN_CREATE.get((obj["apiVersion"], obj["kind"]))
-                if obj["apiVersion"] == "v1" and obj["kind"] == "Service":
-                    self.core.create_namespaced_service(ns, obj)
-                elif builtin is not None:
-                    api, method = builtin
-                    getattr(self.apis[api], method)(ns, obj)
+                builtin = BUILTIN_KINDS.get((obj["apiVersion"], obj["kind"]))
+                if builtin is not None:
+                    api, suffix = builtin
+                    getattr(self.apis[api], f"create_{suffix}")(ns, obj)
                 else:
                     k = _kind_of(obj)
                     self.custom.create_namespaced_custom_object(
@@ -185,22 +183,13 @@ class Cluster:
             deployment = self.service(name)
             if deployment is not None:
                 pods = self.pods(name)
-                events = [
-                    e
-                    for p in pods
-                    if (p.get("status") or {}).get("phase") == "Pending"
-                    for e in self._list_events(p["metadata"]["name"])
-                ]
-                return summarize_service(deployment, pods, events)
+                return summarize_service(deployment, pods, self._pending_events(pods))
             raise UserInputError(
                 [FieldError("NAME", f"no gpufleet job {name!r} in namespace {self.namespace}")]
             )
         kind, job = found
         pods = self.pods(name)
-        events = []
-        for pod in pods:
-            if (pod.get("status") or {}).get("phase") == "Pending":
-                events += self._list_events(pod["metadata"]["name"])
+        events = self._pending_events(pods)
         workload = self._owned_by(WORKLOADS, job)
         local_queue = cluster_queue = None
         if workload is not None:
@@ -283,19 +272,10 @@ class Cluster:
         ):
             return []
         ns = self.namespace
+        # The reverse of the render order (the autoscaler before what it scales), then custom kinds.
         calls: list[tuple[str, Any]] = [
-            (
-                "HorizontalPodAutoscaler",
-                lambda: self.apis["AutoscalingV2Api"].delete_namespaced_horizontal_pod_autoscaler(
-                    name, ns
-                ),
-            ),
-            (
-                "PodDisruptionBudget",
-                lambda: self.apis["PolicyV1Api"].delete_namespaced_pod_disruption_budget(name, ns),
-            ),
-            ("Service", lambda: self.core.delete_namespaced_service(name, ns)),
-            ("Deployment", lambda: self.apis["AppsV1Api"].delete_namespaced_deployment(name, ns)),
+            (kind, lambda a=api, m=suffix: getattr(self.apis[a], f"delete_{m}")(name, ns))
+            for (_, kind), (api, suffix) in reversed(BUILTIN_KINDS.items())
         ] + [
             (
                 k.kind,
@@ -368,6 +348,15 @@ class Cluster:
             if any(r.get("uid") == uid for r in refs):
                 return _as_dict(item)
         return None
+
+    def _pending_events(self, pods: list[Obj]) -> list[Obj]:
+        """The events of the pods still Pending (the scheduler's reasons)."""
+        return [
+            e
+            for p in pods
+            if (p.get("status") or {}).get("phase") == "Pending"
+            for e in self._list_events(p["metadata"]["name"])
+        ]
 
     def _list_events(self, pod: str) -> list[Obj]:
         try:
