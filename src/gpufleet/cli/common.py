@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 from enum import StrEnum
 from typing import Any, NoReturn
 
@@ -21,6 +23,15 @@ class Output(StrEnum):
 
     text = "text"
     json = "json"
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT (Ctrl-C): long-running servers wait on it, then shut
+    down cleanly instead of dying mid-request."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
 
 
 def load_any(path: str, overrides: list[str] | None) -> Spec:

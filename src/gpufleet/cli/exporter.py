@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import signal
 import socket
-import threading
 from typing import Annotated
 
 import typer
 from prometheus_client import start_http_server
 
-from gpufleet.cli.common import err_console, fail
+from gpufleet.cli.common import err_console, fail, stop_on_signals
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.observe.devices import Device, SimulatedDevice, nvml_devices
 from gpufleet.observe.exporter import GpuCollector, registry_for
@@ -71,9 +69,7 @@ def exporter(
     err_console.print(
         f"serving {len(devices)} GPU(s) at {where}" + (f" ({reason})" if reason else "")
     )
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     stop.wait()
     server.shutdown()
     server.server_close()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import err_console, fail
+from gpufleet.cli.common import err_console, fail, stop_on_signals
 from gpufleet.errors import FieldError, UserInputError
 
 
@@ -137,9 +135,7 @@ def serve(
         metrics_port=metrics_port,
         log_file=log,
     )
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     try:
         with serving(repository, config) as endpoints:
             for entry in endpoints.models:

@@ -98,6 +98,8 @@ class GpuCollector(Collector):
         attribution: Attribution | None = None,
     ) -> None:
         self.devices = devices
+        # Device IDs the kubelet may report for a GPU: its UUID, or its index (index strategy).
+        self._by_id = {str(d.index): d for d in devices} | {d.uuid: d for d in devices}
         self.readers = [_Reader(d.read, f"gpu{d.index}") for d in devices]
         self.attribution = (
             _Reader(attribution.read, "pod-resources") if attribution is not None else None
@@ -171,11 +173,9 @@ class GpuCollector(Collector):
             except Exception as exc:  # Attribution.read returns errors; this is a bug guard
                 result = ([], f"pod-resources: {exc}")
         allocations, error = result
-        by_uuid = {d.uuid: d for d in self.devices}
-        by_index = {str(d.index): d for d in self.devices}
         shares: Counter[tuple[str, ...]] = Counter()
         for alloc, owner in allocations:
-            device = by_uuid.get(alloc.gpu_id) or by_index.get(alloc.gpu_id)
+            device = self._by_id.get(alloc.gpu_id)
             gpu, uuid, model = (
                 (str(device.index), device.uuid, device.model) if device else ("", alloc.gpu_id, "")
             )

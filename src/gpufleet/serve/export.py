@@ -12,10 +12,13 @@ import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.serve.repository import DTYPES, Batching, ModelEntry, Tensor, write_model
+
+if TYPE_CHECKING:  # the runtime imports torch: only when a checkpoint is read
+    from gpufleet.runtime.checkpoint import Checkpointer, CheckpointRef
 
 
 def _digits() -> Any:
@@ -51,24 +54,28 @@ def _factory(model: str) -> tuple[Callable[[], Any], list[Tensor] | None]:
     return fn, None
 
 
-def resolve_checkpoint(source: str) -> tuple[str, int]:
-    """(path, step) of the newest complete checkpoint that ``source`` names."""
-    from gpufleet.runtime.checkpoint import MARKER, Checkpointer
+def resolve_checkpoint(source: str) -> tuple[Checkpointer, CheckpointRef]:
+    """The newest complete checkpoint that ``source`` names, and a Checkpointer to load it."""
+    from gpufleet.runtime.checkpoint import MARKER, Checkpointer, CheckpointRef
 
     local = "://" not in source or source.startswith("file://")
     path = Path(source.removeprefix("file://"))
     if local:
         if not path.exists():
             raise UserInputError([FieldError("CHECKPOINT", f"{source}: no such file or directory")])
-        if (path / MARKER).is_file():
-            return str(path), int(json.loads((path / MARKER).read_text()).get("step", 0))
+        if (path / MARKER).is_file():  # one step directory
+            step = int(json.loads((path / MARKER).read_text()).get("step", 0))
+            return Checkpointer(str(path.parent), log=lambda _: None), CheckpointRef(
+                step, str(path)
+            )
         if (path / "checkpoints").is_dir():  # a run directory
             path = path / "checkpoints"
         source = str(path)
-    ref = Checkpointer(source, log=lambda _: None).latest()
+    checkpointer = Checkpointer(source, log=lambda _: None)
+    ref = checkpointer.latest()
     if ref is None:
         raise UserInputError([FieldError("CHECKPOINT", f"{source}: no complete checkpoint in it")])
-    return ref.path, ref.step
+    return checkpointer, ref
 
 
 def load_model(
@@ -90,9 +97,7 @@ def load_model(
         inputs = [Tensor("INPUT__0", input_dtype, input_dims)]
     if not inputs:
         raise UserInputError([FieldError("--input-shape", f"required for --model {model}")])
-    path, step = resolve_checkpoint(source)
-    from gpufleet.runtime.checkpoint import Checkpointer, CheckpointRef
-
+    checkpointer, ref = resolve_checkpoint(source)
     try:
         module = factory()
         state = module.state_dict()
@@ -100,12 +105,11 @@ def load_model(
         raise UserInputError(
             [FieldError("--model", f"{model}(): {type(exc).__name__}: {exc}")]
         ) from exc
-    root = str(Path(path).parent) if "://" not in path else path.rsplit("/", 1)[0]
+    path = ref.path
     try:  # the Trainer saves {"job": {"model": ..., "optim": ..., ...}}; read the model only
-        checkpointer = Checkpointer(root, log=lambda _: None)
         with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
             warnings.simplefilter("ignore", UserWarning)
-            checkpointer.load(CheckpointRef(step, path), {"job": {"model": state}})
+            checkpointer.load(ref, {"job": {"model": state}})
     except Exception as exc:
         raise UserInputError(
             [
@@ -116,7 +120,7 @@ def load_model(
             ]
         ) from exc
     module.load_state_dict(state)
-    return module.eval(), inputs, f"{model} from checkpoint {path} (step {step})"
+    return module.eval(), inputs, f"{model} from checkpoint {path} (step {ref.step})"
 
 
 def output_tensors(module: Any, inputs: list[Tensor], batched: bool) -> list[Tensor]:
@@ -158,15 +162,15 @@ def export(
     batching = batching or Batching()
     module, inputs, what = load_model(source, model, input_dims)
     outputs = output_tensors(module, inputs, batching.max_batch_size > 0)
+    model_name = name or (model if model in BUILTIN else "model")
     entry = ModelEntry(
-        name=name or (model if model in BUILTIN else "model"),
-        directory=repository / (name or model),
+        name=model_name,
+        directory=repository / model_name,
         inputs=inputs,
         outputs=outputs,
         batching=batching,
         instances=instances,
         gpu=gpu,
     )
-    entry = ModelEntry(**{**entry.__dict__, "directory": repository / entry.name})
-    write_model(module, repository, entry)
+    write_model(module, entry)
     return entry, what

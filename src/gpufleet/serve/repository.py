@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import FieldError, UserInputError
+from gpufleet.spec.inference import MODEL_NAME, preferred_out_of_range
 
 CONFIG_FILE = "config.pbtxt"
 MODEL_FILE = "model.pt"
 VERSION = "1"
-_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
 # numpy dtype name <-> Triton data type (the ones a TorchScript model can take or give).
 DTYPES = {
     "float32": "TYPE_FP32",
@@ -114,12 +113,12 @@ def check_entry(entry: ModelEntry, where: str = "") -> list[FieldError]:
     """What is wrong with ``entry`` (empty: nothing), with field paths under ``where``."""
     p = f"{where}." if where else ""
     errors = []
-    if not _NAME.match(entry.name):
+    if not MODEL_NAME.match(entry.name):
         errors.append(FieldError(f"{p}name", "1-63 letters, digits, '_', '.' or '-'"))
     b = entry.batching
     if b.max_batch_size < 0:
         errors.append(FieldError(f"{p}max_batch_size", "must be 0 (no batching) or more"))
-    bad = [s for s in b.preferred_batch_sizes if not 0 < s <= b.max_batch_size]
+    bad = preferred_out_of_range(b.preferred_batch_sizes, b.max_batch_size)
     if b.dynamic and b.max_batch_size and bad:
         errors.append(
             FieldError(
@@ -142,9 +141,9 @@ def check_entry(entry: ModelEntry, where: str = "") -> list[FieldError]:
     return errors
 
 
-def write_model(module: Any, repository: Path, entry: ModelEntry) -> Path:
-    """Save ``module`` (TorchScript, or scriptable) as ``entry`` in ``repository``; returns the
-    model's directory. Raises UserInputError for a bad entry or a module TorchScript rejects."""
+def write_model(module: Any, entry: ModelEntry) -> None:
+    """Save ``module`` (TorchScript, or scriptable) and its config into ``entry.directory``.
+    Raises UserInputError for a bad entry or a module TorchScript rejects."""
     import torch
 
     errors = check_entry(entry)
@@ -158,11 +157,9 @@ def write_model(module: Any, repository: Path, entry: ModelEntry) -> Path:
             scripted = torch.jit.script(module)
         except Exception as exc:  # TorchScript's own message names the construct
             raise UserInputError([FieldError("model", f"not TorchScript-able: {exc}")]) from exc
-    directory = repository / entry.name
-    (directory / VERSION).mkdir(parents=True, exist_ok=True)
-    torch.jit.save(scripted, str(directory / VERSION / MODEL_FILE))
-    (directory / CONFIG_FILE).write_text(config_text(entry))
-    return directory
+    entry.model_file.parent.mkdir(parents=True, exist_ok=True)
+    torch.jit.save(scripted, str(entry.model_file))
+    (entry.directory / CONFIG_FILE).write_text(config_text(entry))
 
 
 def read_repository(repository: Path) -> list[ModelEntry]:
@@ -209,7 +206,7 @@ def read_repository(repository: Path) -> list[ModelEntry]:
 def _entry_of(config: Any, directory: Path, m: Any) -> ModelEntry | FieldError:
     names = {v: k for k, v in DTYPES.items()}
 
-    def tensors(kind: str, items: Any) -> list[Tensor]:
+    def tensors(items: Any) -> list[Tensor]:
         out = []
         for t in items:
             dtype = names.get(m.DataType.Name(t.data_type), m.DataType.Name(t.data_type))
@@ -227,8 +224,8 @@ def _entry_of(config: Any, directory: Path, m: Any) -> ModelEntry | FieldError:
     return ModelEntry(
         name=config.name or directory.name,
         directory=directory,
-        inputs=tensors("input", config.input),
-        outputs=tensors("output", config.output),
+        inputs=tensors(config.input),
+        outputs=tensors(config.output),
         batching=Batching(
             max_batch_size=config.max_batch_size,
             dynamic=dyn,

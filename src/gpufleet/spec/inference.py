@@ -17,13 +17,14 @@ from gpufleet.spec.models import (
 )
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:26.10-py3"
-_MODEL_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+# A Triton model name (its directory in the repository); `gpufleet export` checks the same.
+MODEL_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
 # Schemes Triton's --model-repository reads itself (cloud storage), besides a PVC path.
 REPOSITORY_SCHEMES = ("s3://", "gs://", "as://")
 
 
 def _model_name(value: str) -> str:
-    if not _MODEL_NAME.match(value):
+    if not MODEL_NAME.match(value):
         raise ValueError(f"1-63 letters, digits, '_', '.' or '-', got {value!r}")
     return value
 
@@ -35,6 +36,11 @@ def _repository(value: str) -> str:
             f"{value!r}; for a volume use model.pvc"
         )
     return value
+
+
+def preferred_out_of_range(preferred: list[int] | tuple[int, ...], max_batch: int) -> list[int]:
+    """Preferred batch sizes outside 1..max_batch (Triton rejects them)."""
+    return [size for size in preferred if not 0 < size <= max_batch]
 
 
 class PvcSource(SpecModel):
@@ -146,7 +152,7 @@ class InferenceServiceSpec(SpecModel):
                 "max = min"
             )
         b = self.batching
-        bad = [s for s in b.preferred_batch_sizes if not 0 < s <= b.max_batch_size]
+        bad = preferred_out_of_range(b.preferred_batch_sizes, b.max_batch_size)
         if b.max_batch_size and bad:
             problems.append(
                 f"spec.batching.preferredBatchSizes {bad} not within 1..maxBatchSize "
