@@ -59,6 +59,24 @@ class BenchConfig:
     outdir: Path = Path("loadgen")
     prometheus: bool = False
 
+    def errors(self) -> list[FieldError]:
+        """Everything wrong with this configuration, named by the CLI option that sets it."""
+        errors = []
+        if self.scenario not in SCENARIOS:
+            errors.append(
+                FieldError("--scenario", f"{self.scenario!r}: one of {', '.join(SCENARIOS)}")
+            )
+        for name, value in (("--duration", self.duration), ("--latency-ms", self.latency_ms)):
+            if value <= 0:
+                errors.append(FieldError(name, "must be positive"))
+        if self.target_qps is not None and self.target_qps <= 0:
+            errors.append(FieldError("--target-qps", "must be positive"))
+        elif self.scenario == "Server" and not self.target_qps:
+            errors.append(FieldError("--target-qps", "required for the Server scenario"))
+        if self.min_queries < 1 or self.concurrency < 1:
+            errors.append(FieldError("--min-queries/--concurrency", "must be at least 1"))
+        return errors
+
     def effective(self) -> tuple[float, int]:
         """(min duration s, min queries) after ``quick``. A quick Server run still issues 700
         queries: fewer can never pass LoadGen's early-stopping check of the 99th percentile."""
@@ -232,10 +250,9 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     """Run LoadGen for ``cfg`` and write its logs and gpufleet's outputs into ``cfg.outdir``."""
     import mlperf_loadgen as lg
 
-    if cfg.scenario not in SCENARIOS:
-        raise UserInputError([FieldError("--scenario", f"one of {', '.join(SCENARIOS)}")])
-    if cfg.scenario == "Server" and not cfg.target_qps:
-        raise UserInputError([FieldError("--target-qps", "required for the Server scenario")])
+    errors = cfg.errors()
+    if errors:
+        raise UserInputError(errors)
     target = Target(cfg.url, cfg.model, cfg.concurrency)
     try:
         data = samples_for(target, cfg.samples, cfg.seed)
