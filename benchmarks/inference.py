@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psutil
@@ -192,13 +193,10 @@ def main() -> None:
                 args.bisect_steps,
             )
             client = overhead(grpc, args.single_queries, args.rounds, root)
-
-            class Served:
-                pass
-
-            served = Served()
-            served.endpoints = endpoints  # type: ignore[attr-defined]
-            memory = hostile_memory(served, server, args.hostile_loops)
+            # test_serving's post() reads only .endpoints of what it is given
+            memory = hostile_memory(
+                SimpleNamespace(endpoints=endpoints), server, args.hostile_loops
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     data["results"] = {

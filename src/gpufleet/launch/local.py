@@ -26,6 +26,7 @@ from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import MetricsPortError, serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
 from gpufleet.launch.worker import DEFAULT_RUN_ROOT, job_context, worker_module_args
+from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json, write_json_atomic
 from gpufleet.spec.models import TrainingJob
 
@@ -102,7 +103,7 @@ def prepare_run_dir(run_root: Path, name: str, *, fresh: bool) -> Path:
         archive.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(run_dir), str(archive))
     run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("result.json", "preempted.json", "progress.json"):
+    for stale in ("result.json", PREEMPTED_FILE, "progress.json"):
         (run_dir / stale).unlink(missing_ok=True)
     return run_dir
 
@@ -196,7 +197,7 @@ def _summarize(
     job: TrainingJob, run_dir: Path, outcomes: list[NodeOutcome], started: float
 ) -> RunSummary:
     result = read_json(run_dir / "result.json") or {}
-    preempted = read_json(run_dir / "preempted.json")
+    preempted = read_json(run_dir / PREEMPTED_FILE)
     summary = RunSummary(
         name=job.metadata.name,
         status="Succeeded",

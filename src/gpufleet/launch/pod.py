@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
-from gpufleet.runtime.context import ENV_METRICS_DIR, ENV_RUN_DIR
+from gpufleet.runtime.context import ENV_METRICS_DIR, ENV_RUN_DIR, PREEMPTED_FILE
 
 ENV_METRICS_PORT = "GPUFLEET_METRICS_PORT"
 ENV_METRICS_ADDRESS = "GPUFLEET_METRICS_ADDRESS"
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
-    (run_dir / "preempted.json").unlink(missing_ok=True)
+    (run_dir / PREEMPTED_FILE).unlink(missing_ok=True)
     with _metrics(dict(os.environ)):
         try:
             run(args)
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpufleet: {exc}", file=sys.stderr, flush=True)
             return EXIT_FAILED
         except SignalException as exc:
-            if (run_dir / "preempted.json").exists():
+            if (run_dir / PREEMPTED_FILE).exists():
                 print("gpufleet: preempted after a checkpoint", file=sys.stderr, flush=True)
                 return EXIT_PREEMPTED
             return 128 + int(exc.sigval)

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV_RUN_DIR = "GPUFLEET_RUN_DIR"
+# Written into the run directory by each node's first worker after a preemption checkpoint;
+# the launchers (local and in a pod) read it to report "preempted" (exit 75).
+PREEMPTED_FILE = "preempted.json"
 ENV_JOB_NAME = "GPUFLEET_JOB_NAME"
 ENV_CHECKPOINT_DIR = "GPUFLEET_CHECKPOINT_DIR"
 ENV_CHECKPOINT_EVERY = "GPUFLEET_CHECKPOINT_EVERY"

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from gpufleet.errors import EXIT_PREEMPTED
 from gpufleet.runtime import faults
 from gpufleet.runtime.checkpoint import Checkpointer
-from gpufleet.runtime.context import JobContext
+from gpufleet.runtime.context import PREEMPTED_FILE, JobContext
 from gpufleet.runtime.data import ResumableDistributedSampler
 from gpufleet.runtime.digest import state_digest
 from gpufleet.runtime.distributed import DistInfo, control_group, init_distributed
@@ -356,7 +356,7 @@ class Trainer:
         # node's launcher can report "preempted" rather than "killed by SIGTERM".
         if self.info.local_rank == 0:
             write_json_atomic(
-                self.context.run_dir / "preempted.json",
+                self.context.run_dir / PREEMPTED_FILE,
                 {"step": result.steps, "checkpoint": result.checkpoint},
             )
         if self.info.is_main:
