@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpufleet-installed
 TOOLS := .tools/bin
 
-.PHONY: demo test lint unit fmt docs bench clean tools
+.PHONY: demo test lint unit fmt docs goldens bench clean tools
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ fmt: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python scripts/gen_spec_docs.py
+
+# Rewrite tests/golden/* from the renderers after an intended change; review with git diff.
+goldens: $(STAMP)
+	$(BIN)/python -m tests.goldens
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/runtime_overhead.py

@@ -7,15 +7,47 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+
+def poll_until(
+    check: Callable[[], T | None],
+    *,
+    what: str,
+    timeout: float = 120,
+    interval: float = 0.2,
+    alive: subprocess.Popen[Any] | None = None,
+    retry_on: tuple[type[BaseException], ...] = (),
+) -> T:
+    """Call ``check`` until it returns something truthy, and return that.
+
+    Fails the test saying ``what`` was awaited when ``timeout`` seconds pass, or at once when
+    the ``alive`` process has exited (a dead launcher makes no more progress; its exit code is
+    in the message). Exceptions of the ``retry_on`` types count as "not yet" (a server that is
+    not listening yet raises OSError).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+        except retry_on:
+            value = None
+        if value:
+            return value
+        if alive is not None and alive.poll() is not None:
+            pytest.fail(f"process exited with {alive.returncode} while waiting for {what}")
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
 
 
 def digits_job(name: str = "digits-test", **spec: Any) -> dict[str, Any]:

@@ -11,18 +11,19 @@ import os
 import random
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpufleet.errors import EXIT_PREEMPTED
+from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json
 from tests.conftest import (
     cli_env,
     digits_job,
     gpufleet_cmd,
+    poll_until,
     processes_mentioning,
     run_cli,
     summary_of,
@@ -130,14 +131,11 @@ def test_hang_detected_within_timeout(workdir: Path, baseline: dict[str, Any]) -
 
 
 def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen[str]) -> int:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    def reached() -> int | None:
         progress = read_json(run_dir / "progress.json")
-        if progress and progress["step"] >= step:
-            return int(progress["step"])
-        assert proc.poll() is None, "launcher ended early"
-        time.sleep(0.05)
-    raise AssertionError("training never reached the step")
+        return int(progress["step"]) if progress and progress["step"] >= step else None
+
+    return poll_until(reached, what=f"training to reach step {step}", alive=proc, interval=0.05)
 
 
 def test_external_sigkill_of_a_worker(workdir: Path, long_baseline: dict[str, Any]) -> None:
@@ -184,15 +182,25 @@ def test_preempt_launcher_then_resume(
     assert s["state_digest"] == long_baseline["state_digest"], f"seed {SEED}"
 
 
-def test_preempted_launcher_leaves_no_workers(workdir: Path) -> None:
-    """A short grace period still ends with every worker gone."""
+def test_grace_period_runs_out_without_a_checkpoint(workdir: Path) -> None:
+    """A preemption the workers cannot honour ends as a plain kill: rank 1 hangs (injected), so
+    no rank reaches the step boundary where the preemption checkpoint is taken; after the 2 s
+    grace the launcher SIGKILLs them, exits 128+SIGTERM (not 75: nothing to resume from) and
+    leaves no preemption marker and no worker behind. The grace path that ends in 75 is
+    test_preempt_launcher_then_resume."""
     doc = digits_job("grace", workload=LONG_WORKLOAD, preemption={"gracePeriod": "2s"})
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = "hang@step=3,rank=1"
     launcher = subprocess.Popen(gpufleet_cmd("run", str(write_spec(workdir, doc))), cwd=workdir,
-                                env=cli_env(), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)  # fmt: skip
-    _wait_for_step(workdir / ".gpufleet/runs/grace", 5, launcher)
+                                env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+    run_dir = workdir / ".gpufleet/runs/grace"
+    poll_until(lambda: "gpufleet-fault: hang" in rank_logs(workdir, "grace"),
+               what="the injected hang", alive=launcher)  # fmt: skip
     launcher.send_signal(signal.SIGTERM)
-    assert launcher.wait(timeout=60) in (EXIT_PREEMPTED, 128 + signal.SIGTERM)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert not (run_dir / PREEMPTED_FILE).exists()
     # the workdir fixture fails the test if any worker outlives the launcher
 
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.launch.local import free_port
-from tests.conftest import cli_env, digits_job, gpufleet_cmd, write_spec
+from tests.conftest import cli_env, digits_job, gpufleet_cmd, poll_until, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -44,28 +44,24 @@ def test_running_job_exposes_progress_throughput_and_checkpoints(workdir: Path) 
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        first: dict[str, float] = {}
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                _, samples = scrape(port)
-            except OSError:
-                time.sleep(0.2)
-                continue
-            steps = steps_by_rank(samples)
-            if set(steps) == {"0", "1"} and min(steps.values()) > 0:
-                first = steps
-                break
-            time.sleep(0.2)
-        assert first, "no step metrics from both ranks"
-        later: dict[str, float] = {}
-        while time.monotonic() < deadline and proc.poll() is None:
+
+        def both_ranks_stepped() -> dict[str, float] | None:
+            steps = steps_by_rank(scrape(port)[1])
+            return steps if set(steps) == {"0", "1"} and min(steps.values()) > 0 else None
+
+        first = poll_until(both_ranks_stepped, what="step metrics from both ranks", alive=proc,
+                           retry_on=(OSError,))  # fmt: skip
+
+        def moved_on() -> tuple[str, dict[str, list[tuple[dict[str, str], float]]]] | None:
             text, samples = scrape(port)
             later = steps_by_rank(samples)
-            if min(later.values()) > max(first.values()) and "gpufleet_job_loss" in samples:
-                break
-            time.sleep(0.2)
-        assert min(later.values()) > max(first.values()), (first, later)  # the counter moves
+            ahead = set(later) == {"0", "1"} and min(later.values()) > max(first.values())
+            return (text, samples) if ahead and "gpufleet_job_loss" in samples else None
+
+        # the step gauges move on, and the loss appears at the first report
+        text, samples = poll_until(moved_on, what="both ranks past their first scraped step",
+                                   alive=proc)  # fmt: skip
+        later = steps_by_rank(samples)
         assert samples["gpufleet_job_restarts"][0][1] == 0
         assert sum(v for _, v in samples["gpufleet_job_samples_total"]) >= 16 * sum(later.values())
         assert sum(v for _, v in samples["gpufleet_job_step_duration_seconds_count"]) > 0

@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -19,6 +18,7 @@ from tests.conftest import (
     cli_env,
     digits_job,
     gpufleet_cmd,
+    poll_until,
     processes_mentioning,
     run_cli,
     summary_of,
@@ -148,13 +148,14 @@ def test_launcher_sigkill_leaves_no_orphans(workdir: Path, nodes: int, procs: in
         gpufleet_cmd("run", str(spec)), cwd=workdir, env=cli_env(),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    workers: list[psutil.Process] = []
-    while time.monotonic() < deadline and len(workers) < 2:
-        time.sleep(0.3)
-        workers = [p for p in processes_mentioning("sleepy.py") if p.pid != launcher.pid]
-        workers = [p for p in workers if "gpufleet.launch.shim" in " ".join(p.cmdline())]
-    assert len(workers) == 2, "workers did not start"
+
+    def both_workers() -> list[psutil.Process] | None:
+        found = [p for p in processes_mentioning("sleepy.py") if p.pid != launcher.pid]
+        found = [p for p in found if "gpufleet.launch.shim" in " ".join(p.cmdline())]
+        return found if len(found) == 2 else None
+
+    poll_until(both_workers, what="both workers to start", timeout=60, interval=0.3,
+               alive=launcher, retry_on=(psutil.NoSuchProcess,))  # fmt: skip
     launcher.send_signal(signal.SIGKILL)
     launcher.wait(timeout=10)
     left = wait_no_processes("sleepy.py", timeout=15)

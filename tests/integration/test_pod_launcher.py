@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 from gpufleet.launch.local import free_port
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
-from tests.conftest import cli_env
+from tests.conftest import cli_env, poll_until
 from tests.integration.test_job_metrics import scrape, steps_by_rank
 from tests.unit.test_render import cluster_job
 
@@ -67,16 +66,12 @@ def pod_process(
 
 
 def wait_for_steps(proc: subprocess.Popen[str], port: int, at_least: int) -> dict[str, float]:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            steps = steps_by_rank(scrape(port)[1])
-        except OSError:
-            steps = {}
-        if set(steps) == {"0", "1"} and min(steps.values()) >= at_least:
-            return steps
-        time.sleep(0.2)
-    raise AssertionError(f"no step {at_least} from both ranks on :{port} (exit {proc.poll()})")
+    def stepped() -> dict[str, float] | None:
+        steps = steps_by_rank(scrape(port)[1])
+        return steps if set(steps) == {"0", "1"} and min(steps.values()) >= at_least else None
+
+    what = f"step {at_least} from both ranks on :{port}"
+    return poll_until(stepped, what=what, alive=proc, retry_on=(OSError,))
 
 
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ import pytest
 import yaml
 
 from gpufleet.launch.local import free_port
-from tests.conftest import REPO, cli_env, digits_job, gpufleet_cmd, write_spec
+from tests.conftest import REPO, cli_env, digits_job, gpufleet_cmd, poll_until, write_spec
 from tests.kubelet import Kubelet, compiled_upstream, kubelet_answer
 
 pytestmark = [
@@ -39,16 +38,7 @@ def query(port: int, promql: str) -> list[dict[str, Any]]:
 
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+    return poll_until(check, what=what, timeout=timeout, interval=0.5, retry_on=(OSError,))
 
 
 @pytest.fixture

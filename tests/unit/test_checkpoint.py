@@ -107,11 +107,34 @@ def test_fsspec_uri(tmp_path: Path) -> None:
     assert torch.equal(into["m"]["b"], model_state(7)["b"])
 
 
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("keep", [1, 3])
-def test_marker_written_last(tmp_path: Path, keep: int) -> None:
-    ckpt = Checkpointer(str(tmp_path), keep=keep)
-    path = Path(ckpt.save(3, {"m": model_state(3)}))
-    marker_time = (path / MARKER).stat().st_mtime_ns
-    assert all(
-        (path / n).stat().st_mtime_ns <= marker_time for n in os.listdir(path) if n != MARKER
-    )
+def test_marker_written_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep: int, async_save: bool
+) -> None:
+    """The writer is instrumented, not the clock: at the moment each marker becomes visible
+    (its atomic rename), every data file of that checkpoint is already there, at its final size."""
+    real_replace = os.replace
+    at_commit: dict[str, dict[str, int]] = {}
+
+    def recording_replace(src: str, dst: str) -> None:
+        real_replace(src, dst)
+        if os.path.basename(dst) == MARKER:
+            where = os.path.dirname(dst)
+            at_commit[where] = {
+                n: os.path.getsize(os.path.join(where, n)) for n in os.listdir(where) if n != MARKER
+            }
+
+    monkeypatch.setattr(os, "replace", recording_replace)
+    ckpt = Checkpointer(str(tmp_path), keep=keep, async_save=async_save)
+    paths = []
+    for step in (3, 6):
+        paths.append(ckpt.save(step, {"m": model_state(step)}))
+        ckpt.wait()
+    ckpt.close()
+    survivors = paths[-keep:]
+    assert sorted(at_commit) == sorted(paths), "one marker per save, written by rename"
+    for path in survivors:
+        final = {n: os.path.getsize(os.path.join(path, n)) for n in os.listdir(path) if n != MARKER}
+        assert ".metadata" in final and any(n.endswith(".distcp") for n in final), final
+        assert at_commit[path] == final, "data written after the marker"

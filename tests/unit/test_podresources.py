@@ -10,7 +10,6 @@ from __future__ import annotations
 import inspect
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -33,7 +32,7 @@ from gpufleet.observe.podresources import (
     list_allocations,
     owner_of,
 )
-from tests.conftest import cli_env, gpufleet_cmd
+from tests.conftest import cli_env, gpufleet_cmd, poll_until
 from tests.kubelet import GPU0, GPU1, Kubelet, compiled_upstream, kubelet_answer
 from tests.unit.test_exporter import scrape, serve, stop
 
@@ -105,14 +104,8 @@ def test_client_keeps_its_channel_and_reconnects_after_a_kubelet_restart(
     try:
         assert len(client()) == len(client()) == 5
         kubelet.restart()
-        deadline = time.monotonic() + 15
-        while True:  # grpcio backs off after the broken connection, then reconnects
-            try:
-                allocations = client()
-                break
-            except grpc.RpcError:
-                assert time.monotonic() < deadline, "no reconnect within 15 s"
-                time.sleep(0.2)
+        # grpcio backs off after the broken connection, then reconnects
+        allocations = poll_until(client, what="a reconnect", timeout=15, retry_on=(grpc.RpcError,))
         assert len(allocations) == 5
     finally:
         client.close()
@@ -235,11 +228,11 @@ def test_cli_serves_allocations_from_the_socket(kubelet: Kubelet) -> None:
         assert proc.stderr is not None
         line = proc.stderr.readline()
         url = line.split(" at ")[1].split()[0]
-        deadline = time.monotonic() + 20
-        while True:
-            _, samples, _ = scrape(url)
-            if samples.get("gpufleet_gpu_allocated") or time.monotonic() > deadline:
-                break
+        samples = poll_until(
+            lambda: (s := scrape(url)[1]).get("gpufleet_gpu_allocated") and s,
+            what="gpufleet_gpu_allocated series",
+            timeout=20,
+        )
         got = allocated(samples)
         assert got[f"llm-worker-0-0-abcde/{GPU0}"][0]["tenant"] == "team-a"  # no labels: ns
     finally:

@@ -1,0 +1,62 @@
+"""The golden files: what each one holds is produced here, once, for the tests and the updater.
+
+The tests compare the rendered text with the file, byte for byte, and never write it. After an
+intended change to a renderer, rewrite the files in a separate step and review the diff:
+
+    python -m tests.goldens          # or: make goldens
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from gpufleet.render import SERVING_TARGETS, TARGETS, render_spec
+from gpufleet.spec import validate_spec
+from tests.conftest import REPO
+
+GOLDEN = REPO / "tests" / "golden"
+TRAINING_SPEC = GOLDEN / "digits-cluster.spec.yaml"
+SERVING_SPEC = REPO / "examples" / "digits-serving.yaml"
+
+
+def _rendered(spec_file: Path, target: str) -> Callable[[], str]:
+    def text() -> str:
+        spec = validate_spec(yaml.safe_load(spec_file.read_text()), str(spec_file))
+        return yaml.safe_dump_all(render_spec(spec, target), sort_keys=False)
+
+    return text
+
+
+# golden file -> how to produce its text
+GOLDENS: dict[Path, Callable[[], str]] = {
+    **{GOLDEN / f"digits-cluster.{t}.yaml": _rendered(TRAINING_SPEC, t) for t in TARGETS},
+    **{GOLDEN / f"digits-serving.{t}.yaml": _rendered(SERVING_SPEC, t) for t in SERVING_TARGETS},
+}
+
+
+def golden_text(path: Path) -> str:
+    """What the golden file at ``path`` must hold, rendered now."""
+    return GOLDENS[path]()
+
+
+def update() -> list[Path]:
+    """Rewrite every golden file whose rendering changed; return those paths."""
+    changed = []
+    for path, text in GOLDENS.items():
+        new = text()
+        if not path.is_file() or path.read_text() != new:
+            path.write_text(new)
+            changed.append(path)
+    return changed
+
+
+if __name__ == "__main__":
+    changed = update()
+    for path in changed:
+        print(f"rewrote {path.relative_to(REPO)}")
+    print(f"{len(changed)} of {len(GOLDENS)} golden files changed; review them with git diff")
+    sys.exit(0)
