@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import environment, median, result_path
 
 from gpufleet.launch.local import run_local
-from gpufleet.runtime import JobContext, Trainer, TrainerConfig, seed_everything
+from gpufleet.runtime import CheckpointSettings, JobContext, Trainer, TrainerConfig, seed_everything
 from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.runtime.distributed import init_distributed, shutdown_distributed
 from gpufleet.runtime.files import read_json
@@ -89,10 +89,9 @@ def _trainer(steps: int, data: Any, ckpt_dir: Path, every: int, use_async: bool)
     ctx = JobContext(
         name="bench",
         run_dir=ckpt_dir,
-        checkpoint_dir=str(ckpt_dir / "ckpt"),
-        checkpoint_every=every,
-        checkpoint_keep=2,
-        checkpoint_async=use_async,
+        checkpoint=CheckpointSettings(
+            dir=str(ckpt_dir / "ckpt"), every_steps=every, keep=2, async_save=use_async
+        ),
         hang_timeout=600,
     )
     cfg = TrainerConfig(steps=steps, batch_size=BATCH, seed=0, log_every=10**9)
@@ -130,10 +129,12 @@ def _checkpoint_blocking(root: Path, repeats: int) -> dict[str, Any]:
             ctx = JobContext(
                 name="bench",
                 run_dir=root / f"{mode}{i}",
-                checkpoint_dir=str(root / f"{mode}{i}" / "ckpt"),
-                checkpoint_every=CKPT_GAP,
-                checkpoint_keep=1,
-                checkpoint_async=mode == "async",
+                checkpoint=CheckpointSettings(
+                    dir=str(root / f"{mode}{i}" / "ckpt"),
+                    every_steps=CKPT_GAP,
+                    keep=1,
+                    async_save=mode == "async",
+                ),
                 hang_timeout=600,
             )
             cfg = TrainerConfig(steps=steps, batch_size=8, seed=0, log_every=10**9)

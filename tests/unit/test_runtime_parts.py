@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from gpufleet.runtime import JobContext, ResumableDistributedSampler, state_digest
+from gpufleet.runtime import (
+    CheckpointSettings,
+    JobContext,
+    ResumableDistributedSampler,
+    state_digest,
+)
 from gpufleet.runtime.faults import Fault, parse_faults
 from gpufleet.runtime.preemption import PreemptionGuard
 from gpufleet.runtime.rng import capture_rng, restore_rng
@@ -69,10 +74,7 @@ def test_context_round_trips_through_env(tmp_path: Path) -> None:
     ctx = JobContext(
         name="j",
         run_dir=tmp_path,
-        checkpoint_dir="s3://b/p",
-        checkpoint_every=7,
-        checkpoint_keep=2,
-        checkpoint_async=True,
+        checkpoint=CheckpointSettings(dir="s3://b/p", every_steps=7, keep=2, async_save=True),
         hang_timeout=12.5,
         workload={"name": "digits", "steps": 3},
     )

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpufleet.errors import EXIT_PREEMPTED
-from gpufleet.runtime import JobContext, Trainer, TrainerConfig, seed_everything
+from gpufleet.runtime import CheckpointSettings, JobContext, Trainer, TrainerConfig, seed_everything
 from gpufleet.runtime.files import read_json
 from gpufleet.runtime.trainer import cross_entropy_step
 from gpufleet.workloads import synthetic_dataset, synthetic_mlp
@@ -25,10 +25,9 @@ def make_trainer(run_dir: Path, *, stop_at: int | None = None, use_async: bool =
     ctx = JobContext(
         name="unit",
         run_dir=run_dir,
-        checkpoint_dir=str(run_dir / "ckpt"),
-        checkpoint_every=4,
-        checkpoint_keep=2,
-        checkpoint_async=use_async,
+        checkpoint=CheckpointSettings(
+            dir=str(run_dir / "ckpt"), every_steps=4, keep=2, async_save=use_async
+        ),
     )
     calls = {"n": 0}
     trainer: Trainer

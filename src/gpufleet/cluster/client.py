@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.cluster.status import JobStatus, Obj, summarize, summarize_service
+from gpufleet.cluster.status import JobStatus, summarize, summarize_service
 from gpufleet.errors import FieldError, GpufleetError, UserInputError
+from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER, Obj, job_selector
 
 
 @dataclass(frozen=True)
@@ -171,9 +172,7 @@ class Cluster:
                 return None
             raise self._api_error(exc, f"read Deployment {name}") from exc
         labels = found["metadata"].get("labels") or {}
-        ours = (
-            labels.get("gpufleet.dev/job") == name and labels.get("gpufleet.dev/role") == "server"
-        )
+        ours = labels.get(LABEL_JOB) == name and labels.get(LABEL_ROLE) == ROLE_SERVER
         return found if ours else None
 
     def status(self, name: str) -> JobStatus:
@@ -210,7 +209,7 @@ class Cluster:
     def pods(self, name: str) -> list[Obj]:
         """The job's pods (label gpufleet.dev/job), as API dicts sorted by name."""
         try:
-            found = self.core.list_namespaced_pod(self.namespace, label_selector=_selector(name))
+            found = self.core.list_namespaced_pod(self.namespace, label_selector=job_selector(name))
         except Exception as exc:
             raise self._api_error(exc, f"list pods of {name}") from exc
         return sorted((_as_dict(p) for p in _items(found)), key=lambda p: p["metadata"]["name"])
@@ -255,7 +254,7 @@ class Cluster:
             )
             deleted.append(f"{kind.kind}/{name}")
             services = self.core.list_namespaced_service(
-                self.namespace, label_selector=_selector(name)
+                self.namespace, label_selector=job_selector(name)
             )
             for svc in (_as_dict(s) for s in _items(services)):
                 self.core.delete_namespaced_service(svc["metadata"]["name"], self.namespace)
@@ -301,7 +300,7 @@ class Cluster:
         k = PODMONITORS
         try:
             listed = self.custom.list_namespaced_custom_object(
-                k.group, k.version, self.namespace, k.plural, label_selector=_selector(name)
+                k.group, k.version, self.namespace, k.plural, label_selector=job_selector(name)
             )
         except Exception as exc:
             if _status_code(exc) == 404:  # the CRD is not installed
@@ -382,11 +381,7 @@ class Cluster:
 
 
 def _is_ours(obj: Obj, name: str) -> bool:
-    return (obj["metadata"].get("labels") or {}).get("gpufleet.dev/job") == name
-
-
-def _selector(name: str) -> str:
-    return f"gpufleet.dev/job={name}"
+    return (obj["metadata"].get("labels") or {}).get(LABEL_JOB) == name
 
 
 def _items(listed: Any) -> list[Any]:

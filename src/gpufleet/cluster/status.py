@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
-Obj = dict[str, Any]
+from gpufleet.kube import KUEUE_QUEUE_LABEL, Obj
 
 # Job-level condition types of Job, JobSet, PyTorchJob/MPIJob (Kubeflow) and TrainJob.
 _TERMINAL = {
@@ -256,7 +255,7 @@ def summarize(
     if admitted is False:
         status.phase = "Queued"
         status.reasons += why
-    elif admitted is None and "kueue.x-k8s.io/queue-name" in labels and phase == "Suspended":
+    elif admitted is None and KUEUE_QUEUE_LABEL in labels and phase == "Suspended":
         status.phase = "Queued"
         status.reasons.append(
             "Kueue has made no Workload for it: is Kueue installed and managing this kind, "

@@ -64,10 +64,9 @@ def worker_argv(job: TrainingJob) -> list[str]:
 
 def worker_env(job: TrainingJob, run_dir: Path) -> dict[str, str]:
     """Variables added to torchrun's worker environment."""
-    checkpoint_dir = job.spec.checkpoint.dir or str((run_dir / "checkpoints").resolve())
     metrics_dir = str(metrics_dir_of(run_dir).resolve())
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as torchrun sets it
-    env.update(job_context(job, run_dir.resolve(), checkpoint_dir, metrics_dir).to_env())
+    env.update(job_context(job, run_dir.resolve(), metrics_dir).to_env())
     env.update(job.spec.env)
     return env
 

@@ -23,18 +23,14 @@ def worker_module_args(job: TrainingJob) -> list[str]:
     return ["-m", SHIM_MODULE, *command]
 
 
-def job_context(
-    job: TrainingJob, run_dir: Path, checkpoint_dir: str, metrics_dir: str | None = None
-) -> JobContext:
-    """The runtime settings workers read from GPUFLEET_* variables."""
+def job_context(job: TrainingJob, run_dir: Path, metrics_dir: str | None = None) -> JobContext:
+    """The runtime settings workers read from GPUFLEET_* variables. The checkpoint directory
+    is the spec's, else <run_dir>/checkpoints, named explicitly so every worker agrees."""
     s = job.spec
     return JobContext(
         name=job.metadata.name,
         run_dir=run_dir,
-        checkpoint_dir=checkpoint_dir,
-        checkpoint_every=s.checkpoint.every_steps,
-        checkpoint_keep=s.checkpoint.keep,
-        checkpoint_async=s.checkpoint.async_save,
+        checkpoint=s.checkpoint.settings(run_dir),
         hang_timeout=s.hang_timeout,
         workload=s.workload.model_dump(by_alias=True) if s.workload else {},
         metrics_dir=metrics_dir if s.metrics.port else None,

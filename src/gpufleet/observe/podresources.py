@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.kube import KUEUE_QUEUE_LABEL, LABEL_JOB, LABEL_QUEUE, LABEL_TENANT
+
 SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 SERVICE = "v1.PodResourcesLister"
 LIST_METHOD = f"/{SERVICE}/List"
@@ -30,15 +32,14 @@ GPU_RESOURCE_PREFIX = "nvidia.com/"
 
 # The pod labels gpufleet's renderers set, then the labels other tools set, in order.
 JOB_LABELS = (
-    "gpufleet.dev/job",
+    LABEL_JOB,
     "jobset.sigs.k8s.io/jobset-name",
     "training.kubeflow.org/job-name",
     "volcano.sh/job-name",
     "batch.kubernetes.io/job-name",
     "job-name",
 )
-TENANT_LABEL = "gpufleet.dev/tenant"
-QUEUE_LABELS = ("gpufleet.dev/queue", "kueue.x-k8s.io/queue-name")
+QUEUE_LABELS = (LABEL_QUEUE, KUEUE_QUEUE_LABEL)
 
 
 def _messages() -> dict[str, Any]:
@@ -177,7 +178,7 @@ def owner_of(namespace: str, pod_labels: Mapping[str, str] | None) -> Owner:
     labels = pod_labels or {}
     job = next((labels[k] for k in JOB_LABELS if labels.get(k)), "")
     queue = next((labels[k] for k in QUEUE_LABELS if labels.get(k)), "")
-    return Owner(job_name=job, tenant=labels.get(TENANT_LABEL) or namespace, queue=queue)
+    return Owner(job_name=job, tenant=labels.get(LABEL_TENANT) or namespace, queue=queue)
 
 
 class PodLabels:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_WORKER, Obj
 from gpufleet.render.pod import (
     RDZV_PORT,
-    Obj,
     WorkerPod,
     indexed_job_spec,
     labels,
@@ -33,7 +33,7 @@ def render_indexed_job(job: TrainingJob) -> list[Obj]:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,  # DNS must work before pods are ready
-            "selector": {"gpufleet.dev/job": name, "gpufleet.dev/role": "worker"},
+            "selector": {LABEL_JOB: name, LABEL_ROLE: ROLE_WORKER},
             "ports": [{"name": "rdzv", "port": RDZV_PORT, "targetPort": RDZV_PORT}],
         },
     }

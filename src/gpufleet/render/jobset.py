@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gpufleet.kube import Obj
 from gpufleet.render.pod import (
-    Obj,
     WorkerPod,
     indexed_job_spec,
     metadata,

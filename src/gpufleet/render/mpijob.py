@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gpufleet.kube import Obj
 from gpufleet.render.pod import (
-    Obj,
     WorkerPod,
     kubeflow_run_policy,
     metadata,

@@ -11,9 +11,18 @@ import copy
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gpufleet.errors import EXIT_PREEMPTED, FieldError, UserInputError
+from gpufleet.kube import (
+    KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL,
+    LABEL_JOB,
+    LABEL_QUEUE,
+    LABEL_ROLE,
+    LABEL_TENANT,
+    ROLE_WORKER,
+    Obj,
+)
 from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
 from gpufleet.launch.pod import MODULE as POD_LAUNCHER
 from gpufleet.launch.worker import job_context, worker_module_args
@@ -26,7 +35,6 @@ RUN_DIR = "/run/gpufleet"
 UID = 1000  # the non-root user the worker image runs as
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU feature discovery
-Obj = dict[str, Any]
 # Pod Security "restricted", container and pod level (see podsecurity.py for the check).
 CONTAINER_SECURITY: Obj = {
     "allowPrivilegeEscalation": False,
@@ -112,9 +120,9 @@ def standard_labels(
         "app.kubernetes.io/component": component,
         "app.kubernetes.io/part-of": "gpufleet",
         "app.kubernetes.io/managed-by": "gpufleet",
-        "gpufleet.dev/job": meta.name,
-        "gpufleet.dev/tenant": meta.namespace or "default",
-        "gpufleet.dev/role": role,
+        LABEL_JOB: meta.name,
+        LABEL_TENANT: meta.namespace or "default",
+        LABEL_ROLE: role,
         **(extra or {}),
         **meta.labels,
     }
@@ -123,7 +131,7 @@ def standard_labels(
 def labels(job: TrainingJob, component: str, role: str) -> dict[str, str]:
     """The standard labels of every object a job renders."""
     # The queue label lets the GPU exporter attribute usage to queues (Kueue labels only the job).
-    queue = {"gpufleet.dev/queue": job.spec.queue} if job.spec.queue else {}
+    queue = {LABEL_QUEUE: job.spec.queue} if job.spec.queue else {}
     return standard_labels(job.metadata, component, role, queue)
 
 
@@ -140,7 +148,7 @@ def pod_metadata(job: TrainingJob, role: str) -> Obj:
     """A pod template's metadata: labels, and Prometheus' scrape annotations on pods that
     serve the job's metrics (the launcher of each worker pod, on spec.metrics.port)."""
     meta: Obj = {"labels": labels(job, "trainer", role)}
-    if job.spec.metrics.port and role == "worker":
+    if job.spec.metrics.port and role == ROLE_WORKER:
         meta["annotations"] = scrape_annotations(job.spec.metrics.port)
     return meta
 
@@ -176,10 +184,7 @@ def pod_monitor(job: TrainingJob) -> list[Obj]:
             "metadata": metadata(job, labels(job, "trainer", "metrics")),
             "spec": {
                 "selector": {
-                    "matchLabels": {
-                        "gpufleet.dev/job": job.metadata.name,
-                        "gpufleet.dev/role": "worker",
-                    }
+                    "matchLabels": {LABEL_JOB: job.metadata.name, LABEL_ROLE: ROLE_WORKER}
                 },
                 "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics"}],
             },
@@ -208,7 +213,7 @@ def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
 def worker_env(job: TrainingJob) -> dict[str, str]:
     """The environment of every worker: torch threads, GPUFLEET_* context, the spec's env."""
     assert job.spec.checkpoint.dir, "call require_cluster_ready first"
-    context = job_context(job, Path(RUN_DIR), job.spec.checkpoint.dir, f"{RUN_DIR}/metrics")
+    context = job_context(job, Path(RUN_DIR), f"{RUN_DIR}/metrics")
     env = {"OMP_NUM_THREADS": "1", **context.to_env()}
     if job.spec.metrics.port:  # served by the pod's launcher, for Prometheus outside the pod
         env[ENV_METRICS_PORT] = str(job.spec.metrics.port)
@@ -280,9 +285,9 @@ def queued_labels(job: TrainingJob) -> dict[str, str]:
     """Labels of the object Kueue admits: the worker labels plus queue and priority class."""
     out = labels(job, "trainer", "worker")
     if job.spec.queue:
-        out["kueue.x-k8s.io/queue-name"] = job.spec.queue
+        out[KUEUE_QUEUE_LABEL] = job.spec.queue
     if job.spec.priority:
-        out["kueue.x-k8s.io/priority-class"] = job.spec.priority
+        out[KUEUE_PRIORITY_LABEL] = job.spec.priority
     return out
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import copy
 
+from gpufleet.kube import Obj
 from gpufleet.render.pod import (
     RDZV_PORT,
-    Obj,
     WorkerPod,
     kubeflow_run_policy,
     metadata,

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
 
+from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER, Obj
 from gpufleet.render.pod import (
     CONTAINER_SECURITY,
     POD_SECURITY,
@@ -25,7 +25,6 @@ from gpufleet.render.pod import (
 )
 from gpufleet.spec.inference import InferenceService
 
-Obj = dict[str, Any]
 HTTP, GRPC, METRICS = 8000, 8001, 8002
 MODELS = "/models"
 # Per-pod metrics that Prometheus Adapter serves from Triton's own
@@ -46,7 +45,7 @@ def _meta(svc: InferenceService) -> Obj:
 
 
 def _selector(svc: InferenceService) -> dict[str, str]:
-    return {"gpufleet.dev/job": svc.metadata.name, "gpufleet.dev/role": "server"}
+    return {LABEL_JOB: svc.metadata.name, LABEL_ROLE: ROLE_SERVER}
 
 
 def _resources(svc: InferenceService) -> Obj:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpufleet.runtime.checkpoint import Checkpointer, CheckpointRef
-    from gpufleet.runtime.context import JobContext
+    from gpufleet.runtime.context import CheckpointSettings, JobContext
     from gpufleet.runtime.data import ResumableDistributedSampler
     from gpufleet.runtime.digest import state_digest
     from gpufleet.runtime.distributed import (
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "CheckpointRef": "checkpoint",
+    "CheckpointSettings": "context",
     "Checkpointer": "checkpoint",
     "DistInfo": "distributed",
     "HangWatchdog": "watchdog",
@@ -48,6 +49,7 @@ _WHERE = {
 
 __all__ = [
     "CheckpointRef",
+    "CheckpointSettings",
     "Checkpointer",
     "DistInfo",
     "HangWatchdog",

@@ -36,6 +36,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from gpufleet.runtime import faults
+from gpufleet.runtime.context import CHECKPOINT_DEFAULTS
 
 MARKER = "COMPLETE.json"
 _DIR_RE = re.compile(r"^step_(\d{9})-([0-9a-f]{6})$")
@@ -74,8 +75,8 @@ class Checkpointer:
         self,
         root: str,
         *,
-        keep: int = 3,
-        async_save: bool = False,
+        keep: int = CHECKPOINT_DEFAULTS.keep,
+        async_save: bool = CHECKPOINT_DEFAULTS.async_save,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self._local = _is_local(root)

@@ -11,6 +11,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Where checkpoints go, under the run directory, when spec.checkpoint.dir does not say.
+CHECKPOINTS_DIR = "checkpoints"
+
 ENV_RUN_DIR = "GPUFLEET_RUN_DIR"
 # Written into the run directory by each node's first worker after a preemption checkpoint;
 # the launchers (local and in a pod) read it to report "preempted" (exit 75).
@@ -28,15 +31,30 @@ ENV_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckpointSettings:
+    """How a job checkpoints. The one home of these defaults: the spec's ``checkpoint`` fields,
+    the worker environment, the Trainer and the Checkpointer all take them from here."""
+
+    dir: str | None = None  # a directory or fsspec URI; None: <run dir>/checkpoints
+    every_steps: int = 50
+    keep: int = 3  # complete checkpoints kept, newest first
+    async_save: bool = False
+
+    def root(self, run_dir: Path) -> str:
+        """The checkpoint directory (or URI) of a job whose run directory is ``run_dir``."""
+        return self.dir or str(run_dir / CHECKPOINTS_DIR)
+
+
+CHECKPOINT_DEFAULTS = CheckpointSettings()
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobContext:
     """Settings a worker runs with. Defaults serve a script started by plain torchrun."""
 
     name: str = "job"
     run_dir: Path = field(default_factory=lambda: Path(".gpufleet/runs/job"))
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 50
-    checkpoint_keep: int = 3
-    checkpoint_async: bool = False
+    checkpoint: CheckpointSettings = CHECKPOINT_DEFAULTS
     hang_timeout: float = 0.0
     workload: dict[str, object] = field(default_factory=dict)
     metrics_dir: str | None = None
@@ -47,30 +65,39 @@ class JobContext:
         e = dict(os.environ if env is None else env)
         name = e.get(ENV_JOB_NAME, "job")
         run_dir = Path(e.get(ENV_RUN_DIR, f".gpufleet/runs/{name}"))
+        d = CHECKPOINT_DEFAULTS
+        checkpoint = CheckpointSettings(
+            dir=e.get(ENV_CHECKPOINT_DIR) or None,
+            every_steps=int(e.get(ENV_CHECKPOINT_EVERY, d.every_steps)),
+            keep=int(e.get(ENV_CHECKPOINT_KEEP, d.keep)),
+            async_save=e.get(ENV_CHECKPOINT_ASYNC, "1" if d.async_save else "0") == "1",
+        )
         return cls(
             name=name,
             run_dir=run_dir,
-            checkpoint_dir=e.get(ENV_CHECKPOINT_DIR) or str(run_dir / "checkpoints"),
-            checkpoint_every=int(e.get(ENV_CHECKPOINT_EVERY, "50")),
-            checkpoint_keep=int(e.get(ENV_CHECKPOINT_KEEP, "3")),
-            checkpoint_async=e.get(ENV_CHECKPOINT_ASYNC, "0") == "1",
+            checkpoint=checkpoint,
             hang_timeout=float(e.get(ENV_HANG_TIMEOUT, "0")),
             workload=json.loads(e.get(ENV_WORKLOAD, "{}")),
             metrics_dir=e.get(ENV_METRICS_DIR) or None,
         )
+
+    @property
+    def checkpoint_root(self) -> str:
+        """Where this job's checkpoints are: the spec's directory or <run dir>/checkpoints."""
+        return self.checkpoint.root(self.run_dir)
 
     def to_env(self) -> dict[str, str]:
         """The environment variables that reproduce this context in a worker."""
         env = {
             ENV_JOB_NAME: self.name,
             ENV_RUN_DIR: str(self.run_dir),
-            ENV_CHECKPOINT_EVERY: str(self.checkpoint_every),
-            ENV_CHECKPOINT_KEEP: str(self.checkpoint_keep),
-            ENV_CHECKPOINT_ASYNC: "1" if self.checkpoint_async else "0",
+            ENV_CHECKPOINT_EVERY: str(self.checkpoint.every_steps),
+            ENV_CHECKPOINT_KEEP: str(self.checkpoint.keep),
+            ENV_CHECKPOINT_ASYNC: "1" if self.checkpoint.async_save else "0",
             ENV_HANG_TIMEOUT: str(self.hang_timeout),
         }
-        if self.checkpoint_dir:
-            env[ENV_CHECKPOINT_DIR] = self.checkpoint_dir
+        if self.checkpoint.dir:
+            env[ENV_CHECKPOINT_DIR] = self.checkpoint.dir
         if self.workload:
             env[ENV_WORKLOAD] = json.dumps(self.workload, sort_keys=True)
         if self.metrics_dir:

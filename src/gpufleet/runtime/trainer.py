@@ -174,9 +174,9 @@ class Trainer:
                 f"({self.sampler.samples_per_epoch()} samples)"
             )
         self.checkpointer = Checkpointer(
-            self.context.checkpoint_dir or str(self.context.run_dir / "checkpoints"),
-            keep=self.context.checkpoint_keep,
-            async_save=self.context.checkpoint_async,
+            self.context.checkpoint_root,
+            keep=self.context.checkpoint.keep,
+            async_save=self.context.checkpoint.async_save,
             log=self._log,
         )
         self.guard = PreemptionGuard(control_group())
@@ -268,7 +268,7 @@ class Trainer:
         if step % self.config.log_every == 0 or step == self.config.steps:
             self._report(step, loss, self._step_seconds)
         final = step >= self.config.steps
-        if preempted or final or step % self.context.checkpoint_every == 0:
+        if preempted or final or step % self.context.checkpoint.every_steps == 0:
             self._last_ckpt = self.checkpointer.save(step, state, force_sync=preempted or final)
             self.watchdog.beat(step)
         return preempted

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.errors import FieldError, UserInputError
+from gpufleet.runtime.context import CHECKPOINTS_DIR
 from gpufleet.serve.repository import DTYPES, Batching, ModelEntry, Tensor, write_model
 
 if TYPE_CHECKING:  # the runtime imports torch: only when a checkpoint is read
@@ -68,8 +69,8 @@ def resolve_checkpoint(source: str) -> tuple[Checkpointer, CheckpointRef]:
             return Checkpointer(str(path.parent), log=lambda _: None), CheckpointRef(
                 step, str(path)
             )
-        if (path / "checkpoints").is_dir():  # a run directory
-            path = path / "checkpoints"
+        if (path / CHECKPOINTS_DIR).is_dir():  # a run directory
+            path = path / CHECKPOINTS_DIR
         source = str(path)
     checkpointer = Checkpointer(source, log=lambda _: None)
     ref = checkpointer.latest()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,6 +20,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, CheckpointSettings
 from gpufleet.spec.units import parse_duration, parse_quantity
 
 API_VERSION = "gpufleet.dev/v1alpha1"
@@ -133,13 +135,27 @@ class Checkpoint(SpecModel):
         default=None,
         description="Directory or fsspec URI (s3://...). Default: <run dir>/checkpoints.",
     )
-    every_steps: int = Field(default=50, ge=1, description="Checkpoint every N steps.")
-    keep: int = Field(default=3, ge=1, description="Complete checkpoints to keep (newest).")
+    every_steps: int = Field(
+        default=CHECKPOINT_DEFAULTS.every_steps, ge=1, description="Checkpoint every N steps."
+    )
+    keep: int = Field(
+        default=CHECKPOINT_DEFAULTS.keep, ge=1, description="Complete checkpoints to keep (newest)."
+    )
     async_save: bool = Field(
-        default=False,
+        default=CHECKPOINT_DEFAULTS.async_save,
         alias="async",
         description="Write in the background after staging to CPU memory.",
     )
+
+    def settings(self, run_dir: Path) -> CheckpointSettings:
+        """These fields as the runtime's settings for a job whose run directory is ``run_dir``,
+        the directory resolved (``dir``, else <run_dir>/checkpoints) so every worker agrees."""
+        return CheckpointSettings(
+            dir=CheckpointSettings(dir=self.dir).root(run_dir),
+            every_steps=self.every_steps,
+            keep=self.keep,
+            async_save=self.async_save,
+        )
 
 
 class Metrics(SpecModel):

@@ -1,0 +1,29 @@
+"""The Kubernetes vocabulary every part of gpufleet shares: the object type the renderers build
+and the cluster client reads, and the label keys gpufleet writes and later selects by.
+
+Pure names, no imports of the kubernetes client: the renderers, the cluster client, the status
+folding and the GPU exporter all use them, and a label written by one and read by another must
+be the same string (TorchX keeps its pod labels as LABEL_* constants for the same reason).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# A Kubernetes object as the API's camelCase JSON: what renderers return and clients send.
+Obj = dict[str, Any]
+
+LABEL_JOB = "gpufleet.dev/job"  # the job's or service's name: selectors, GPU attribution
+LABEL_TENANT = "gpufleet.dev/tenant"  # the namespace it was rendered for
+LABEL_ROLE = "gpufleet.dev/role"  # ROLE_* below
+LABEL_QUEUE = "gpufleet.dev/queue"  # the Kueue LocalQueue, on pods (Kueue labels only the job)
+ROLE_WORKER = "worker"
+ROLE_SERVER = "server"
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+
+
+def job_selector(name: str) -> str:
+    """The label selector of everything gpufleet rendered for the job (or service) ``name``."""
+    return f"{LABEL_JOB}={name}"
