@@ -13,6 +13,10 @@ from rich.table import Table
 
 from gpufleet.cli.common import Output, err_console, fail
 from gpufleet.errors import EXIT_FAILED, UserInputError
+from gpufleet.serve.loadgen.settings import BenchConfig
+
+# The options' defaults are BenchConfig's: one home for each (a light module, no LoadGen import).
+DEFAULTS = BenchConfig(url="", model="")
 
 bench = typer.Typer(help="Benchmarks: inference with MLPerf LoadGen.", no_args_is_help=True)
 
@@ -27,30 +31,38 @@ def inference(
         ),
     ],
     model: Annotated[str, typer.Option(help="The model to query.")],
-    scenario: Annotated[str, typer.Option(help="SingleStream, Server or Offline.")] = "Offline",
+    scenario: Annotated[
+        str, typer.Option(help="SingleStream, Server or Offline.")
+    ] = DEFAULTS.scenario,
     target_qps: Annotated[
         float | None,
         typer.Option(help="Server: the scheduled queries/s; Offline: the expected samples/s."),
-    ] = None,
+    ] = DEFAULTS.target_qps,
     latency_ms: Annotated[
         float, typer.Option(help="Server: the 99th-percentile latency bound in ms.")
-    ] = 100.0,
+    ] = DEFAULTS.latency_ms,
     duration: Annotated[
         float, typer.Option(help="Minimum run time in seconds (MLPerf rules: 600).")
-    ] = 60.0,
-    min_queries: Annotated[int, typer.Option(help="Minimum queries LoadGen issues.")] = 1024,
-    quick: Annotated[bool, typer.Option(help="At most 2 s and 64 queries (tests, smoke).")] = False,
-    concurrency: Annotated[int, typer.Option(help="Most requests in flight.")] = 64,
+    ] = DEFAULTS.duration,
+    min_queries: Annotated[
+        int, typer.Option(help="Minimum queries LoadGen issues.")
+    ] = DEFAULTS.min_queries,
+    quick: Annotated[
+        bool, typer.Option(help="At most 2 s and 64 queries (tests, smoke).")
+    ] = DEFAULTS.quick,
+    concurrency: Annotated[
+        int, typer.Option(help="Most requests in flight.")
+    ] = DEFAULTS.concurrency,
     outdir: Annotated[
         Path, typer.Option(help="Where LoadGen's logs, result.json and latency.png go.")
-    ] = Path("loadgen"),
+    ] = DEFAULTS.outdir,
     prometheus: Annotated[
         bool, typer.Option(help="Also write result.prom (Prometheus text format).")
-    ] = False,
+    ] = DEFAULTS.prometheus,
     output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
 ) -> None:
     """Run LoadGen's SingleStream, Server or Offline scenario; exit 0 if VALID, 1 if INVALID."""
-    from gpufleet.serve.loadgen import BenchConfig, run_bench
+    from gpufleet.serve.loadgen import run_bench
 
     cfg = BenchConfig(
         url=url,

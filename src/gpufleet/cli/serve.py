@@ -9,6 +9,11 @@ import typer
 
 from gpufleet.cli.common import err_console, fail, stop_on_signals
 from gpufleet.errors import FieldError, UserInputError
+from gpufleet.spec.inference import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_QUEUE_DELAY_US,
+    DEFAULT_PREFERRED_BATCH_SIZES,
+)
 
 
 def _ints(text: str, option: str, *, allow_empty: bool = False) -> tuple[int, ...]:
@@ -38,13 +43,15 @@ def export_cmd(
     input_shape: Annotated[
         str | None, typer.Option(help="Input shape without the batch dimension, e.g. 3,224,224.")
     ] = None,
-    max_batch_size: Annotated[int, typer.Option(help="Largest batch (0: no batching).")] = 64,
+    max_batch_size: Annotated[
+        int, typer.Option(help="Largest batch (0: no batching).")
+    ] = DEFAULT_MAX_BATCH_SIZE,
     preferred_batch_sizes: Annotated[
         str, typer.Option(help="Dynamic batching's preferred sizes (empty: no preference).")
-    ] = "16,32,64",
+    ] = ",".join(map(str, DEFAULT_PREFERRED_BATCH_SIZES)),
     max_queue_delay_us: Annotated[
         int, typer.Option(help="Longest a request waits for a batch to fill, microseconds.")
-    ] = 500,
+    ] = DEFAULT_MAX_QUEUE_DELAY_US,
     dynamic_batching: Annotated[bool, typer.Option(help="Merge requests into batches.")] = True,
     instances: Annotated[int, typer.Option(help="Model instances (instance_group count).")] = 1,
     gpu: Annotated[bool, typer.Option(help="instance_group kind GPU (default CPU).")] = False,
@@ -75,13 +82,7 @@ def export_cmd(
         svc = load_any(service, None)
         if not isinstance(svc, InferenceService):
             fail(UserInputError([FieldError("--service", "expected an InferenceService")], service))
-        b = svc.spec.batching
-        batching = Batching(
-            max_batch_size=b.max_batch_size,
-            dynamic=b.max_batch_size > 0,
-            preferred_batch_sizes=tuple(b.preferred_batch_sizes),
-            max_queue_delay_us=round(b.max_queue_delay * 1e6),
-        )
+        batching = Batching.of_service(svc.spec.batching)
         name, gpu = svc.spec.model.name, svc.spec.resources.gpu > 0
     dims = _ints(input_shape, "--input-shape") if input_shape else None
     try:

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import FieldError, UserInputError
-from gpufleet.spec.inference import MODEL_NAME, preferred_out_of_range
+from gpufleet.spec.inference import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_QUEUE_DELAY_US,
+    DEFAULT_PREFERRED_BATCH_SIZES,
+    MODEL_NAME,
+    ServingBatching,
+    preferred_out_of_range,
+)
 
 CONFIG_FILE = "config.pbtxt"
 MODEL_FILE = "model.pt"
@@ -64,10 +71,20 @@ class Batching:
     dimension; dynamic batching merges requests up to the preferred sizes, waiting at most
     ``max_queue_delay_us`` for more."""
 
-    max_batch_size: int = 64
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     dynamic: bool = True
-    preferred_batch_sizes: tuple[int, ...] = (16, 32, 64)
-    max_queue_delay_us: int = 500
+    preferred_batch_sizes: tuple[int, ...] = DEFAULT_PREFERRED_BATCH_SIZES
+    max_queue_delay_us: int = DEFAULT_MAX_QUEUE_DELAY_US
+
+    @classmethod
+    def of_service(cls, b: ServingBatching) -> Batching:
+        """An InferenceService's batching, as `gpufleet export --service` writes it."""
+        return cls(
+            max_batch_size=b.max_batch_size,
+            dynamic=b.max_batch_size > 0,
+            preferred_batch_sizes=tuple(b.preferred_batch_sizes),
+            max_queue_delay_us=round(b.max_queue_delay * 1e6),
+        )
 
 
 @dataclass(frozen=True)

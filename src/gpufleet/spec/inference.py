@@ -19,6 +19,10 @@ from gpufleet.spec.models import (
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:26.10-py3"
 # A Triton model name (its directory in the repository); `gpufleet export` checks the same.
 MODEL_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+# Dynamic batching defaults, for the spec, `gpufleet export` and the repository writer alike.
+DEFAULT_MAX_BATCH_SIZE = 64
+DEFAULT_PREFERRED_BATCH_SIZES = (16, 32, 64)
+DEFAULT_MAX_QUEUE_DELAY_US = 500
 # Schemes Triton's --model-repository reads itself (cloud storage), besides a PVC path.
 REPOSITORY_SCHEMES = ("s3://", "gs://", "as://")
 
@@ -85,12 +89,16 @@ class Replicas(SpecModel):
 class ServingBatching(SpecModel):
     """Dynamic batching as `gpufleet export --service` writes it into config.pbtxt."""
 
-    max_batch_size: int = Field(default=64, ge=0, description="Largest batch (0: none).")
+    max_batch_size: int = Field(
+        default=DEFAULT_MAX_BATCH_SIZE, ge=0, description="Largest batch (0: none)."
+    )
     preferred_batch_sizes: list[int] = Field(
-        default_factory=lambda: [16, 32, 64], description="Batch sizes the batcher aims for."
+        default_factory=lambda: list(DEFAULT_PREFERRED_BATCH_SIZES),
+        description="Batch sizes the batcher aims for.",
     )
     max_queue_delay: Duration = Field(
-        default=0.0005, description="Longest a request waits for a batch to fill, e.g. 500us."
+        default=DEFAULT_MAX_QUEUE_DELAY_US / 1e6,
+        description="Longest a request waits for a batch to fill, e.g. 500us.",
     )
 
 

@@ -1,0 +1,135 @@
+"""Run LoadGen: the SUT and QSL callbacks, the expectations LoadGen sizes a run from
+(measured when not given), and the outputs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from gpufleet.errors import UserInputError
+from gpufleet.serve.loadgen.client import Target, samples_for
+from gpufleet.serve.loadgen.report import parse_summary, result_of, write_outputs
+from gpufleet.serve.loadgen.settings import BenchConfig, BenchResult
+
+
+def run_bench(cfg: BenchConfig) -> BenchResult:
+    """Run LoadGen for ``cfg`` and write its logs and gpufleet's outputs into ``cfg.outdir``."""
+    import mlperf_loadgen as lg
+
+    errors = cfg.errors()
+    if errors:
+        raise UserInputError(errors)
+    target = Target(cfg.url, cfg.model, cfg.concurrency)
+    try:
+        data = samples_for(target, cfg.samples, cfg.seed)
+        requests = [target.request(s) for s in data]
+        return _run(cfg, target, requests, lg)
+    finally:
+        target.close()
+
+
+def _run(cfg: BenchConfig, target: Target, requests: list[list[Any]], lg: Any) -> BenchResult:
+    duration, min_queries = cfg.effective()
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, cfg.scenario)
+    settings.mode = lg.TestMode.PerformanceOnly
+    settings.min_duration_ms = int(duration * 1000)
+    settings.min_query_count = min_queries
+    settings.performance_sample_count_override = len(requests)
+    if cfg.scenario == "Server":
+        settings.server_target_qps = float(cfg.target_qps or 0)
+        settings.server_target_latency_ns = int(cfg.latency_ms * 1e6)
+        settings.server_target_latency_percentile = 0.99
+    elif cfg.scenario == "Offline":
+        # LoadGen issues expected_qps x min_duration x 1.1 samples at once; too low an estimate
+        # ends the run before its minimum duration (INVALID), so measure one when none is given,
+        # and take twice it: the run then lasts about twice its minimum, and still meets it when
+        # the endpoint goes faster than it did while measured.
+        settings.offline_expected_qps = float(
+            cfg.target_qps or 2.0 * calibrate(target, requests, cfg.concurrency)
+        )
+    else:  # LoadGen pre-generates min_duration / expected latency queries: measure it, and
+        # halve it so the run still lasts its minimum when queries go faster than measured
+        settings.single_stream_expected_latency_ns = int(0.5e9 * single_latency(target, requests))
+    if cfg.quick:  # LoadGen's early-stopping and its long minimums are for real submissions
+        settings.max_duration_ms = int(max(duration, 1) * 10_000)
+
+    in_flight = threading.BoundedSemaphore(max(cfg.concurrency, 1))
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def issue(query_samples: list[Any]) -> None:
+        for qs in query_samples:
+            in_flight.acquire()
+            started = time.perf_counter()
+            sample_id = qs.id
+
+            def done(error: Any, sample_id: int = sample_id, started: float = started) -> None:
+                elapsed = time.perf_counter() - started
+                with lock:
+                    latencies.append(elapsed)
+                    if error is not None:
+                        errors.append(str(error)[:300])
+                in_flight.release()
+                lg.QuerySamplesComplete([lg.QuerySampleResponse(sample_id, 0, 0)])
+
+            try:
+                target.infer_async(requests[qs.index], done)
+            except Exception as exc:  # e.g. the connection is gone: complete it as failed
+                done(exc)
+
+    sut = lg.ConstructSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(len(requests), len(requests), lambda _: None, lambda _: None)
+    cfg.outdir.mkdir(parents=True, exist_ok=True)
+    log_settings = lg.LogSettings()
+    log_settings.log_output.outdir = str(cfg.outdir)
+    log_settings.log_output.copy_summary_to_stdout = False
+    log_settings.enable_trace = False
+    try:
+        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+    finally:
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
+    summary = parse_summary(cfg.outdir / "mlperf_log_summary.txt")
+    result = result_of(cfg, summary, latencies, errors)
+    write_outputs(result, latencies, cfg.prometheus)
+    return result
+
+
+def calibrate(
+    target: Target, requests: list[list[Any]], concurrency: int, seconds: float = 1.0
+) -> float:
+    """Samples/s the endpoint sustains for ``seconds`` at ``concurrency`` requests in flight
+    (after a warm-up of ``concurrency`` requests, so first-call costs do not lower it)."""
+    for i in range(max(concurrency, 1)):
+        target.infer(requests[i % len(requests)])
+    in_flight = threading.BoundedSemaphore(max(concurrency, 1))
+    done_count = [0]
+    lock = threading.Lock()
+
+    def done(_: Any) -> None:
+        with lock:
+            done_count[0] += 1
+        in_flight.release()
+
+    started = time.perf_counter()
+    sent = 0
+    while time.perf_counter() - started < seconds:
+        in_flight.acquire()
+        target.infer_async(requests[sent % len(requests)], done)
+        sent += 1
+    for _ in range(max(concurrency, 1)):  # wait for the rest
+        in_flight.acquire()
+    return max(done_count[0] / (time.perf_counter() - started), 1.0)
+
+
+def single_latency(target: Target, requests: list[list[Any]], count: int = 20) -> float:
+    """Median seconds of ``count`` requests sent one at a time."""
+    times = []
+    for i in range(count):
+        started = time.perf_counter()
+        target.infer(requests[i % len(requests)])
+        times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
