@@ -4,6 +4,7 @@ inside the document; what validates round-trips and renders."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from gpufleet.errors import UserInputError
 from gpufleet.kube import LABEL_JOB
 from gpufleet.render import TARGETS, render
 from gpufleet.spec import TrainingJob, load_training_job, validate_training_job
-from gpufleet.spec.loader import parse_override
+from gpufleet.spec.loader import _format_path, parse_override
 from tests.conftest import digits_job
 from tests.spec_strategies import from_schema
 
@@ -40,23 +41,26 @@ def field_value(field: str) -> st.SearchStrategy[Any]:
     return st.one_of(from_schema(SPEC_FIELDS[field], SCHEMA["$defs"]), values)
 
 
-def _parts(path: str) -> list[str | int]:
-    return [int(p) if p.isdigit() else p for p in re.findall(r"[^.\[\]]+", path)]
+def _paths(doc: Any, loc: tuple[str | int, ...] = ()) -> Iterator[tuple[str, bool]]:
+    """(path, is a mapping) for every value in ``doc``, written as the loader writes paths."""
+    yield _format_path(loc), isinstance(doc, dict)
+    if isinstance(doc, dict | list):
+        items = doc.items() if isinstance(doc, dict) else enumerate(doc)
+        for key, value in items:
+            yield from _paths(value, (*loc, key if isinstance(key, int) else str(key)))
 
 
 def _inside(doc: Any, path: str) -> bool:
-    """The error's path leads into the document: every step but the last exists in it (the
-    last may be a missing required field, or an unset one a cross-field rule asks for)."""
-    node = doc
-    parts = _parts(path)
-    for part in parts[:-1]:
-        if (isinstance(part, int) and isinstance(node, list) and part < len(node)) or (
-            isinstance(node, dict) and part in node
-        ):
-            node = node[part]
-        else:
-            return False
-    return not parts or isinstance(node, dict | list)
+    """The error's path is in the document: a value that is there (wrong, or unknown), or a
+    plain field name under a mapping that is there (a missing required field, or one a
+    cross-field rule asks for). Compared as written, so keys holding '.' or '[' cannot fool it."""
+    paths: dict[str, bool] = {}
+    for where, is_mapping in _paths(doc):  # keys like '' or 'a.b' can write a path twice
+        paths[where] = paths.get(where, False) or is_mapping
+    if path in paths:
+        return True
+    parent, _, name = path.rpartition(".")
+    return bool(re.fullmatch(r"[A-Za-z]+", name)) and paths.get(parent, False)
 
 
 def check(doc: Any) -> bool:

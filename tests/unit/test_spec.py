@@ -58,13 +58,13 @@ def test_defaults() -> None:
         ({"env": {"1BAD": "x"}}, "spec.env", "invalid environment variable"),
         ({"env": {"FLAG": True}}, "spec.env.FLAG", "string"),
         ({"resources": {"memory": "lots"}}, "spec.resources.memory", "quantity"),
-        ({"resources": {"gpu": 1}, "procsPerNode": 2}, "spec", "procsPerNode is 2"),
+        ({"resources": {"gpu": 1}, "procsPerNode": 2}, "spec.procsPerNode", "is 2 but"),
         ({"workload": {"name": "mnist"}}, "spec.workload", "'mnist'"),
         ({"workload": {"name": "digits", "steps": 0}}, "spec.workload.steps", ">= 1"),
-        ({"workload": None}, "spec", "set either spec.command"),
+        ({"workload": None}, "spec.command", "set either spec.command"),
         ({"command": []}, "spec.command", "empty command"),
         ({"command": ["-m"]}, "spec.command", "module name"),
-        ({"command": ["t.py"]}, "spec", "exclusive"),
+        ({"command": ["t.py"]}, "spec.workload", "exclusive"),
         (
             {"volumes": [{"name": "d", "mountPath": "rel", "claimName": "c"}]},
             "spec.volumes[0].mountPath",
@@ -213,3 +213,53 @@ def test_spec_round_trips_through_yaml(tmp_path: Path) -> None:
     dumped = job.model_dump(mode="json", by_alias=True, exclude_none=True)
     again = validate_training_job(yaml.safe_load(yaml.safe_dump(dumped)))
     assert again == job
+
+
+def test_cross_field_problems_each_have_their_own_path_and_come_with_field_errors() -> None:
+    """Two cross-field problems and a field error in one document: three errors, three paths
+    (not one at `spec` joined by '; ')."""
+    doc = digits_job(nodes=0, procsPerNode=4, resources={"gpu": 2}, command=["t.py"])
+    errs = errors_of(doc)
+    assert errs["spec.nodes"].startswith("Input should be greater than or equal to 1")
+    assert errs["spec.procsPerNode"].startswith("is 4 but spec.resources.gpu is 2")
+    assert errs["spec.workload"].startswith("exclusive with spec.command")
+    assert "spec" not in errs and not any("; " in m for m in errs.values())
+
+
+def test_serving_cross_field_problems_each_have_their_own_path() -> None:
+    from gpufleet.spec import validate_spec
+
+    doc = {
+        "apiVersion": "gpufleet.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": "svc"},
+        "spec": {
+            "model": {"name": "m"},
+            "replicas": {"min": 3, "max": 2},
+            "batching": {"maxBatchSize": 8},
+        },
+    }
+    with pytest.raises(UserInputError) as info:
+        validate_spec(doc)
+    paths = sorted(e.path for e in info.value.errors)
+    assert paths == [
+        "spec.batching.preferredBatchSizes",  # the default sizes 16, 32, 64 exceed 8
+        "spec.model.repository",
+        "spec.replicas.max",
+    ]
+
+
+def test_a_typo_in_an_inference_service_suggests_its_own_fields() -> None:
+    from gpufleet.spec import validate_spec
+
+    doc = {
+        "apiVersion": "gpufleet.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": "svc"},
+        "spec": {"model": {"name": "m", "repository": "s3://b/m"}, "replics": {"min": 1}},
+    }
+    with pytest.raises(UserInputError) as info:
+        validate_spec(doc)
+    (error,) = info.value.errors
+    assert error.path == "spec.replics"
+    assert "did you mean 'replicas'?" in error.message and "checkpoint" not in error.message

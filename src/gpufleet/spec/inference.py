@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field
 
 from gpufleet.spec.models import (
     API_VERSION,
+    CrossFieldModel,
     DnsLabel,
     Duration,
     Metadata,
+    Problem,
     Resources,
     SpecModel,
+    raw_int,
 )
 
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:26.10-py3"
@@ -54,7 +57,7 @@ class PvcSource(SpecModel):
     sub_path: str = Field(default="", description="The repository's directory in the volume.")
 
 
-class ModelSource(SpecModel):
+class ModelSource(CrossFieldModel):
     """Which model, from which repository (exactly one of ``repository`` and ``pvc``)."""
 
     name: Annotated[str, AfterValidator(_model_name)] = Field(
@@ -72,11 +75,11 @@ class ModelSource(SpecModel):
         ),
     )
 
-    @model_validator(mode="after")
-    def _one_source(self) -> ModelSource:
-        if (self.repository is None) == (self.pvc is None):
-            raise ValueError("set exactly one of model.repository (a URI) and model.pvc")
-        return self
+    @classmethod
+    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
+        if (data.get("repository") is None) == (data.get("pvc") is None):
+            return [(("repository",), "set exactly one of model.repository (a URI) and model.pvc")]
+        return []
 
 
 class Replicas(SpecModel):
@@ -130,7 +133,7 @@ class Autoscaling(SpecModel):
     )
 
 
-class InferenceServiceSpec(SpecModel):
+class InferenceServiceSpec(CrossFieldModel):
     """What to serve and how."""
 
     model: ModelSource = Field(description="The model and its repository.")
@@ -147,28 +150,36 @@ class InferenceServiceSpec(SpecModel):
         default=None, description="A PriorityClass for the Triton pods."
     )
 
-    @model_validator(mode="after")
-    def _consistent(self) -> InferenceServiceSpec:
-        problems = []
-        if self.replicas.max < self.replicas.min:
+    @classmethod
+    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
+        problems: list[Problem] = []
+        low = raw_int(data, "replicas", "min", default=1, minimum=1)
+        high = raw_int(data, "replicas", "max", default=1, minimum=1)
+        if low and high and high < low:
+            problems.append((("replicas", "max"), f"{high} is below spec.replicas.min ({low})"))
+        elif low and high and high > low and data.get("autoscaling") is None:
             problems.append(
-                f"spec.replicas.max ({self.replicas.max}) is below min ({self.replicas.min})"
+                (
+                    ("autoscaling",),
+                    f"required when spec.replicas.max ({high}) > min ({low}): what to scale "
+                    "on; or set max = min",
+                )
             )
-        elif self.replicas.max > self.replicas.min and self.autoscaling is None:
-            problems.append(
-                "spec.replicas.max > min needs spec.autoscaling (what to scale on), or set "
-                "max = min"
-            )
-        b = self.batching
-        bad = preferred_out_of_range(b.preferred_batch_sizes, b.max_batch_size)
-        if b.max_batch_size and bad:
-            problems.append(
-                f"spec.batching.preferredBatchSizes {bad} not within 1..maxBatchSize "
-                f"({b.max_batch_size})"
-            )
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+        max_batch = raw_int(data, "batching", "maxBatchSize", default=DEFAULT_MAX_BATCH_SIZE)
+        batching = data.get("batching")
+        preferred = (batching if isinstance(batching, dict) else {}).get(
+            "preferredBatchSizes", list(DEFAULT_PREFERRED_BATCH_SIZES)
+        )
+        if isinstance(preferred, list) and all(type(p) is int for p in preferred):
+            bad = preferred_out_of_range(preferred, max_batch or 0)
+            if max_batch and bad:
+                problems.append(
+                    (
+                        ("batching", "preferredBatchSizes"),
+                        f"{bad} not within 1..spec.batching.maxBatchSize ({max_batch})",
+                    )
+                )
+        return problems
 
 
 class InferenceService(SpecModel):

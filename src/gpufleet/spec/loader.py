@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.spec.inference import InferenceService
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec.models import CROSS_FIELD, TrainingJob
 
 PathKey = tuple[str | int, ...]
 
@@ -68,7 +68,7 @@ def _validate(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errors = [_field_error(err, lines or {}) for err in exc.errors()]
+        errors = [_field_error(model, err, lines or {}) for err in exc.errors()]
         raise UserInputError(errors, source) from None
 
 
@@ -196,16 +196,19 @@ def _clean_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
     return tuple(cleaned)
 
 
-def _field_error(err: Any, lines: dict[PathKey, int | None]) -> FieldError:
+def _field_error(model: type[BaseModel], err: Any, lines: dict[PathKey, int | None]) -> FieldError:
+    """One pydantic error of validating ``model`` as a FieldError: path, plain message, line."""
     loc = _clean_loc(tuple(err["loc"]))
     message = str(err["msg"])
     kind = err["type"]
     if kind == "value_error":
         message = message.removeprefix("Value error, ")
     elif kind == "extra_forbidden":
-        message = "unknown field" + _suggest(loc)
+        message = "unknown field" + _suggest(model, loc)
     elif kind == "missing":
         message = "required field is missing"
+    elif kind == CROSS_FIELD:
+        pass  # the rule's own words; the value is the user's, at the path shown
     elif kind in ("literal_error", "union_tag_invalid"):
         message = message + f", got {err.get('input')!r}"
     elif "input" in err and kind not in ("model_type", "dict_type"):
@@ -224,8 +227,9 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _suggest(loc: tuple[str | int, ...]) -> str:
-    model = _model_at(TrainingJob, loc[:-1])
+def _suggest(kind: type[BaseModel], loc: tuple[str | int, ...]) -> str:
+    """'; did you mean ...?' and the allowed names, from the model of the kind being loaded."""
+    model = _model_at(kind, loc[:-1])
     if model is None or not loc or not isinstance(loc[-1], str):
         return ""
     names = [f.alias or n for n, f in model.model_fields.items()]

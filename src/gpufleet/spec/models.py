@@ -71,6 +71,70 @@ class SpecModel(BaseModel):
     )
 
 
+Loc = tuple[str | int, ...]
+CROSS_FIELD = "cross_field"  # the pydantic error type of a cross-field problem
+Problem = tuple[Loc, str]  # (path under the model, as keys are written; what is wrong)
+
+
+def raw_int(data: dict[str, Any], *path: str, default: int, minimum: int = 0) -> int | None:
+    """The integer at ``path`` in a raw document (``default`` when absent); None when it is not
+    a valid integer there, which the field's own validation reports."""
+    value: Any = data
+    for key in path:
+        value = value.get(key, default) if isinstance(value, dict) else None
+    if type(value) is not int or value < minimum:
+        return None
+    return value
+
+
+class CrossFieldModel(SpecModel):
+    """A spec object with rules across its fields (Kueue's field.ErrorList habit): each rule
+    yields one problem at its own path, and the rules read the raw document, so they run and are
+    reported together with the fields' own errors even when some field is invalid."""
+
+    @classmethod
+    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
+        """Problems across fields of the raw ``data`` (keys as written); none by default."""
+        return []
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _cross_field_rules(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        problems = cls.cross_field_problems(data) if isinstance(data, dict) else []
+        try:
+            model = handler(data)
+        except ValidationError as exc:
+            if not problems:
+                raise
+            raise _errors(exc.title, exc.errors(), problems, data) from None
+        if problems:
+            raise _errors(cls.__name__, [], problems, data)
+        return model
+
+
+def _errors(title: str, field_errors: Any, problems: list[Problem], data: Any) -> ValidationError:
+    details: list[InitErrorDetails] = [
+        {
+            # A nested model's cross-field error is a custom type: re-create it with its words.
+            "type": PydanticCustomError(CROSS_FIELD, e["msg"])
+            if e["type"] == CROSS_FIELD
+            else e["type"],
+            "loc": e["loc"],
+            "input": e["input"],
+            "ctx": e.get("ctx", {}),
+        }
+        for e in field_errors
+    ]
+    for loc, message in problems:
+        value = data
+        for key in loc:
+            value = value.get(key) if isinstance(value, dict) else None
+        details.append(
+            {"type": PydanticCustomError(CROSS_FIELD, message), "loc": loc, "input": value}
+        )
+    return ValidationError.from_exception_data(title, details)
+
+
 class Metadata(SpecModel):
     """Identity of a job."""
 
@@ -158,7 +222,7 @@ class Checkpoint(SpecModel):
         )
 
 
-class Metrics(SpecModel):
+class Metrics(CrossFieldModel):
     """The job's Prometheus endpoint (step, throughput, loss, checkpoints, restarts)."""
 
     port: int = Field(
@@ -180,11 +244,11 @@ class Metrics(SpecModel):
         ),
     )
 
-    @model_validator(mode="after")
-    def _monitor_needs_port(self) -> Metrics:
-        if self.pod_monitor and not self.port:
-            raise ValueError("podMonitor needs a port to scrape: set spec.metrics.port")
-        return self
+    @classmethod
+    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
+        if data.get("podMonitor") is True and not data.get("port"):
+            return [(("podMonitor",), "needs a port to scrape: set spec.metrics.port")]
+        return []
 
 
 class Preemption(SpecModel):
@@ -212,7 +276,7 @@ class Volume(SpecModel):
         return value
 
 
-class TrainingJobSpec(SpecModel):
+class TrainingJobSpec(CrossFieldModel):
     """What to run, how wide, and how it survives failures."""
 
     command: list[str] | None = Field(
@@ -274,41 +338,28 @@ class TrainingJobSpec(SpecModel):
             raise ValueError(f"invalid environment variable name(s): {', '.join(bad)}")
         return value
 
-    @model_validator(mode="wrap")
     @classmethod
-    def _one_entry_point(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
-        # A wrap validator, so that "no command" is reported together with field errors
-        # (an "after" validator would not run while any field is invalid).
-        problem = None
-        if isinstance(data, dict):
-            has_command = data.get("command") is not None
-            has_workload = data.get("workload") is not None
-            if not has_command and not has_workload:
-                problem = "set either spec.command (a script or module) or spec.workload"
-            elif has_command and has_workload:
-                problem = "spec.command and spec.workload are exclusive; set one"
-        try:
-            spec = handler(data)
-        except ValidationError as exc:
-            if problem is None:
-                raise
-            details: list[InitErrorDetails] = [
-                {"type": e["type"], "loc": e["loc"], "input": e["input"], "ctx": e.get("ctx", {})}
-                for e in exc.errors()
-            ]
-            details.append(
-                {"type": PydanticCustomError("entry_point", problem), "loc": (), "input": data}
+    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
+        problems: list[Problem] = []
+        has_command = data.get("command") is not None
+        has_workload = data.get("workload") is not None
+        if not has_command and not has_workload:
+            problems.append(
+                (("command",), "set either spec.command (a script or module) or spec.workload")
             )
-            raise ValidationError.from_exception_data(exc.title, details) from None
-        if problem is not None:
-            raise ValueError(problem)
-        gpu = spec.resources.gpu
-        if gpu and spec.procs_per_node > gpu:
-            raise ValueError(
-                f"spec.procsPerNode is {spec.procs_per_node} but spec.resources.gpu is {gpu}: "
-                "with GPUs each process needs its own; lower procsPerNode or raise gpu"
+        elif has_command and has_workload:
+            problems.append((("workload",), "exclusive with spec.command: set one of them"))
+        procs = raw_int(data, "procsPerNode", default=1, minimum=1)
+        gpu = raw_int(data, "resources", "gpu", default=0)
+        if procs and gpu and procs > gpu:
+            problems.append(
+                (
+                    ("procsPerNode",),
+                    f"is {procs} but spec.resources.gpu is {gpu}: with GPUs each process needs "
+                    "its own: lower procsPerNode or raise gpu",
+                )
             )
-        return spec
+        return problems
 
     @property
     def world_size(self) -> int:
