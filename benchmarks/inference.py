@@ -25,7 +25,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import psutil
@@ -127,12 +126,12 @@ def overhead(grpc: str, queries: int, rounds: int, out: Path) -> dict[str, Any]:
     }
 
 
-def hostile_memory(served: Any, server: psutil.Process, loops: int) -> dict[str, Any]:
-    from tests.integration.test_serving import HOSTILE, INFER, infer_body, post
+def hostile_memory(http: str, server: psutil.Process, loops: int) -> dict[str, Any]:
+    from tests.oip import HOSTILE, INFER, infer_body, post
 
     bodies = [b for _, path, b, _ in HOSTILE if path == INFER]
     for body in bodies:
-        post(served, INFER, body)
+        post(http, INFER, body)
 
     def tree() -> int:
         me = psutil.Process()
@@ -142,10 +141,10 @@ def hostile_memory(served: Any, server: psutil.Process, loops: int) -> dict[str,
     peak = before
     for _ in range(loops):
         for body in bodies:
-            post(served, INFER, body)
+            post(http, INFER, body)
         peak = max(peak, server.memory_info().rss)
     after, tree_after = server.memory_info().rss, tree()
-    good, _ = post(served, INFER, infer_body([1, 1, 8, 8]))
+    good, _ = post(http, INFER, infer_body([1, 1, 8, 8]))
     return {
         "requests": loops * len(bodies),
         "rss_before_mb": before / 2**20,
@@ -193,10 +192,7 @@ def main() -> None:
                 args.bisect_steps,
             )
             client = overhead(grpc, args.single_queries, args.rounds, root)
-            # test_serving's post() reads only .endpoints of what it is given
-            memory = hostile_memory(
-                SimpleNamespace(endpoints=endpoints), server, args.hostile_loops
-            )
+            memory = hostile_memory(endpoints.http, server, args.hostile_loops)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     data["results"] = {

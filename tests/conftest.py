@@ -70,6 +70,17 @@ def digits_job(name: str = "digits-test", **spec: Any) -> dict[str, Any]:
     return doc
 
 
+def cluster_job(**spec: Any) -> dict[str, Any]:
+    """A digits job named "train" that can run on a cluster (image, checkpoints on a volume)."""
+    base: dict[str, Any] = {
+        "image": "ghcr.io/example/gpufleet:0.1.0",
+        "checkpoint": {"dir": "/ckpt/run", "everySteps": 50},
+        "volumes": [{"name": "ckpt", "mountPath": "/ckpt", "claimName": "team-ckpt"}],
+    }
+    base.update(spec)
+    return digits_job("train", **base)
+
+
 def write_spec(directory: Path, doc: dict[str, Any], filename: str = "job.yaml") -> Path:
     """Write a spec document as YAML and return its path."""
     path = directory / filename

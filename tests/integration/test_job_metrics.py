@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,22 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.launch.local import free_port
 from tests.conftest import cli_env, digits_job, gpufleet_cmd, poll_until, write_spec
+from tests.scrape import scrape_port, steps_by_rank
 
 pytestmark = pytest.mark.slow
-
-
-def scrape(port: int) -> tuple[str, dict[str, list[tuple[dict[str, str], float]]]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples.setdefault(s.name, []).append((s.labels, s.value))
-    return text, samples
-
-
-def steps_by_rank(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, float]:
-    return {labels["rank"]: value for labels, value in samples.get("gpufleet_job_step", [])}
 
 
 def test_running_job_exposes_progress_throughput_and_checkpoints(workdir: Path) -> None:
@@ -46,14 +32,14 @@ def test_running_job_exposes_progress_throughput_and_checkpoints(workdir: Path) 
     try:
 
         def both_ranks_stepped() -> dict[str, float] | None:
-            steps = steps_by_rank(scrape(port)[1])
+            steps = steps_by_rank(scrape_port(port)[1])
             return steps if set(steps) == {"0", "1"} and min(steps.values()) > 0 else None
 
         first = poll_until(both_ranks_stepped, what="step metrics from both ranks", alive=proc,
                            retry_on=(OSError,))  # fmt: skip
 
         def moved_on() -> tuple[str, dict[str, list[tuple[dict[str, str], float]]]] | None:
-            text, samples = scrape(port)
+            text, samples = scrape_port(port)
             later = steps_by_rank(samples)
             ahead = set(later) == {"0", "1"} and min(later.values()) > max(first.values())
             return (text, samples) if ahead and "gpufleet_job_loss" in samples else None
@@ -77,7 +63,7 @@ def test_running_job_exposes_progress_throughput_and_checkpoints(workdir: Path) 
             proc.kill()
         proc.communicate()
     with pytest.raises(OSError):
-        scrape(port)  # the endpoint lives as long as the run
+        scrape_port(port)  # the endpoint lives as long as the run
 
 
 def test_checkpoint_metrics_recorded(workdir: Path) -> None:

@@ -22,9 +22,8 @@ from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 from gpufleet.launch.local import free_port
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
-from tests.conftest import cli_env, poll_until
-from tests.integration.test_job_metrics import scrape, steps_by_rank
-from tests.unit.test_render import cluster_job
+from tests.conftest import cli_env, cluster_job, poll_until
+from tests.scrape import scrape_port, steps_by_rank
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +66,7 @@ def pod_process(
 
 def wait_for_steps(proc: subprocess.Popen[str], port: int, at_least: int) -> dict[str, float]:
     def stepped() -> dict[str, float] | None:
-        steps = steps_by_rank(scrape(port)[1])
+        steps = steps_by_rank(scrape_port(port)[1])
         return steps if set(steps) == {"0", "1"} and min(steps.values()) >= at_least else None
 
     what = f"step {at_least} from both ranks on :{port}"
@@ -82,7 +81,7 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
 def test_pod_serves_job_metrics_and_exits_0(workdir: Path) -> None:
     proc, port = pod_process(workdir, workload={"name": "digits", "steps": 200, "logEvery": 10})
     steps = wait_for_steps(proc, port, 5)
-    _, samples = scrape(port)
+    _, samples = scrape_port(port)
     assert samples["gpufleet_job_hang_timeout_seconds"][0][1] > 0
     code, out = finish(proc)
     assert code == EXIT_OK, out

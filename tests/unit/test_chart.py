@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gpufleet.render import check_restricted, pod_specs_in
-from tests.conftest import REPO
+from tests.conftest import REPO, cluster_job
 from tests.k8s_schemas import validate_strictly
 
 CHART = REPO / "deploy" / "helm" / "gpufleet"
@@ -251,7 +251,6 @@ def test_monitors_keep_the_exporters_labels_and_find_job_pods() -> None:
     # The selector matches what the renderers put on worker pods.
     from gpufleet.render import render
     from gpufleet.spec import validate_training_job
-    from tests.unit.test_render import cluster_job
 
     job = validate_training_job(cluster_job(metrics={"port": 9200}))
     worker = render(job, "job")[1]["spec"]["template"]

@@ -6,22 +6,19 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import start_http_server
-from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT
 from gpufleet.observe.devices import Reading, SimulatedDevice, nvml_devices
 from gpufleet.observe.exporter import METRICS, GpuCollector, reading_fields, registry_for
+from tests.scrape import scrape, serve, stop
 
 RELEASE = threading.Event()  # set at the end of the module: lets hung reads return
 
@@ -55,28 +52,6 @@ class SickDevice:
         if self.behaviour == "nan":
             return Reading(float("nan"), good.memory_used_bytes, good.memory_total_bytes)
         return good
-
-
-def scrape(url: str) -> tuple[int, dict[str, list[tuple[dict[str, str], float]]], float]:
-    started = time.monotonic()
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        status, text = resp.status, resp.read().decode()
-    elapsed = time.monotonic() - started
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples.setdefault(s.name, []).append((s.labels, s.value))
-    return status, samples, elapsed
-
-
-def serve(collector: GpuCollector) -> tuple[str, object]:
-    server, _ = start_http_server(0, addr="127.0.0.1", registry=registry_for(collector))
-    return f"http://127.0.0.1:{server.server_port}/metrics", server
-
-
-def stop(server: object) -> None:
-    server.shutdown()  # type: ignore[attr-defined]
-    server.server_close()  # type: ignore[attr-defined]
 
 
 DEADLINE = 0.3

@@ -7,16 +7,14 @@ fields gpufleet's client does not know (CPU IDs, memory, topology, DRA claims).
 
 from __future__ import annotations
 
-import inspect
 import shutil
 import subprocess
 from collections.abc import Iterator
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 from typing import Any
 
 import grpc
 import pytest
-from kubernetes import client as k8s
 from prometheus_client import generate_latest
 from typer.testing import CliRunner
 
@@ -33,8 +31,9 @@ from gpufleet.observe.podresources import (
     owner_of,
 )
 from tests.conftest import cli_env, gpufleet_cmd, poll_until
+from tests.fake_kube import FakeKube
 from tests.kubelet import GPU0, GPU1, Kubelet, compiled_upstream, kubelet_answer
-from tests.unit.test_exporter import scrape, serve, stop
+from tests.scrape import scrape, serve, stop
 
 
 @pytest.fixture(scope="module")
@@ -50,26 +49,6 @@ def kubelet(upstream: tuple[ModuleType, ModuleType]) -> Iterator[Kubelet]:
     k.close()
 
 
-class CoreV1:
-    """Stands in for kubernetes.client.CoreV1Api.list_pod_for_all_namespaces (same signature
-    use, checked below): pods with labels, as the API server answers them."""
-
-    def __init__(self, pods: dict[tuple[str, str], dict[str, str]]) -> None:
-        self.pods = pods
-        self.calls: list[dict[str, Any]] = []
-        self.fail = False
-
-    def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
-        self.calls.append(kwargs)
-        if self.fail:
-            raise k8s.ApiException(status=403, reason="Forbidden")
-        items = [
-            SimpleNamespace(metadata=SimpleNamespace(namespace=ns, name=name, labels=labels))
-            for (ns, name), labels in self.pods.items()
-        ]
-        return SimpleNamespace(items=items)
-
-
 POD_LABELS = {
     ("team-a", "llm-worker-0-0-abcde"): {
         "gpufleet.dev/job": "llm",
@@ -80,9 +59,13 @@ POD_LABELS = {
 }
 
 
-def test_the_stand_in_has_the_real_client_method() -> None:
-    params = inspect.signature(k8s.CoreV1Api.list_pod_for_all_namespaces).parameters
-    assert {"field_selector", "_request_timeout"} <= set(params)
+def pods_api(node: str = "n1") -> FakeKube:
+    """The API server's view of the pods on ``node``, with their labels."""
+    kube = FakeKube()
+    for (ns, name), labels in POD_LABELS.items():
+        kube.put({"apiVersion": "v1", "kind": "Pod", "spec": {"nodeName": node},
+                  "metadata": {"namespace": ns, "name": name, "labels": labels}})  # fmt: skip
+    return kube
 
 
 def test_list_reads_gpu_devices_and_skips_what_it_does_not_know(kubelet: Kubelet) -> None:
@@ -129,7 +112,7 @@ def allocated(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[st
 
 
 def test_scrape_attributes_gpus_to_pods_jobs_tenants_and_queues(kubelet: Kubelet) -> None:
-    core = CoreV1(POD_LABELS)
+    core = pods_api()
     attribution = Attribution(lambda: list_allocations(kubelet.socket), PodLabels(core, "n1"))
     devices = [SimulatedDevice(0), SimulatedDevice(1)]
     url, server = serve(GpuCollector(devices, node="n1", attribution=attribution))
@@ -139,8 +122,8 @@ def test_scrape_attributes_gpus_to_pods_jobs_tenants_and_queues(kubelet: Kubelet
     finally:
         stop(server)
     assert status == 200
-    assert core.calls[0]["field_selector"] == "spec.nodeName=n1"
-    assert len(core.calls) == 1  # pod labels are cached between scrapes
+    (call,) = core.called("list_pod_for_all_namespaces")  # pod labels are cached between scrapes
+    assert call["field_selector"] == "spec.nodeName=n1"
     got = allocated(samples)
     labels, value = got[f"llm-worker-0-0-abcde/{GPU1}"]
     assert value == 1
@@ -187,22 +170,22 @@ def test_kubelet_missing_or_slow_never_fails_the_scrape(kubelet: Kubelet) -> Non
 
 
 def test_pod_label_errors_keep_the_last_answer() -> None:
-    core = CoreV1(POD_LABELS)
+    core = pods_api()
     labels = PodLabels(core, "n1", refresh=10)
     assert labels.get(now=0)[("team-b", "notebook")] == {"app": "jupyter"}
-    core.fail = True
+    core.fail_with = 403
     assert labels.get(now=5) == labels.get(now=0)  # not refreshed yet
     assert len(core.calls) == 1
     assert labels.get(now=11)[("team-b", "notebook")] == {"app": "jupyter"}
     assert labels.error and "Forbidden" in labels.error
-    core.fail = False
+    core.fail_with = None
     labels.get(now=22)
     assert labels.error is None
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (make tools)")
 def test_promtool_accepts_the_allocation_series(kubelet: Kubelet) -> None:
-    labels = PodLabels(CoreV1(POD_LABELS), "n1")
+    labels = PodLabels(pods_api(), "n1")
     attribution = Attribution(lambda: list_allocations(kubelet.socket), labels)
     collector = GpuCollector(
         [SimulatedDevice(0), SimulatedDevice(1)], node="n1", attribution=attribution

@@ -14,20 +14,10 @@ from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
 from gpufleet.render import TARGETS, check_restricted, pod_specs_in, render
 from gpufleet.spec import validate_training_job
-from tests.conftest import REPO, digits_job, write_spec
+from tests.conftest import REPO, cluster_job, digits_job, write_spec
 from tests.k8s_schemas import validate_strictly
 
 GOLDEN = REPO / "tests" / "golden"
-
-
-def cluster_job(**spec: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "image": "ghcr.io/example/gpufleet:0.1.0",
-        "checkpoint": {"dir": "/ckpt/run", "everySteps": 50},
-        "volumes": [{"name": "ckpt", "mountPath": "/ckpt", "claimName": "team-ckpt"}],
-    }
-    base.update(spec)
-    return digits_job("train", **base)
 
 
 def assert_valid(objects: list[dict[str, Any]]) -> None:

@@ -3,7 +3,6 @@ restricted pods, the autoscaler's signal), goldens, and submit through the typed
 
 from __future__ import annotations
 
-import inspect
 import re
 import shutil
 import subprocess
@@ -12,17 +11,17 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client as k8s
 from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.cluster import Cluster
-from gpufleet.cluster.client import BUILTIN_KINDS
 from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
+from gpufleet.kube import LABEL_JOB
 from gpufleet.render import check_restricted, pod_specs_in, render_spec
 from gpufleet.render.serving import ADAPTER_METRICS
 from gpufleet.spec import InferenceService, validate_spec
 from tests.conftest import REPO
+from tests.fake_kube import FakeKube
 from tests.k8s_schemas import validate_strictly
 
 GOLDEN = REPO / "tests" / "golden"
@@ -238,146 +237,53 @@ def test_cli_render_picks_the_kinds_default_and_rejects_training_targets(tmp_pat
     assert bad.exit_code == EXIT_BAD_INPUT and "triton, kserve" in bad.output
 
 
-class TypedApi:
-    """Stands in for AppsV1Api, PolicyV1Api and AutoscalingV2Api: records create calls."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.created: list[tuple[str, str]] = []
-
-    def __getattr__(self, method: str) -> Any:
-        real = getattr(getattr(k8s, self.name), method)  # AttributeError if the client has none
-        assert list(inspect.signature(real).parameters)[1:3] == ["namespace", "body"]
-
-        def create(namespace: str, body: dict[str, Any]) -> None:
-            self.created.append((namespace, body["kind"]))
-
-        return create
-
-
-class Custom:
-    def __init__(self) -> None:
-        self.created: list[tuple[str, str, str]] = []
-
-    def create_namespaced_custom_object(
-        self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]
-    ) -> None:
-        self.created.append((group, plural, namespace))
-
-
-class Core:
-    def __init__(self) -> None:
-        self.services: list[str] = []
-
-    def create_namespaced_service(self, namespace: str, body: dict[str, Any]) -> None:
-        self.services.append(body["metadata"]["name"])
-
-
 @pytest.mark.parametrize("engine", ["hpa", "keda"])
 def test_submit_creates_every_object_through_its_client(engine: str) -> None:
     svc = parsed(service(replicas={"min": 1, "max": 2}, autoscaling={"engine": engine}))
-    apis = {name: TypedApi(name) for name, _ in BUILTIN_KINDS.values() if name != "CoreV1Api"}
-    custom, core = Custom(), Core()
-    created = Cluster(custom, core, "team-a", apis).submit(render_spec(svc, "triton"))
+    kube = FakeKube()
+    created = Cluster(kube, kube, "team-a", kube.typed_apis()).submit(render_spec(svc, "triton"))
     assert created[:3] == ["Deployment/digits", "Service/digits", "PodDisruptionBudget/digits"]
-    assert apis["AppsV1Api"].created == [("team-a", "Deployment")]
-    assert apis["PolicyV1Api"].created == [("team-a", "PodDisruptionBudget")]
-    if engine == "hpa":
-        assert apis["AutoscalingV2Api"].created == [("team-a", "HorizontalPodAutoscaler")]
-    else:
-        assert custom.created == [("keda.sh", "scaledobjects", "team-a")]
-    kserve = Custom()
-    Cluster(kserve, core, "team-a", apis).submit(render_spec(svc, "kserve"))
-    assert kserve.created == [("serving.kserve.io", "inferenceservices", "team-a")]
+    scaler = "create_namespaced_horizontal_pod_autoscaler"
+    if engine == "keda":
+        scaler = "create_namespaced_custom_object"
+    assert [name for name, _ in kube.calls] == [
+        "create_namespaced_deployment",
+        "create_namespaced_service",
+        "create_namespaced_pod_disruption_budget",
+        scaler,
+    ]
+    assert {ns for (_, _, ns, _, _) in kube.objects} == {"team-a"}
+    kserve = FakeKube()
+    Cluster(kserve, kserve, "team-a", kserve.typed_apis()).submit(render_spec(svc, "kserve"))
+    assert list(kserve.objects) == [
+        ("serving.kserve.io", "v1beta1", "team-a", "inferenceservices", "digits")
+    ]
 
 
-class NotFound(Exception):
-    status = 404
-
-
-class ServingCluster:
-    """A namespace holding one rendered InferenceService: the typed and custom calls that
-    status and cancel make, with the real clients' method names (checked)."""
-
-    def __init__(
-        self,
-        objects: list[dict[str, Any]],
-        ready: int,
-        pods: list[dict[str, Any]],
-        events: list[dict[str, Any]] | None = None,
-    ) -> None:
-        self.objects = {(o["kind"], o["metadata"]["name"]): o for o in objects}
-        self.ready, self.pod_list, self.events = ready, pods, events or []
-        self.deleted: list[str] = []
-
-    def _check(self, api: str, method: str) -> None:
-        assert hasattr(getattr(k8s, api), method), (api, method)
-
-    def _delete(self, kind: str, name: str) -> None:
-        if (kind, name) not in self.objects:
-            raise NotFound(kind)
-        del self.objects[(kind, name)]
-        self.deleted.append(kind)
-
-    # AppsV1Api
-    def read_namespaced_deployment(self, name: str, namespace: str) -> dict[str, Any]:
-        self._check("AppsV1Api", "read_namespaced_deployment")
-        if ("Deployment", name) not in self.objects:
-            raise NotFound(name)
-        dep = dict(self.objects[("Deployment", name)])
-        return {**dep, "status": {"readyReplicas": self.ready}}
-
-    def delete_namespaced_deployment(self, name: str, namespace: str) -> None:
-        self._check("AppsV1Api", "delete_namespaced_deployment")
-        self._delete("Deployment", name)
-
-    def delete_namespaced_pod_disruption_budget(self, name: str, namespace: str) -> None:
-        self._check("PolicyV1Api", "delete_namespaced_pod_disruption_budget")
-        self._delete("PodDisruptionBudget", name)
-
-    def delete_namespaced_horizontal_pod_autoscaler(self, name: str, namespace: str) -> None:
-        self._check("AutoscalingV2Api", "delete_namespaced_horizontal_pod_autoscaler")
-        self._delete("HorizontalPodAutoscaler", name)
-
-    # CoreV1Api
-    def list_namespaced_pod(self, namespace: str, label_selector: str) -> dict[str, Any]:
-        self._check("CoreV1Api", "list_namespaced_pod")
-        return {"items": self.pod_list}
-
-    def list_namespaced_event(self, namespace: str, field_selector: str) -> dict[str, Any]:
-        return {"items": self.events}
-
-    def delete_namespaced_service(self, name: str, namespace: str) -> None:
-        self._check("CoreV1Api", "delete_namespaced_service")
-        self._delete("Service", name)
-
-    # CustomObjectsApi
-    def get_namespaced_custom_object(
-        self, group: str, version: str, namespace: str, plural: str, name: str
-    ) -> dict[str, Any]:
-        kind = {"scaledobjects": "ScaledObject", "inferenceservices": "InferenceService"}.get(
-            plural
-        )
-        if kind is None or (kind, name) not in self.objects:
-            raise NotFound(plural)
-        return self.objects[(kind, name)]
-
-    def delete_namespaced_custom_object(
-        self, group: str, version: str, namespace: str, plural: str, name: str, body: Any = None
-    ) -> None:
-        kind = {"scaledobjects": "ScaledObject", "inferenceservices": "InferenceService"}[plural]
-        self._delete(kind, name)
-
-
-def serving_cluster(target: str = "triton", ready: int = 2, **kw: Any) -> tuple[Cluster, Any]:
+def serving_cluster(
+    target: str = "triton", ready: int = 2, pods: list[dict[str, Any]] | None = None,
+    events: list[dict[str, Any]] | None = None,
+) -> tuple[Cluster, FakeKube]:  # fmt: skip
+    """A namespace holding one rendered InferenceService, ``ready`` of its replicas ready."""
     svc = parsed(service(replicas={"min": 2, "max": 4}, autoscaling={}))
-    api = ServingCluster(render_spec(svc, target), ready, **kw)
-    apis = dict.fromkeys(("AppsV1Api", "PolicyV1Api", "AutoscalingV2Api"), api)
-    return Cluster(api, api, "team-a", apis), api
+    kube = FakeKube()
+    for obj in render_spec(svc, target):
+        if obj["kind"] == "Deployment":
+            obj = {**obj, "status": {"readyReplicas": ready}}
+        kube.put(obj, "team-a")
+    for p in pods or []:
+        kube.put(p, "team-a")
+    kube.events = events or []
+    return Cluster(kube, kube, "team-a", kube.typed_apis()), kube
 
 
 def pod(phase: str, name: str = "digits-abc") -> dict[str, Any]:
-    return {"metadata": {"name": name}, "status": {"phase": phase}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {LABEL_JOB: "digits"}},
+        "status": {"phase": phase},
+    }
 
 
 def test_status_of_a_serving_service() -> None:
@@ -412,10 +318,9 @@ def test_status_says_why_no_replica_is_ready() -> None:
     ],
 )
 def test_cancel_deletes_what_the_service_rendered(target: str, kinds: list[str]) -> None:
-    cluster, api = serving_cluster(target, pods=[])
+    cluster, kube = serving_cluster(target, pods=[])
     deleted = cluster.cancel("digits")
-    assert api.deleted == kinds
-    assert deleted == [f"{k}/digits" for k in kinds]
-    assert api.objects == {}
+    assert kube.deleted == deleted == [f"{k}/digits" for k in kinds]
+    assert kube.objects == {}
     with pytest.raises(UserInputError, match="no gpufleet job"):
         cluster.cancel("digits")

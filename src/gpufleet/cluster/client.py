@@ -8,74 +8,46 @@ responses. Everything it fetches goes through ``status.summarize`` (pure, unit-t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
+from gpufleet.cluster.kinds import (
+    BUILTIN_KINDS,
+    CLUSTER_QUEUES,
+    JOB_KINDS,
+    LOCAL_QUEUES,
+    PODGROUPS,
+    PODMONITORS,
+    SERVING_KINDS,
+    WORKLOADS,
+    Kind,
+    kind_of,
+)
 from gpufleet.cluster.status import JobStatus, summarize, summarize_service
 from gpufleet.errors import FieldError, GpufleetError, UserInputError
 from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER, Obj, job_selector
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A job kind gpufleet renders: where its objects live in the API."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-
-# Top-level job kinds, in the order ``status`` looks for a job of a given name.
-JOB_KINDS = [
-    Kind("batch", "v1", "jobs", "Job"),
-    Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
-    Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
-    Kind("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
-    Kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
-    Kind("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
-]
-WORKLOADS = Kind("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
-LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue")
-CLUSTER_QUEUES = Kind("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue")
-PODGROUPS = Kind("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
-# Rendered next to a job when spec.metrics.podMonitor is set (Prometheus Operator).
-PODMONITORS = Kind("monitoring.coreos.com", "v1", "podmonitors", "PodMonitor")
-# Serving (kind InferenceService): custom kinds, and built-in kinds with their typed client call.
-SERVING_KINDS = [
-    Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
-    Kind("serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService"),
-]
-# Built-in serving kinds, in the order the renderer emits them: (apiVersion, kind) -> the typed
-# API class and its method suffix (create_<suffix>, delete_<suffix>). Service goes through core.
-BUILTIN_KINDS = {
-    ("apps/v1", "Deployment"): ("AppsV1Api", "namespaced_deployment"),
-    ("v1", "Service"): ("CoreV1Api", "namespaced_service"),
-    ("policy/v1", "PodDisruptionBudget"): ("PolicyV1Api", "namespaced_pod_disruption_budget"),
-    ("autoscaling/v2", "HorizontalPodAutoscaler"): (
-        "AutoscalingV2Api",
-        "namespaced_horizontal_pod_autoscaler",
-    ),
-}
 
 
 class ClusterError(GpufleetError):
     """The cluster said no (forbidden, conflict, unreachable): exit 1 with its words."""
 
 
-def _kind_of(obj: Obj) -> Kind:
-    for kind in [*JOB_KINDS, PODMONITORS, *SERVING_KINDS]:
-        if kind.api_version == obj["apiVersion"] and kind.kind == obj["kind"]:
-            return kind
-    raise ValueError(f"not a gpufleet kind: {obj['apiVersion']} {obj['kind']}")
+@cache
+def api_errors() -> tuple[type[Exception], ...]:
+    """What the kubernetes client raises when the cluster says no or cannot be reached: its
+    ApiException (with the HTTP status) and urllib3's transport errors. Anything else is a bug
+    of ours and propagates with its traceback instead of posing as a cluster error."""
+    try:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+    except ImportError:  # no client installed: nothing can raise its errors
+        return ()
+    return (ApiException, HTTPError)
 
 
 def _status_code(exc: Exception) -> int | None:
-    return getattr(exc, "status", None)
+    status = getattr(exc, "status", None)  # ApiException's HTTP status; None for transport
+    return status if isinstance(status, int) else None
 
 
 class Cluster:
@@ -139,11 +111,11 @@ class Cluster:
                     api, suffix = builtin
                     getattr(self.apis[api], f"create_{suffix}")(ns, obj)
                 else:
-                    k = _kind_of(obj)
+                    k = kind_of(obj)
                     self.custom.create_namespaced_custom_object(
                         k.group, k.version, ns, k.plural, obj
                     )
-            except Exception as exc:
+            except api_errors() as exc:
                 raise self._api_error(
                     exc, f"create {obj['kind']} {ns}/{obj['metadata']['name']}"
                 ) from exc
@@ -167,7 +139,7 @@ class Cluster:
             return None
         try:
             found = _as_dict(apps.read_namespaced_deployment(name, self.namespace))
-        except Exception as exc:
+        except api_errors() as exc:
             if _status_code(exc) == 404:
                 return None
             raise self._api_error(exc, f"read Deployment {name}") from exc
@@ -210,7 +182,7 @@ class Cluster:
         """The job's pods (label gpufleet.dev/job), as API dicts sorted by name."""
         try:
             found = self.core.list_namespaced_pod(self.namespace, label_selector=job_selector(name))
-        except Exception as exc:
+        except api_errors() as exc:
             raise self._api_error(exc, f"list pods of {name}") from exc
         return sorted((_as_dict(p) for p in _items(found)), key=lambda p: p["metadata"]["name"])
 
@@ -226,7 +198,7 @@ class Cluster:
         for p in pods:
             try:
                 text = self.core.read_namespaced_pod_log(p, self.namespace, tail_lines=tail)
-            except Exception as exc:
+            except api_errors() as exc:
                 if _status_code(exc) == 400:  # not started yet
                     yield f"[{p}] (no log yet: {getattr(exc, 'body', exc)})"
                     continue
@@ -260,7 +232,7 @@ class Cluster:
                 self.core.delete_namespaced_service(svc["metadata"]["name"], self.namespace)
                 deleted.append(f"Service/{svc['metadata']['name']}")
             deleted += self._delete_pod_monitors(name)
-        except Exception as exc:
+        except api_errors() as exc:
             raise self._api_error(exc, f"delete {kind.kind} {name}") from exc
         return deleted
 
@@ -288,7 +260,7 @@ class Cluster:
         for kind, call in calls:
             try:
                 call()
-            except Exception as exc:
+            except api_errors() as exc:
                 if _status_code(exc) == 404:
                     continue
                 raise self._api_error(exc, f"delete {kind} {name}") from exc
@@ -302,7 +274,7 @@ class Cluster:
             listed = self.custom.list_namespaced_custom_object(
                 k.group, k.version, self.namespace, k.plural, label_selector=job_selector(name)
             )
-        except Exception as exc:
+        except api_errors() as exc:
             if _status_code(exc) == 404:  # the CRD is not installed
                 return []
             raise
@@ -326,7 +298,7 @@ class Cluster:
                 obj = self.custom.get_namespaced_custom_object(
                     kind.group, kind.version, self.namespace, kind.plural, name
                 )
-        except Exception as exc:
+        except api_errors() as exc:
             if _status_code(exc) == 404:  # no such object, or the CRD is not installed
                 return None
             raise self._api_error(exc, f"get {kind.kind} {name}") from exc
@@ -338,7 +310,7 @@ class Cluster:
             listed = self.custom.list_namespaced_custom_object(
                 kind.group, kind.version, self.namespace, kind.plural
             )
-        except Exception as exc:
+        except api_errors() as exc:
             if _status_code(exc) == 404:
                 return None
             raise self._api_error(exc, f"list {kind.plural}") from exc
@@ -362,22 +334,24 @@ class Cluster:
             found = self.core.list_namespaced_event(
                 self.namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}"
             )
-        except Exception as exc:
+        except api_errors() as exc:
             raise self._api_error(exc, f"list events of pod {pod}") from exc
         return [_as_dict(e) for e in _items(found)]
 
-    def _api_error(self, exc: Exception, doing: str) -> GpufleetError:
+    def _api_error(self, exc: Exception, doing: str) -> ClusterError:
+        """The client's error as one line: what we were doing and what the API server said."""
         code = _status_code(exc)
         if code is None:
-            return ClusterError(f"{doing}: {exc}")
+            return ClusterError(f"{doing}: cannot reach the API server: {exc}")
         reason = {
             403: "forbidden (RBAC)",
             404: "not found (is the operator's CRD installed?)",
             409: "already exists (gpufleet cancel it first)",
             422: "rejected as invalid",
         }
-        body = getattr(exc, "body", "") or ""
-        return ClusterError(f"{doing}: {reason.get(code, f'HTTP {code}')}: {str(body)[:500]}")
+        detail = str(getattr(exc, "body", "") or getattr(exc, "reason", "") or "")[:500]
+        what = reason.get(code, f"HTTP {code}")
+        return ClusterError(f"{doing}: {what}: {detail}" if detail else f"{doing}: {what}")
 
 
 def _is_ours(obj: Obj, name: str) -> bool:

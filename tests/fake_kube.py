@@ -1,0 +1,246 @@
+"""One stand-in for the Kubernetes API, for tests that have no cluster: an in-memory store of
+objects behind the methods of kubernetes.client's CustomObjectsApi, CoreV1Api, AppsV1Api,
+PolicyV1Api and AutoscalingV2Api that gpufleet calls, with the real clients' method names and
+positional parameters (test_fake_kube checks them) and the real ApiException for errors.
+
+One object plays every API: ``Cluster(kube, kube, ns, kube.typed_apis())``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kubernetes import client as k8s
+
+from gpufleet.kube import Obj
+
+Key = tuple[str, str, str, str, str]  # (group, version, namespace, plural, name)
+
+# Built-in kinds by plural: (group, version, kind)
+BUILTIN = {
+    "pods": ("", "v1", "Pod"),
+    "services": ("", "v1", "Service"),
+    "deployments": ("apps", "v1", "Deployment"),
+    "poddisruptionbudgets": ("policy", "v1", "PodDisruptionBudget"),
+    "horizontalpodautoscalers": ("autoscaling", "v2", "HorizontalPodAutoscaler"),
+}
+API_CLASSES = ("CustomObjectsApi", "CoreV1Api", "AppsV1Api", "PolicyV1Api", "AutoscalingV2Api")
+
+
+REASONS = {403: "Forbidden", 404: "NotFound", 409: "AlreadyExists"}
+
+
+def _terms(selector: str | None) -> list[tuple[str, str]]:
+    return [(k, v) for k, _, v in (t.partition("=") for t in (selector or "").split(",") if t)]
+
+
+def _matches(obj: Obj, label_selector: str | None, field_selector: str | None = None) -> bool:
+    """Equality-based label and field selectors (``a=b,c=d``; fields as dotted paths)."""
+    labels = obj.get("metadata", {}).get("labels") or {}
+    if any(labels.get(k) != v for k, v in _terms(label_selector)):
+        return False
+    for path, want in _terms(field_selector):
+        value: Any = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value != want:
+            return False
+    return True
+
+
+class FakeKube:
+    """A namespace's worth of API objects, events and pod logs, served like the API server."""
+
+    def __init__(self) -> None:
+        self.objects: dict[Key, Obj] = {}
+        self.events: list[Obj] = []
+        self.deleted: list[str] = []  # "Kind/name", in deletion order
+        self.calls: list[tuple[str, dict[str, Any]]] = []  # (client method, keyword arguments)
+        self.fail_with: int | None = None  # every call raises ApiException(status) when set
+
+    def __getattribute__(self, name: str) -> Any:
+        attr = object.__getattribute__(self, name)
+        if name in API_METHODS:  # log each client call, as a recording proxy would
+
+            def logged(*args: Any, **kwargs: Any) -> Any:
+                object.__getattribute__(self, "calls").append((name, kwargs))
+                return attr(*args, **kwargs)
+
+            return logged
+        return attr
+
+    # -- filling and reading the store ---------------------------------------------------------
+
+    def put(self, obj: Obj, namespace: str | None = None) -> None:
+        """Store ``obj`` (a rendered or recorded API object) as the API server would."""
+        group, _, version = obj["apiVersion"].rpartition("/")
+        ns = namespace if namespace is not None else obj["metadata"].get("namespace", "")
+        self.objects[(group, version, ns, _plural(obj["kind"]), obj["metadata"]["name"])] = obj
+
+    def kinds(self) -> list[str]:
+        """The kinds of the stored objects, in store order."""
+        return [o["kind"] for o in self.objects.values()]
+
+    def pods(self) -> list[Obj]:
+        """The stored pods (the objects themselves: a test may change them)."""
+        return [o for (_, _, _, p, _), o in self.objects.items() if p == "pods"]
+
+    def called(self, method: str) -> list[dict[str, Any]]:
+        """The keyword arguments of each call of ``method``, in order."""
+        return [kwargs for name, kwargs in self.calls if name == method]
+
+    def typed_apis(self) -> dict[str, Any]:
+        """This fake as each typed API the cluster client takes by class name."""
+        return dict.fromkeys(("AppsV1Api", "PolicyV1Api", "AutoscalingV2Api"), self)
+
+    def _check(self) -> None:
+        if self.fail_with is not None:
+            reason = REASONS.get(self.fail_with, "Injected")
+            raise k8s.ApiException(status=self.fail_with, reason=reason)
+
+    def _get(self, key: Key) -> Obj:
+        self._check()
+        if key not in self.objects:
+            raise k8s.ApiException(status=404, reason=REASONS[404])
+        return self.objects[key]
+
+    def _create(self, key: Key, body: Obj) -> Obj:
+        self._check()
+        if key in self.objects:
+            raise k8s.ApiException(status=409, reason=REASONS[409])
+        self.objects[key] = copy.deepcopy(body)
+        return body
+
+    def _delete(self, key: Key) -> None:
+        obj = self._get(key)
+        del self.objects[key]
+        self.deleted.append(f"{obj['kind']}/{key[4]}")
+
+    def _list(
+        self, group: str, version: str, namespace: str | None, plural: str, kw: dict[str, Any]
+    ) -> list[Obj]:
+        self._check()
+        return [
+            o for (g, v, ns, p, _), o in self.objects.items()
+            if (g, v, p) == (group, version, plural) and namespace in (None, ns)
+            and _matches(o, kw.get("label_selector"), kw.get("field_selector"))
+        ]  # fmt: skip
+
+    def _builtin(self, plural: str, namespace: str, name: str) -> Key:
+        group, version, _ = BUILTIN[plural]
+        return (group, version, namespace, plural, name)
+
+    # -- CustomObjectsApi ---------------------------------------------------------------------
+
+    def get_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, **_: Any
+    ) -> Obj:
+        return self._get((group, version, namespace, plural, name))
+
+    def get_cluster_custom_object(
+        self, group: str, version: str, plural: str, name: str, **_: Any
+    ) -> Obj:
+        return self._get((group, version, "", plural, name))
+
+    def list_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, **kw: Any
+    ) -> Obj:
+        return {"items": self._list(group, version, namespace, plural, kw)}
+
+    def create_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, body: Obj, **_: Any
+    ) -> Obj:
+        return self._create((group, version, namespace, plural, body["metadata"]["name"]), body)
+
+    def delete_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, **_: Any
+    ) -> Obj:
+        self._delete((group, version, namespace, plural, name))
+        return {"status": "Success"}
+
+    # -- CoreV1Api ----------------------------------------------------------------------------
+
+    def list_namespaced_pod(self, namespace: str, **kw: Any) -> Obj:
+        pods = self._list("", "v1", namespace, "pods", kw)
+        return {"items": sorted(pods, key=lambda p: p["metadata"]["name"])}
+
+    def list_pod_for_all_namespaces(self, **kw: Any) -> k8s.V1PodList:
+        """Typed models, as the real client returns them (the exporter reads attributes)."""
+        pods = self._list("", "v1", None, "pods", kw)
+        return k8s.V1PodList(
+            items=[
+                k8s.V1Pod(
+                    metadata=k8s.V1ObjectMeta(
+                        namespace=p["metadata"].get("namespace", ""),
+                        name=p["metadata"]["name"],
+                        labels=p["metadata"].get("labels"),
+                    )
+                )
+                for p in pods
+            ]
+        )
+
+    def list_namespaced_event(self, namespace: str, **kw: Any) -> Obj:
+        self._check()
+        return {"items": [e for e in self.events if _matches(e, None, kw.get("field_selector"))]}
+
+    def read_namespaced_pod_log(self, name: str, namespace: str, **kw: Any) -> str:
+        self._get(self._builtin("pods", namespace, name))
+        lines = [f"{name} line {i}" for i in range(5)]
+        tail = kw.get("tail_lines")
+        return "\n".join(lines[-tail:] if tail else lines)
+
+    def create_namespaced_service(self, namespace: str, body: Obj, **_: Any) -> Obj:
+        return self._create(self._builtin("services", namespace, body["metadata"]["name"]), body)
+
+    def list_namespaced_service(self, namespace: str, **kw: Any) -> Obj:
+        return {"items": self._list("", "v1", namespace, "services", kw)}
+
+    def delete_namespaced_service(self, name: str, namespace: str, **_: Any) -> Obj:
+        self._delete(self._builtin("services", namespace, name))
+        return {"status": "Success"}
+
+    # -- AppsV1Api, PolicyV1Api, AutoscalingV2Api -----------------------------------------------
+
+    def create_namespaced_deployment(self, namespace: str, body: Obj, **_: Any) -> Obj:
+        return self._create(self._builtin("deployments", namespace, body["metadata"]["name"]), body)
+
+    def read_namespaced_deployment(self, name: str, namespace: str, **_: Any) -> Obj:
+        return self._get(self._builtin("deployments", namespace, name))
+
+    def delete_namespaced_deployment(self, name: str, namespace: str, **_: Any) -> Obj:
+        self._delete(self._builtin("deployments", namespace, name))
+        return {"status": "Success"}
+
+    def create_namespaced_pod_disruption_budget(self, namespace: str, body: Obj, **_: Any) -> Obj:
+        key = self._builtin("poddisruptionbudgets", namespace, body["metadata"]["name"])
+        return self._create(key, body)
+
+    def delete_namespaced_pod_disruption_budget(self, name: str, namespace: str, **_: Any) -> Obj:
+        self._delete(self._builtin("poddisruptionbudgets", namespace, name))
+        return {"status": "Success"}
+
+    def create_namespaced_horizontal_pod_autoscaler(
+        self, namespace: str, body: Obj, **_: Any
+    ) -> Obj:
+        key = self._builtin("horizontalpodautoscalers", namespace, body["metadata"]["name"])
+        return self._create(key, body)
+
+    def delete_namespaced_horizontal_pod_autoscaler(
+        self, name: str, namespace: str, **_: Any
+    ) -> Obj:
+        self._delete(self._builtin("horizontalpodautoscalers", namespace, name))
+        return {"status": "Success"}
+
+
+# The client methods FakeKube implements: every public method but the store's own helpers.
+API_METHODS = frozenset(
+    name for name in vars(FakeKube)
+    if not name.startswith("_") and name not in {"put", "kinds", "pods", "called", "typed_apis"}
+)  # fmt: skip
+
+
+def _plural(kind: str) -> str:
+    plural = next((p for p, (_, _, k) in BUILTIN.items() if k == kind), None)
+    return plural or kind.lower() + "s"

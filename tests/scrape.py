@@ -1,0 +1,55 @@
+"""Reading /metrics endpoints in tests: the GPU exporter's and the job metrics a launcher serves,
+parsed with prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+from prometheus_client import start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpufleet.observe.exporter import GpuCollector, registry_for
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]  # name -> [(labels, value)]
+
+
+def parse(text: str) -> Samples:
+    """Every sample of a Prometheus text exposition, by sample name."""
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, []).append((s.labels, s.value))
+    return samples
+
+
+def scrape(url: str) -> tuple[int, Samples, float]:
+    """GET ``url``: the HTTP status, the samples and the seconds the scrape took."""
+    started = time.monotonic()
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        status, text = resp.status, resp.read().decode()
+    return status, parse(text), time.monotonic() - started
+
+
+def scrape_port(port: int) -> tuple[str, Samples]:
+    """The text and samples of http://127.0.0.1:<port>/metrics (OSError while nothing listens)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return text, parse(text)
+
+
+def steps_by_rank(samples: Samples) -> dict[str, float]:
+    """The job metrics' current step of each rank."""
+    return {labels["rank"]: value for labels, value in samples.get("gpufleet_job_step", [])}
+
+
+def serve(collector: GpuCollector) -> tuple[str, object]:
+    """Serve ``collector`` as the exporter does, on a free port; returns (url, server)."""
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=registry_for(collector))
+    return f"http://127.0.0.1:{server.server_port}/metrics", server
+
+
+def stop(server: object) -> None:
+    """Stop a server that ``serve`` started."""
+    server.shutdown()  # type: ignore[attr-defined]
+    server.server_close()  # type: ignore[attr-defined]

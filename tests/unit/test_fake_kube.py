@@ -1,0 +1,41 @@
+"""The Kubernetes stand-in must not drift from kubernetes.client: every method it offers exists
+on one of the real API classes with the same required positional parameters, and it answers
+errors with the client's own ApiException."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from tests.fake_kube import API_CLASSES, API_METHODS, FakeKube
+
+
+def required(fn: Any) -> list[str]:
+    params = list(inspect.signature(fn).parameters.values())[1:]  # without self
+    return [p.name for p in params if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+
+
+@pytest.mark.parametrize("method", sorted(API_METHODS))
+def test_every_method_is_the_real_clients(method: str) -> None:
+    real = [
+        getattr(getattr(k8s, c), method) for c in API_CLASSES if hasattr(getattr(k8s, c), method)
+    ]
+    assert real, f"no kubernetes.client API has {method}"
+    assert required(getattr(FakeKube, method)) == required(real[0])
+
+
+def test_errors_are_the_clients_api_exception() -> None:
+    kube = FakeKube()
+    with pytest.raises(k8s.ApiException) as info:
+        kube.read_namespaced_deployment("absent", "ns")
+    assert info.value.status == 404
+    kube.create_namespaced_service("ns", {"metadata": {"name": "s"}, "kind": "Service"})
+    with pytest.raises(k8s.ApiException) as info:
+        kube.create_namespaced_service("ns", {"metadata": {"name": "s"}, "kind": "Service"})
+    assert info.value.status == 409
+    assert [name for name, _ in kube.calls] == ["read_namespaced_deployment"] + [
+        "create_namespaced_service"
+    ] * 2
