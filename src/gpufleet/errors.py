@@ -9,6 +9,16 @@ Exit codes mean the same thing locally and inside pods, so restart policies can 
   the launcher restarts the group, like any other worker failure.
 * ``EXIT_PREEMPTED`` (75, ``EX_TEMPFAIL``) - stopped by SIGTERM/SIGINT *after* a preemption
   checkpoint was committed; running the same job again resumes from it. Retriable.
+
+The tree (every error gpufleet raises on purpose; anything else is a bug and keeps its
+traceback)::
+
+    GpufleetError                 exit 1
+    ├── UserInputError            exit 2: a spec, file or option is wrong (FieldError paths)
+    ├── JobConfigError            a job's runtime settings cannot work (also a ValueError)
+    ├── CheckpointError           checkpoint storage refused what a save needs
+    ├── MetricsPortError          the metrics port cannot be opened (also an OSError)
+    └── ClusterError              the cluster said no (gpufleet.cluster.client)
 """
 
 from __future__ import annotations
@@ -41,6 +51,19 @@ class FieldError:
         if self.line is not None:
             where += f" (line {self.line})"
         return f"{where}: {self.message}"
+
+
+class JobConfigError(GpufleetError, ValueError):
+    """A job's runtime settings cannot work (a batch larger than a rank's share of the data).
+    Also a ValueError, as the Trainer raised before the tree had it."""
+
+
+class CheckpointError(GpufleetError):
+    """Checkpoint storage refused what a save needs (no unused directory name, ...)."""
+
+
+class MetricsPortError(GpufleetError, OSError):
+    """The metrics port cannot be opened (in use, not allowed). Also an OSError, as before."""
 
 
 class UserInputError(GpufleetError):

@@ -86,3 +86,34 @@ def test_preemption_guard_without_process_group() -> None:
     assert not guard.should_stop()
     guard.request()
     assert guard.should_stop()
+
+
+def test_errors_gpufleet_raises_on_purpose_share_one_tree() -> None:
+    from gpufleet.cluster import ClusterError
+    from gpufleet.errors import (
+        CheckpointError,
+        GpufleetError,
+        JobConfigError,
+        MetricsPortError,
+        UserInputError,
+    )
+
+    for cls in (UserInputError, JobConfigError, CheckpointError, MetricsPortError, ClusterError):
+        assert issubclass(cls, GpufleetError), cls
+    assert issubclass(JobConfigError, ValueError) and issubclass(MetricsPortError, OSError)
+
+
+def test_a_batch_larger_than_a_ranks_data_is_a_job_config_error(tmp_path: Path) -> None:
+    from gpufleet.errors import JobConfigError
+    from gpufleet.runtime import Trainer, TrainerConfig
+    from gpufleet.workloads import synthetic_dataset, synthetic_mlp
+
+    model = synthetic_mlp(8, 16, 2)
+    with pytest.raises(JobConfigError, match="batch size 1000 is larger"):
+        Trainer(
+            model,
+            synthetic_dataset(64, 8, 2, seed=0),
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            config=TrainerConfig(steps=1, batch_size=1000),
+            context=JobContext(run_dir=tmp_path),
+        )

@@ -21,9 +21,16 @@ from typing import Any
 import fsspec
 import torch
 
-from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, FieldError, UserInputError
+from gpufleet.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    FieldError,
+    MetricsPortError,
+    UserInputError,
+)
 from gpufleet.launch.logs import last_lines_of_rank
-from gpufleet.launch.metrics_server import MetricsPortError, serve_metrics_dir
+from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
 from gpufleet.launch.worker import DEFAULT_RUN_ROOT, job_context, worker_module_args
 from gpufleet.runtime.context import PREEMPTED_FILE

@@ -12,9 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-
-class MetricsPortError(OSError):
-    """The metrics port cannot be opened (in use, not allowed)."""
+from gpufleet.errors import MetricsPortError
 
 
 @contextmanager

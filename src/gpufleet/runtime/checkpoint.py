@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
+from gpufleet.errors import CheckpointError
 from gpufleet.runtime import faults
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS
 
@@ -178,7 +179,7 @@ class Checkpointer:
             path = self._join(self._root_path, f"step_{step:09d}-{secrets.token_hex(3)}")
             if not self._fs.exists(path):
                 return path
-        raise RuntimeError(f"no unused checkpoint directory name for step {step} in {self.root}")
+        raise CheckpointError(f"no unused checkpoint directory name for step {step} in {self.root}")
 
     def _stager(self) -> DefaultStager:
         # One stager for the Checkpointer's life: it keeps its CPU staging buffers (1x the

@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from gpufleet.errors import EXIT_PREEMPTED
+from gpufleet.errors import EXIT_PREEMPTED, JobConfigError
 from gpufleet.runtime import faults
 from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.runtime.context import PREEMPTED_FILE, JobContext
@@ -169,7 +169,7 @@ class Trainer:
         )
         self.steps_per_epoch = self.sampler.samples_per_epoch() // config.batch_size
         if self.steps_per_epoch == 0:
-            raise ValueError(
+            raise JobConfigError(
                 f"batch size {config.batch_size} is larger than this rank's share of the data "
                 f"({self.sampler.samples_per_epoch()} samples)"
             )
