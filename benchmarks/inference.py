@@ -32,7 +32,7 @@ import torch
 from common import environment, result_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
-from gpufleet.launch.local import free_port
+from gpufleet.net import free_port
 from gpufleet.serve.export import export
 from gpufleet.serve.loadgen import BenchConfig, Target, run_bench, samples_for
 from gpufleet.serve.repository import Batching

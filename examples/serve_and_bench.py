@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.launch.local import free_port
+from gpufleet.net import free_port
 from gpufleet.serve.export import export
 from gpufleet.serve.loadgen import BenchConfig, BenchResult, run_bench
 from gpufleet.serve.server import ServeConfig, serving

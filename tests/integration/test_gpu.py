@@ -57,7 +57,7 @@ def test_triton_serves_a_gpu_model_on_cuda(tmp_path: Path) -> None:
     import numpy as np
     import tritonclient.grpc as grpcclient
 
-    from gpufleet.launch.local import free_port
+    from gpufleet.net import free_port
     from gpufleet.serve.export import export
     from gpufleet.serve.server import ServeConfig, serving
     from gpufleet.workloads.digits import DigitsCNN

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet.launch.local import free_port
+from gpufleet.net import free_port
 from tests.conftest import cli_env, digits_job, gpufleet_cmd, poll_until, write_spec
 from tests.scrape import scrape_port, steps_by_rank
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
-from gpufleet.launch.local import free_port
+from gpufleet.net import free_port
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
 from tests.conftest import cli_env, cluster_job, poll_until

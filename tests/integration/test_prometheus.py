@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.launch.local import free_port
+from gpufleet.net import free_port
 from tests.conftest import REPO, cli_env, digits_job, gpufleet_cmd, poll_until, write_spec
 from tests.kubelet import Kubelet, compiled_upstream, kubelet_answer
 

@@ -20,7 +20,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpufleet.launch.local import free_port
+from gpufleet.net import free_port
 from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.serve.export import export
 from gpufleet.serve.repository import Batching, read_repository

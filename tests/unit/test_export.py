@@ -12,7 +12,7 @@ from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT
 from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.serve.repository import read_repository
-from gpufleet.serve.runtime import TorchScriptModel
+from gpufleet.serve.torchscript import TorchScriptModel
 from gpufleet.workloads.digits import DigitsCNN
 from tests.conftest import REPO
 

@@ -12,7 +12,7 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from gpufleet.render.mpijob import SSH_DIR, SSH_PORT, SSHD_CONFIG
-from gpufleet.render.pod import RUN_DIR, UID
+from gpufleet.render.podspec import RUN_DIR, UID
 from tests.conftest import REPO
 
 DOCKERFILE = REPO / "docker" / "Dockerfile"

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
 from gpufleet.launch.worker import DEFAULT_RUN_ROOT, job_context, worker_module_args
+from gpufleet.net import free_port
 from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json, write_json_atomic
 from gpufleet.spec.models import TrainingJob
@@ -126,14 +126,6 @@ def check_checkpoint_storage(job: TrainingJob) -> None:
         hint = " (pip install 'gpufleet[s3]')" if scheme in ("s3", "s3a") else ""
         msg = f"no fsspec filesystem for {scheme}://: {exc}{hint}"
         raise UserInputError([FieldError("spec.checkpoint.dir", msg)]) from None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def local_notes(job: TrainingJob) -> list[str]:

@@ -10,13 +10,11 @@ with ``render.pod``. Serving targets (kind InferenceService, ``render.serving``)
 from collections.abc import Callable
 
 from gpufleet.kube import Obj
+from gpufleet.render.checks import cluster_errors
 from gpufleet.render.job import render_indexed_job
 from gpufleet.render.jobset import render_jobset
+from gpufleet.render.monitoring import pod_monitor
 from gpufleet.render.mpijob import render_mpijob
-from gpufleet.render.pod import (
-    cluster_errors,
-    pod_monitor,
-)
 from gpufleet.render.podsecurity import check_restricted, pod_specs_in
 from gpufleet.render.pytorchjob import render_pytorchjob
 from gpufleet.render.serving import render_kserve, render_triton

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_WORKER, Obj
-from gpufleet.render.pod import (
-    RDZV_PORT,
-    WorkerPod,
-    indexed_job_spec,
-    labels,
-    metadata,
-    pod_spec,
-    queued_labels,
-    require_cluster_ready,
-)
+from gpufleet.render.checks import require_cluster_ready
+from gpufleet.render.jobparts import indexed_job_spec, queued_labels
+from gpufleet.render.meta import labels, metadata
+from gpufleet.render.podspec import RDZV_PORT, WorkerPod, pod_spec
 from gpufleet.spec.models import TrainingJob
 
 

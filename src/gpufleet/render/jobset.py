@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from gpufleet.kube import Obj
-from gpufleet.render.pod import (
-    WorkerPod,
-    indexed_job_spec,
-    metadata,
-    pod_spec,
-    queued_labels,
-    require_cluster_ready,
-)
+from gpufleet.render.checks import require_cluster_ready
+from gpufleet.render.jobparts import indexed_job_spec, queued_labels
+from gpufleet.render.meta import metadata
+from gpufleet.render.podspec import WorkerPod, pod_spec
 from gpufleet.spec.models import TrainingJob
 
 REPLICATED_JOB = "worker"

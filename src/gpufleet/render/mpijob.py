@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 from gpufleet.kube import Obj
-from gpufleet.render.pod import (
-    WorkerPod,
-    kubeflow_run_policy,
-    metadata,
-    pod_metadata,
-    pod_spec,
-    queued_labels,
-    require_cluster_ready,
-    torchrun_command,
-    worker_env,
-)
+from gpufleet.render.checks import require_cluster_ready
+from gpufleet.render.jobparts import kubeflow_run_policy, queued_labels
+from gpufleet.render.meta import metadata
+from gpufleet.render.podspec import WorkerPod, pod_metadata, pod_spec, torchrun_command, worker_env
 from gpufleet.spec.models import TrainingJob
 
 SSH_PORT = 2222  # sshd runs as the image's non-root user, so not on 22

@@ -5,16 +5,10 @@ from __future__ import annotations
 import copy
 
 from gpufleet.kube import Obj
-from gpufleet.render.pod import (
-    RDZV_PORT,
-    WorkerPod,
-    kubeflow_run_policy,
-    metadata,
-    pod_metadata,
-    pod_spec,
-    queued_labels,
-    require_cluster_ready,
-)
+from gpufleet.render.checks import require_cluster_ready
+from gpufleet.render.jobparts import kubeflow_run_policy, queued_labels
+from gpufleet.render.meta import metadata
+from gpufleet.render.podspec import RDZV_PORT, WorkerPod, pod_metadata, pod_spec
 from gpufleet.spec.models import TrainingJob
 
 

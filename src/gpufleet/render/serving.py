@@ -14,14 +14,13 @@ import copy
 import math
 
 from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER, Obj
-from gpufleet.render.pod import (
+from gpufleet.render.meta import metadata, standard_labels
+from gpufleet.render.podspec import (
     CONTAINER_SECURITY,
     POD_SECURITY,
     gpu_placement,
-    metadata,
     resource_quantities,
     scrape_annotations,
-    standard_labels,
 )
 from gpufleet.spec.inference import InferenceService
 

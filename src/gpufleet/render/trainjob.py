@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from gpufleet.kube import Obj
-from gpufleet.render.pod import (
-    WorkerPod,
-    metadata,
-    pod_metadata,
-    pod_spec,
-    queued_labels,
-    require_cluster_ready,
-)
+from gpufleet.render.checks import require_cluster_ready
+from gpufleet.render.jobparts import queued_labels
+from gpufleet.render.meta import metadata
+from gpufleet.render.podspec import WorkerPod, pod_metadata, pod_spec
 from gpufleet.spec.models import TrainingJob
 
 RUNTIME = "torch-distributed"  # the ClusterTrainingRuntime Kubeflow Trainer installs

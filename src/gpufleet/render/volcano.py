@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 from gpufleet.kube import Obj
-from gpufleet.render.pod import (
-    WorkerPod,
-    labels,
-    metadata,
-    pod_metadata,
-    pod_spec,
-    require_cluster_ready,
-)
+from gpufleet.render.checks import require_cluster_ready
+from gpufleet.render.meta import labels, metadata
+from gpufleet.render.podspec import WorkerPod, pod_metadata, pod_spec
 from gpufleet.spec.models import TrainingJob
 
 TASK = "worker"

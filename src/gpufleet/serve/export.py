@@ -128,7 +128,7 @@ def output_tensors(module: Any, inputs: list[Tensor], batched: bool) -> list[Ten
     """The outputs' names, dtypes and shapes, from one forward pass on zeros."""
     import torch
 
-    from gpufleet.serve.runtime import torch_dtype
+    from gpufleet.serve.torchscript import torch_dtype
 
     args = [
         torch.zeros(

@@ -28,7 +28,7 @@ from typing import Any
 
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.serve.repository import ModelEntry, read_repository
-from gpufleet.serve.runtime import TorchScriptModel
+from gpufleet.serve.torchscript import TorchScriptModel
 
 # The APIs a client must not use (Triton's names): changing models, mapping shared memory,
 # statistics, tracing and logging settings. (PyTriton's default too; stated so it stays so.)

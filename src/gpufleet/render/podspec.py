@@ -1,8 +1,10 @@
 """The shared pod builder: one worker pod template, used by every Kubernetes target.
 
-Everything a target renders about a worker comes from here (image, torchrun command, env,
-resources, GPU tolerations, volumes, the restricted security context, labels), so targets only
-add their own wrapper (Indexed Job, JobSet, PyTorchJob, ...).
+Everything a target renders about a worker pod comes from here (image, torchrun command, env,
+resources, GPU tolerations, volumes, the restricted security context, its metadata), so targets
+only add their own wrapper (Indexed Job, JobSet, PyTorchJob, ...). Labels and ObjectMeta are in
+``render.meta``, the cluster-readiness check in ``render.checks``, what several job targets
+share in ``render.jobparts``, the PodMonitor in ``render.monitoring``.
 """
 
 from __future__ import annotations
@@ -12,22 +14,15 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.errors import EXIT_PREEMPTED, FieldError, UserInputError
 from gpufleet.kube import (
-    KUEUE_PRIORITY_LABEL,
-    KUEUE_QUEUE_LABEL,
-    LABEL_JOB,
-    LABEL_QUEUE,
-    LABEL_ROLE,
-    LABEL_TENANT,
     ROLE_WORKER,
     Obj,
 )
 from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
 from gpufleet.launch.pod import MODULE as POD_LAUNCHER
 from gpufleet.launch.worker import job_context, worker_module_args
-from gpufleet.spec.inference import InferenceService
-from gpufleet.spec.models import Metadata, Resources, TrainingJob
+from gpufleet.render.meta import labels
+from gpufleet.spec.models import Resources, TrainingJob
 
 RDZV_PORT = 29400
 METRICS_PORT_NAME = "metrics"
@@ -67,74 +62,6 @@ class WorkerPod:
     worker: bool = True
 
 
-def cluster_errors(job: TrainingJob) -> list[FieldError]:
-    """Why ``job`` cannot run on Kubernetes (empty: it can)."""
-    s = job.spec
-    errors = []
-    if not s.image:
-        errors.append(FieldError("spec.image", "required on Kubernetes: the container image"))
-    ckpt = s.checkpoint.dir
-    mounts = [v.mount_path for v in s.volumes]
-    if not ckpt:
-        errors.append(
-            FieldError(
-                "spec.checkpoint.dir",
-                "required on Kubernetes, or checkpoints die with the pod: a path under one of "
-                "spec.volumes[*].mountPath, or an fsspec URI such as s3://bucket/path",
-            )
-        )
-    elif "://" not in ckpt and not any(_is_under(ckpt, m) for m in mounts):
-        errors.append(
-            FieldError(
-                "spec.checkpoint.dir",
-                f"{ckpt} is not on a volume; mount one (spec.volumes) at a parent directory "
-                "or use an fsspec URI",
-            )
-        )
-    gpu = s.resources.gpu
-    if gpu and gpu % s.procs_per_node:
-        errors.append(
-            FieldError(
-                "spec.resources.gpu",
-                f"{gpu} GPUs per node cannot be divided among {s.procs_per_node} processes",
-            )
-        )
-    return errors
-
-
-def require_cluster_ready(job: TrainingJob) -> None:
-    """Raise UserInputError (exit 2) listing every reason ``job`` cannot run on Kubernetes."""
-    errors = cluster_errors(job)
-    if errors:
-        raise UserInputError(errors)
-
-
-def standard_labels(
-    meta: Metadata, component: str, role: str, extra: dict[str, str] | None = None
-) -> dict[str, str]:
-    """The labels of every object gpufleet renders, for jobs and services alike: the GPU
-    exporter attributes GPUs by gpufleet.dev/job and tenant."""
-    return {
-        "app.kubernetes.io/name": "gpufleet",
-        "app.kubernetes.io/instance": meta.name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/part-of": "gpufleet",
-        "app.kubernetes.io/managed-by": "gpufleet",
-        LABEL_JOB: meta.name,
-        LABEL_TENANT: meta.namespace or "default",
-        LABEL_ROLE: role,
-        **(extra or {}),
-        **meta.labels,
-    }
-
-
-def labels(job: TrainingJob, component: str, role: str) -> dict[str, str]:
-    """The standard labels of every object a job renders."""
-    # The queue label lets the GPU exporter attribute usage to queues (Kueue labels only the job).
-    queue = {LABEL_QUEUE: job.spec.queue} if job.spec.queue else {}
-    return standard_labels(job.metadata, component, role, queue)
-
-
 def scrape_annotations(port: int) -> dict[str, str]:
     """Prometheus' scrape annotations for a pod serving /metrics on ``port``."""
     return {
@@ -171,25 +98,6 @@ def gpu_placement(r: Resources) -> Obj:
     if r.gpu_product:
         out["nodeSelector"] = {GPU_PRODUCT_LABEL: r.gpu_product}
     return out
-
-
-def pod_monitor(job: TrainingJob) -> list[Obj]:
-    """A PodMonitor for the job's worker pods when the spec asks for one (else nothing)."""
-    if not job.spec.metrics.pod_monitor:
-        return []
-    return [
-        {
-            "apiVersion": "monitoring.coreos.com/v1",
-            "kind": "PodMonitor",
-            "metadata": metadata(job, labels(job, "trainer", "metrics")),
-            "spec": {
-                "selector": {
-                    "matchLabels": {LABEL_JOB: job.metadata.name, LABEL_ROLE: ROLE_WORKER}
-                },
-                "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics"}],
-            },
-        }
-    ]
 
 
 def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
@@ -270,60 +178,3 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
     if where.worker:
         spec.update(gpu_placement(s.resources))
     return spec
-
-
-def metadata(job: TrainingJob | InferenceService, obj_labels: dict[str, str]) -> Obj:
-    """ObjectMeta of a top-level object: the spec's name, namespace (if any) and labels."""
-    meta: Obj = {"name": job.metadata.name}
-    if job.metadata.namespace:
-        meta["namespace"] = job.metadata.namespace
-    meta["labels"] = obj_labels
-    return meta
-
-
-def queued_labels(job: TrainingJob) -> dict[str, str]:
-    """Labels of the object Kueue admits: the worker labels plus queue and priority class."""
-    out = labels(job, "trainer", "worker")
-    if job.spec.queue:
-        out[KUEUE_QUEUE_LABEL] = job.spec.queue
-    if job.spec.priority:
-        out[KUEUE_PRIORITY_LABEL] = job.spec.priority
-    return out
-
-
-def kubeflow_run_policy(job: TrainingJob, clean_pod_policy: str) -> Obj:
-    """The runPolicy of Kubeflow jobs (PyTorchJob, MPIJob): the restart budget, and suspended
-    for Kueue when the spec names a queue (Kueue admits, i.e. unsuspends, it)."""
-    policy: Obj = {"backoffLimit": job.spec.max_restarts, "cleanPodPolicy": clean_pod_policy}
-    if job.spec.queue:
-        policy["suspend"] = True
-    return policy
-
-
-def indexed_job_spec(job: TrainingJob, pod: Obj, *, backoff_limit: int, on_preempted: str) -> Obj:
-    """An Indexed JobSpec with one pod per node; ``on_preempted`` is the pod failure policy's
-    action for the "preempted" exit code (Ignore: retry free; FailJob: let the parent decide).
-    Disruptions (node drain, Kueue preemption) never count against the restart budget."""
-    return {
-        "completionMode": "Indexed",
-        "completions": job.spec.nodes,
-        "parallelism": job.spec.nodes,
-        "backoffLimit": backoff_limit,
-        "podFailurePolicy": {
-            "rules": [
-                {
-                    "action": on_preempted,
-                    "onExitCodes": {"operator": "In", "values": [EXIT_PREEMPTED]},
-                },
-                {
-                    "action": "Ignore",
-                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                },
-            ]
-        },
-        "template": {"metadata": pod_metadata(job, "worker"), "spec": pod},
-    }
-
-
-def _is_under(path: str, mount: str) -> bool:
-    return path == mount or path.startswith(mount.rstrip("/") + "/")

@@ -1,0 +1,54 @@
+"""What several job targets share around the pod: Kueue's labels, Kubeflow's run policy, an
+Indexed JobSpec with gpufleet's pod failure policy."""
+
+from __future__ import annotations
+
+from gpufleet.errors import EXIT_PREEMPTED
+from gpufleet.kube import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, Obj
+from gpufleet.render.meta import labels
+from gpufleet.render.podspec import pod_metadata
+from gpufleet.spec.models import TrainingJob
+
+
+def queued_labels(job: TrainingJob) -> dict[str, str]:
+    """Labels of the object Kueue admits: the worker labels plus queue and priority class."""
+    out = labels(job, "trainer", "worker")
+    if job.spec.queue:
+        out[KUEUE_QUEUE_LABEL] = job.spec.queue
+    if job.spec.priority:
+        out[KUEUE_PRIORITY_LABEL] = job.spec.priority
+    return out
+
+
+def kubeflow_run_policy(job: TrainingJob, clean_pod_policy: str) -> Obj:
+    """The runPolicy of Kubeflow jobs (PyTorchJob, MPIJob): the restart budget, and suspended
+    for Kueue when the spec names a queue (Kueue admits, i.e. unsuspends, it)."""
+    policy: Obj = {"backoffLimit": job.spec.max_restarts, "cleanPodPolicy": clean_pod_policy}
+    if job.spec.queue:
+        policy["suspend"] = True
+    return policy
+
+
+def indexed_job_spec(job: TrainingJob, pod: Obj, *, backoff_limit: int, on_preempted: str) -> Obj:
+    """An Indexed JobSpec with one pod per node; ``on_preempted`` is the pod failure policy's
+    action for the "preempted" exit code (Ignore: retry free; FailJob: let the parent decide).
+    Disruptions (node drain, Kueue preemption) never count against the restart budget."""
+    return {
+        "completionMode": "Indexed",
+        "completions": job.spec.nodes,
+        "parallelism": job.spec.nodes,
+        "backoffLimit": backoff_limit,
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": on_preempted,
+                    "onExitCodes": {"operator": "In", "values": [EXIT_PREEMPTED]},
+                },
+                {
+                    "action": "Ignore",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                },
+            ]
+        },
+        "template": {"metadata": pod_metadata(job, "worker"), "spec": pod},
+    }

@@ -1,0 +1,27 @@
+"""A Prometheus Operator PodMonitor for a job's worker pods (spec.metrics.podMonitor)."""
+
+from __future__ import annotations
+
+from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_WORKER, Obj
+from gpufleet.render.meta import labels, metadata
+from gpufleet.render.podspec import METRICS_PORT_NAME
+from gpufleet.spec.models import TrainingJob
+
+
+def pod_monitor(job: TrainingJob) -> list[Obj]:
+    """A PodMonitor for the job's worker pods when the spec asks for one (else nothing)."""
+    if not job.spec.metrics.pod_monitor:
+        return []
+    return [
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PodMonitor",
+            "metadata": metadata(job, labels(job, "trainer", "metrics")),
+            "spec": {
+                "selector": {
+                    "matchLabels": {LABEL_JOB: job.metadata.name, LABEL_ROLE: ROLE_WORKER}
+                },
+                "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics"}],
+            },
+        }
+    ]
