@@ -263,3 +263,16 @@ def test_a_typo_in_an_inference_service_suggests_its_own_fields() -> None:
     (error,) = info.value.errors
     assert error.path == "spec.replics"
     assert "did you mean 'replicas'?" in error.message and "checkpoint" not in error.message
+
+
+def test_cross_field_rules_use_defaults_for_absent_sections() -> None:
+    """procsPerNode 2 with resources.gpu 1 is caught whether or not other sections are set, and
+    an absent resources section means gpu 0 (no rule)."""
+    from gpufleet.spec.models import raw_int
+
+    assert raw_int({}, "resources", "gpu", default=0) == 0
+    assert raw_int({"resources": {}}, "resources", "gpu", default=7) == 7
+    assert raw_int({"resources": "x"}, "resources", "gpu", default=0) is None
+    assert raw_int({"resources": {"gpu": True}}, "resources", "gpu", default=0) is None
+    assert "spec.procsPerNode" in errors_of(digits_job(procsPerNode=2, resources={"gpu": 1}))
+    assert validate_training_job(digits_job(procsPerNode=2)).spec.procs_per_node == 2

@@ -81,7 +81,11 @@ def raw_int(data: dict[str, Any], *path: str, default: int, minimum: int = 0) ->
     a valid integer there, which the field's own validation reports."""
     value: Any = data
     for key in path:
-        value = value.get(key, default) if isinstance(value, dict) else None
+        if not isinstance(value, dict):
+            return None  # not a mapping where one belongs: its field error says so
+        if key not in value:
+            return default
+        value = value[key]
     if type(value) is not int or value < minimum:
         return None
     return value
