@@ -11,7 +11,7 @@ from prometheus_client import start_http_server
 from gpufleet.cli.common import err_console, fail, stop_on_signals
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.observe.devices import Device, SimulatedDevice, nvml_devices
-from gpufleet.observe.exporter import GpuCollector, registry_for
+from gpufleet.observe.exporter import DEFAULT_DEADLINE, GpuCollector, registry_for
 from gpufleet.observe.podresources import SOCKET, Attribution, PodLabels, PodResourcesClient
 from gpufleet.spec.units import parse_duration
 
@@ -24,7 +24,7 @@ def exporter(
     node: Annotated[str | None, typer.Option(help="The node label (default: hostname).")] = None,
     deadline: Annotated[
         str, typer.Option(help="Longest a scrape waits for the devices, e.g. 2s.")
-    ] = "2s",
+    ] = f"{DEFAULT_DEADLINE:g}s",
     simulate: Annotated[
         int, typer.Option(help="Serve N simulated GPUs instead of NVML (no GPU needed).")
     ] = 0,

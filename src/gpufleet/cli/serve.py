@@ -9,11 +9,15 @@ import typer
 
 from gpufleet.cli.common import err_console, fail, stop_on_signals
 from gpufleet.errors import FieldError, UserInputError
+from gpufleet.serve.server import ServeConfig
 from gpufleet.spec.inference import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_QUEUE_DELAY_US,
     DEFAULT_PREFERRED_BATCH_SIZES,
 )
+
+# The serve options' defaults are ServeConfig's (one home: 127.0.0.1, Triton's usual ports).
+SERVE_DEFAULTS = ServeConfig()
 
 
 def _ints(text: str, option: str, *, allow_empty: bool = False) -> tuple[int, ...]:
@@ -105,17 +109,23 @@ def serve(
     repository: Annotated[Path, typer.Option(help="The Triton model repository to serve.")],
     address: Annotated[
         str, typer.Option(help="Listen address; 0.0.0.0 to be reachable from other hosts.")
-    ] = "127.0.0.1",
-    http_port: Annotated[int, typer.Option(help="Open Inference Protocol over HTTP.")] = 8000,
-    grpc_port: Annotated[int, typer.Option(help="Open Inference Protocol over gRPC.")] = 8001,
-    metrics_port: Annotated[int, typer.Option(help="Triton's Prometheus metrics.")] = 8002,
+    ] = SERVE_DEFAULTS.address,
+    http_port: Annotated[
+        int, typer.Option(help="Open Inference Protocol over HTTP.")
+    ] = SERVE_DEFAULTS.http_port,
+    grpc_port: Annotated[
+        int, typer.Option(help="Open Inference Protocol over gRPC.")
+    ] = SERVE_DEFAULTS.grpc_port,
+    metrics_port: Annotated[
+        int, typer.Option(help="Triton's Prometheus metrics.")
+    ] = SERVE_DEFAULTS.metrics_port,
     log_file: Annotated[
         Path | None, typer.Option(help="Triton's own log (default: a file beside the repository).")
     ] = None,
 ) -> None:
     """Serve a model repository with Triton (PyTriton) until SIGTERM or Ctrl-C."""
     from gpufleet.serve.repository import describe
-    from gpufleet.serve.server import ServeConfig, serving
+    from gpufleet.serve.server import serving
 
     bad = [
         (o, p)

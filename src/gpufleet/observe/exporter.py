@@ -58,6 +58,10 @@ METRICS: dict[str, tuple[str, str, str]] = {
 }  # fmt: skip
 
 
+# Seconds a scrape waits for the devices (and the kubelet) before it answers without them.
+DEFAULT_DEADLINE = 2.0
+
+
 class _Reader:
     """Runs one read in a daemon thread; at most one read in flight per source."""
 
@@ -93,7 +97,7 @@ class GpuCollector(Collector):
         devices: list[Device],
         *,
         node: str | None = None,
-        deadline: float = 2.0,
+        deadline: float = DEFAULT_DEADLINE,
         nvml_reason: str | None = None,
         attribution: Attribution | None = None,
     ) -> None:
