@@ -3,7 +3,8 @@ objects behind the methods of kubernetes.client's CustomObjectsApi, CoreV1Api, A
 PolicyV1Api and AutoscalingV2Api that gpufleet calls, with the real clients' method names and
 positional parameters (test_fake_kube checks them) and the real ApiException for errors.
 
-One object plays every API: ``Cluster(kube, kube, ns, kube.typed_apis())``.
+One store plays every API, each through a view that offers only that API class's methods (a
+call on the wrong client fails as it would for real): ``kube.cluster("team-a")``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from gpufleet.cluster import Cluster
 from gpufleet.kube import Obj
 
 Key = tuple[str, str, str, str, str]  # (group, version, namespace, plural, name)
@@ -90,9 +92,19 @@ class FakeKube:
         """The keyword arguments of each call of ``method``, in order."""
         return [kwargs for name, kwargs in self.calls if name == method]
 
+    def api(self, cls: str) -> ApiView:
+        """This store as the kubernetes.client API class ``cls`` (e.g. "AppsV1Api")."""
+        return ApiView(self, cls)
+
     def typed_apis(self) -> dict[str, Any]:
-        """This fake as each typed API the cluster client takes by class name."""
-        return dict.fromkeys(("AppsV1Api", "PolicyV1Api", "AutoscalingV2Api"), self)
+        """The typed APIs the cluster client takes by class name, as views of this store."""
+        return {c: self.api(c) for c in ("AppsV1Api", "PolicyV1Api", "AutoscalingV2Api")}
+
+    def cluster(self, namespace: str) -> Cluster:
+        """gpufleet's Cluster client talking to this store in ``namespace``."""
+        return Cluster(
+            self.api("CustomObjectsApi"), self.api("CoreV1Api"), namespace, self.typed_apis()
+        )
 
     def _check(self) -> None:
         if self.fail_with is not None:
@@ -237,8 +249,21 @@ class FakeKube:
 # The client methods FakeKube implements: every public method but the store's own helpers.
 API_METHODS = frozenset(
     name for name in vars(FakeKube)
-    if not name.startswith("_") and name not in {"put", "kinds", "pods", "called", "typed_apis"}
+    if not name.startswith("_")
+    and name not in {"put", "kinds", "pods", "called", "api", "typed_apis", "cluster"}
 )  # fmt: skip
+
+
+class ApiView:
+    """One kubernetes.client API class over a FakeKube: only that class's methods exist."""
+
+    def __init__(self, kube: FakeKube, cls: str) -> None:
+        self.kube, self.cls = kube, cls
+
+    def __getattr__(self, name: str) -> Any:
+        if not hasattr(getattr(k8s, self.cls), name):
+            raise AttributeError(f"kubernetes.client.{self.cls} has no method {name}")
+        return getattr(self.kube, name)
 
 
 def _plural(kind: str) -> str:

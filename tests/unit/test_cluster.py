@@ -129,7 +129,7 @@ def kube_of(name: str) -> FakeKube:
 
 
 def connect(kube: FakeKube) -> Cluster:
-    return Cluster(kube, kube, namespace="team-a", apis=kube.typed_apis())
+    return kube.cluster("team-a")
 
 
 def test_status_follows_workload_to_cluster_queue() -> None:

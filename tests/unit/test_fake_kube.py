@@ -27,6 +27,13 @@ def test_every_method_is_the_real_clients(method: str) -> None:
     assert required(getattr(FakeKube, method)) == required(real[0])
 
 
+def test_a_view_offers_only_its_api_class_methods() -> None:
+    kube = FakeKube()
+    assert kube.api("AppsV1Api").create_namespaced_deployment
+    with pytest.raises(AttributeError, match="PolicyV1Api has no method"):
+        _ = kube.api("PolicyV1Api").create_namespaced_deployment
+
+
 def test_errors_are_the_clients_api_exception() -> None:
     kube = FakeKube()
     with pytest.raises(k8s.ApiException) as info:

@@ -241,7 +241,7 @@ def test_cli_render_picks_the_kinds_default_and_rejects_training_targets(tmp_pat
 def test_submit_creates_every_object_through_its_client(engine: str) -> None:
     svc = parsed(service(replicas={"min": 1, "max": 2}, autoscaling={"engine": engine}))
     kube = FakeKube()
-    created = Cluster(kube, kube, "team-a", kube.typed_apis()).submit(render_spec(svc, "triton"))
+    created = kube.cluster("team-a").submit(render_spec(svc, "triton"))  # each via its own API
     assert created[:3] == ["Deployment/digits", "Service/digits", "PodDisruptionBudget/digits"]
     scaler = "create_namespaced_horizontal_pod_autoscaler"
     if engine == "keda":
@@ -254,7 +254,7 @@ def test_submit_creates_every_object_through_its_client(engine: str) -> None:
     ]
     assert {ns for (_, _, ns, _, _) in kube.objects} == {"team-a"}
     kserve = FakeKube()
-    Cluster(kserve, kserve, "team-a", kserve.typed_apis()).submit(render_spec(svc, "kserve"))
+    kserve.cluster("team-a").submit(render_spec(svc, "kserve"))
     assert list(kserve.objects) == [
         ("serving.kserve.io", "v1beta1", "team-a", "inferenceservices", "digits")
     ]
@@ -274,7 +274,7 @@ def serving_cluster(
     for p in pods or []:
         kube.put(p, "team-a")
     kube.events = events or []
-    return Cluster(kube, kube, "team-a", kube.typed_apis()), kube
+    return kube.cluster("team-a"), kube
 
 
 def pod(phase: str, name: str = "digits-abc") -> dict[str, Any]:
