@@ -14,10 +14,13 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # helm for the chart tests: from PATH, or fetched once into .tools/bin (scripts/get-helm.sh);
-# promtool and prometheus for the metrics tests: the Debian package (scripts/get-prometheus.sh).
+# promtool and prometheus for the metrics tests: the Debian package (scripts/get-prometheus.sh);
+# the local control plane (etcd, kube-*, kwok, Kueue, JobSet) built with Go from controlplane/
+# into .tools/controlplane (scripts/build-controlplane.sh: ~7 min cold on 2 cores, then cached).
 tools:
 	bash scripts/get-helm.sh $(TOOLS)
 	bash scripts/get-prometheus.sh
+	bash scripts/build-controlplane.sh
 
 demo: $(STAMP)
 	$(BIN)/gpufleet run examples/digits.yaml --fresh

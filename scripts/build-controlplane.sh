@@ -55,3 +55,14 @@ for name in "${names[@]}"; do
   mv "$out.tmp" "$out"
   echo "  $name: built in $(($(date +%s) - started)) s ($(du -h "$out" | cut -f1))"
 done
+
+# kwok's own Stages (node and pod lifecycles), read from its module at the pinned version.
+stages="$DEST/kwok-stages"
+kwok_dir=$(cd controlplane && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+mkdir -p "$stages"
+for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+         pod/general/pod-create.yaml pod/general/pod-init-container-running.yaml \
+         pod/general/pod-init-container-completed.yaml pod/general/pod-ready.yaml \
+         pod/general/pod-complete.yaml pod/general/pod-delete.yaml; do
+  install -m 0644 "$kwok_dir/kustomize/stage/$f" "$stages/$(basename "$f")"
+done

@@ -1,0 +1,73 @@
+"""``gpufleet cluster up | down | status``: the local control plane (real Kubernetes components
+built from their Go modules, kwok's fake GPU nodes) on 127.0.0.1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli.common import err_console, fail
+from gpufleet.devcluster.cluster import DEFAULT_DIR, ClusterUpError, LocalCluster, NodeSpec
+from gpufleet.errors import EXIT_FAILED, FieldError, UserInputError
+
+NODE_DEFAULTS = NodeSpec()
+devcluster = typer.Typer(
+    help="A local Kubernetes control plane with fake GPU nodes (etcd, kube-apiserver, "
+    "controller-manager, scheduler, kwok), built from source; no containers run.",
+    no_args_is_help=True,
+)
+DirOption = Annotated[
+    Path, typer.Option("--dir", help="State directory: certificates, kubeconfig, logs.")
+]
+
+
+@devcluster.command()
+def up(
+    nodes: Annotated[int, typer.Option(help="Fake nodes.")] = NODE_DEFAULTS.count,
+    gpus_per_node: Annotated[int, typer.Option(help="nvidia.com/gpu per node.")] = (
+        NODE_DEFAULTS.gpus
+    ),
+    gpu_product: Annotated[
+        str, typer.Option(help="The nodes' nvidia.com/gpu.product label.")
+    ] = NODE_DEFAULTS.gpu_product,
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Build what is missing, start the control plane and wait until it is ready."""
+    bad = [FieldError(o, "must be at least 1") for o, v in (("--nodes", nodes),) if v < 1]
+    bad += [FieldError("--gpus-per-node", "must be 0 or more")] if gpus_per_node < 0 else []
+    if bad:
+        fail(UserInputError(bad))
+    cluster = LocalCluster(directory, log=err_console.print)
+    try:
+        state = cluster.up(NodeSpec(count=nodes, gpus=gpus_per_node, gpu_product=gpu_product))
+    except ClusterUpError as exc:
+        err_console.print(f"cluster up failed: {exc}", markup=False)
+        raise typer.Exit(EXIT_FAILED) from None
+    err_console.print(
+        f"API server {state.server}; {nodes} nodes x {gpus_per_node} {gpu_product}\n"
+        f"  export KUBECONFIG={cluster.kubeconfig}\n  gpufleet cluster down   # when done",
+        markup=False,
+    )
+
+
+@devcluster.command()
+def down(directory: DirOption = DEFAULT_DIR) -> None:
+    """Stop every component the state directory's cluster started."""
+    stopped = LocalCluster(directory, log=err_console.print).down()
+    if not stopped:
+        err_console.print("nothing was running")
+
+
+@devcluster.command(name="status")
+def status_cmd(directory: DirOption = DEFAULT_DIR) -> None:
+    """Each component: running, or exited (with its log). Exit 1 if any has exited."""
+    states = LocalCluster(directory).status()
+    if not states:
+        err_console.print("no local cluster was started here (gpufleet cluster up)")
+        raise typer.Exit(EXIT_FAILED)
+    for name, state in states.items():
+        print(f"{name}: {state}")
+    if any(s != "running" for s in states.values()):
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,147 @@
+"""The local control plane's components: one small function each that returns its command line
+and how to tell it is ready (the shape of kwokctl's pkg/kwokctl/components). Every listener is
+on 127.0.0.1; every port is chosen free at start and recorded in the cluster's state."""
+
+from __future__ import annotations
+
+import ssl
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.devcluster.pki import Pki
+
+# Pod IPs kwok hands out and the Service range: addresses inside the API objects only, never
+# routed (no container runs here).
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+# kwok manages the nodes that carry this annotation (and no others).
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+
+
+@dataclass(frozen=True)
+class Component:
+    """A process of the control plane: its argv and a readiness probe (True when ready)."""
+
+    name: str
+    argv: list[str]
+    ready: Callable[[], bool]
+
+
+def _get(url: str, *, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _insecure() -> ssl.SSLContext:
+    # The controller-manager's and scheduler's health endpoints serve a self-signed certificate
+    # of their own making; /healthz is public there (--authorization-always-allow-paths).
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def etcd(binary: Path, data_dir: Path, client_port: int, peer_port: int) -> Component:
+    """etcd, one member, plain HTTP on loopback (only the API server talks to it)."""
+    client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+    argv = [
+        str(binary),
+        "--name=local",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=local={peer}",
+        "--log-level=warn",
+    ]
+    return Component("etcd", argv, lambda: _get(f"{client}/readyz"))
+
+
+def kube_apiserver(binary: Path, pki: Pki, port: int, etcd_port: int) -> Component:
+    """The API server as a real cluster runs it: client certificates, Node+RBAC authorization,
+    signed ServiceAccount tokens, the default admission plugins (PodSecurity, ResourceQuota
+    among them); privileged containers refused."""
+    argv = [
+        str(binary),
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        f"--tls-cert-file={pki.cert('kube-apiserver')}",
+        f"--tls-private-key-file={pki.key('kube-apiserver')}",
+        f"--client-ca-file={pki.ca}",
+        f"--service-account-key-file={pki.service_account_pub}",
+        f"--service-account-signing-key-file={pki.service_account_key}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        "--authorization-mode=Node,RBAC",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--allow-privileged=false",
+        "--profiling=false",
+    ]
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    ctx.load_cert_chain(str(pki.cert("admin")), str(pki.key("admin")))
+    return Component(
+        "kube-apiserver", argv, lambda: _get(f"https://127.0.0.1:{port}/readyz", context=ctx)
+    )
+
+
+def kube_controller_manager(binary: Path, pki: Pki, kubeconfig: Path, port: int) -> Component:
+    """The controllers (Job, ServiceAccount, namespace, garbage collector, ...), each with its
+    own ServiceAccount credentials as in a cluster."""
+    argv = [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--service-account-private-key-file={pki.service_account_key}",
+        f"--root-ca-file={pki.ca}",
+        "--use-service-account-credentials=true",
+        f"--cluster-signing-cert-file={pki.ca}",
+        f"--cluster-signing-key-file={pki.key('ca')}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--leader-elect=false",
+        "--profiling=false",
+    ]
+    url = f"https://127.0.0.1:{port}/healthz"
+    return Component("kube-controller-manager", argv, lambda: _get(url, context=_insecure()))
+
+
+def kube_scheduler(binary: Path, kubeconfig: Path, port: int) -> Component:
+    """The scheduler: binds pods to (kwok's) nodes by resources, taints and selectors."""
+    argv = [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        "--leader-elect=false",
+        "--profiling=false",
+    ]
+    url = f"https://127.0.0.1:{port}/healthz"
+    return Component("kube-scheduler", argv, lambda: _get(url, context=_insecure()))
+
+
+def kwok(
+    binary: Path, kubeconfig: Path, stages: list[Path], nodes_ready: Callable[[], bool]
+) -> Component:
+    """kwok: the node and pod lifecycles (no containers) of the nodes it manages, driven by
+    kwok's own Stages. Ready once every fake node reports Ready."""
+    key, value = KWOK_NODE_ANNOTATION
+    argv = [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--manage-nodes-with-annotation-selector={key}={value}",
+        f"--cidr={POD_CIDR}",
+        "--node-lease-duration-seconds=40",
+        *[f"--config={s}" for s in stages],
+    ]
+    return Component("kwok", argv, nodes_ready)

@@ -1,0 +1,144 @@
+"""Certificates of the local control plane: one CA, the API server's serving certificate, a
+client certificate per component and for the admin, and the ServiceAccount token keys.
+
+The API server runs as a real one does (client certificates, RBAC, signed ServiceAccount
+tokens), so every component authenticates with its own identity (system:kube-scheduler, ...).
+ECDSA P-256 keys: fast to make, accepted everywhere here (ES256 ServiceAccount tokens).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+# (file stem, common name, organization): the client identities the control plane uses.
+CLIENTS = (
+    ("admin", "gpufleet-admin", "system:masters"),
+    ("kube-controller-manager", "system:kube-controller-manager", None),
+    ("kube-scheduler", "system:kube-scheduler", None),
+    ("kwok", "kwok-controller", "system:masters"),
+)
+API_SERVER_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+VALID_FOR = datetime.timedelta(days=365)
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Where the files are: ``<dir>/<name>.crt`` and ``.key`` for each identity."""
+
+    dir: Path
+
+    def cert(self, name: str) -> Path:
+        return self.dir / f"{name}.crt"
+
+    def key(self, name: str) -> Path:
+        return self.dir / f"{name}.key"
+
+    @property
+    def ca(self) -> Path:
+        return self.cert("ca")
+
+    @property
+    def service_account_key(self) -> Path:
+        return self.key("service-account")
+
+    @property
+    def service_account_pub(self) -> Path:
+        return self.dir / "service-account.pub"
+
+
+def make_pki(directory: Path) -> Pki:
+    """Create every certificate and key under ``directory`` (kept if already there)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    pki = Pki(directory)
+    if pki.ca.exists() and pki.service_account_pub.exists():
+        return pki
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    now = datetime.datetime.now(datetime.UTC)
+
+    def new_key() -> ec.EllipticCurvePrivateKey:
+        return ec.generate_private_key(ec.SECP256R1())
+
+    def save_key(name: str, key: ec.EllipticCurvePrivateKey) -> None:
+        path = pki.key(name)
+        path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        path.chmod(0o600)
+
+    def subject(cn: str, org: str | None = None) -> x509.Name:
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+        if org:
+            attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+        return x509.Name(attrs)
+
+    ca_key = new_key()
+    ca_name = subject("gpufleet-local-ca")
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALID_FOR)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    save_key("ca", ca_key)
+    pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+
+    def issue(name: str, cn: str, org: str | None, *, server: bool) -> None:
+        key = new_key()
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject(cn, org))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + VALID_FOR)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        )
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        if server:
+            names: list[x509.GeneralName] = [x509.DNSName(n) for n in API_SERVER_NAMES]
+            names.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        save_key(name, key)
+        cert = builder.sign(ca_key, hashes.SHA256())
+        pki.cert(name).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+    issue("kube-apiserver", "kube-apiserver", None, server=True)
+    for name, cn, org in CLIENTS:
+        issue(name, cn, org, server=False)
+    sa_key = new_key()
+    save_key("service-account", sa_key)
+    pki.service_account_pub.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return pki

@@ -1,0 +1,61 @@
+"""The local control plane's pure parts: its PKI and the fake GPU nodes it creates."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from gpufleet.devcluster.cluster import NodeSpec, node_object
+from gpufleet.devcluster.components import KWOK_NODE_ANNOTATION, kube_apiserver
+from gpufleet.devcluster.pki import CLIENTS, make_pki
+
+
+def load(path: Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(path.read_bytes())
+
+
+def test_every_certificate_is_signed_by_the_ca_for_its_use(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    ca = load(pki.ca)
+    server = load(pki.cert("kube-apiserver"))
+    server.verify_directly_issued_by(ca)
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ipaddress.ip_address("127.0.0.1") in sans.get_values_for_type(x509.IPAddress)
+    assert "kubernetes.default.svc" in sans.get_values_for_type(x509.DNSName)
+    usage = server.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    for name, cn, org in CLIENTS:
+        cert = load(pki.cert(name))
+        cert.verify_directly_issued_by(ca)
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == cn
+        orgs = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+        assert orgs == ([org] if org else [])
+        usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+        assert (pki.key(name).stat().st_mode & 0o777) == 0o600
+    again = make_pki(tmp_path / "pki")  # kept, not regenerated
+    assert load(again.ca) == ca
+
+
+def test_gpu_nodes_carry_capacity_discovery_labels_taint_and_kwok_annotation() -> None:
+    node = node_object("n0", NodeSpec(gpus=4, gpu_product="NVIDIA-H100-80GB-HBM3"), 0)
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "4"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    key, value = KWOK_NODE_ANNOTATION
+    assert node["metadata"]["annotations"] == {key: value}
+    cpu_only = node_object("c0", NodeSpec(gpus=0), 1)
+    assert "nvidia.com/gpu" not in cpu_only["status"]["capacity"] and not cpu_only["spec"]["taints"]
+
+
+def test_the_api_server_listens_on_loopback_only_and_secured(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    argv = kube_apiserver(Path("kube-apiserver"), pki, 6443, 2379).argv
+    assert "--bind-address=127.0.0.1" in argv
+    assert "--authorization-mode=Node,RBAC" in argv
+    assert f"--client-ca-file={pki.ca}" in argv
+    assert "--allow-privileged=false" in argv
+    assert not any(a.startswith(("--insecure", "--anonymous-auth=true")) for a in argv)
