@@ -103,6 +103,17 @@ def ensure_built(log: Callable[[str], None]) -> Path:
     return where
 
 
+def require_extra() -> None:
+    """The cluster extra (kubernetes client, cryptography) or exit 2 saying how to get it."""
+    try:
+        import cryptography  # noqa: F401
+        import kubernetes  # noqa: F401
+    except ImportError as exc:
+        raise UserInputError(
+            [FieldError(exc.name or "cluster", "needs: pip install 'gpufleet[cluster]'")]
+        ) from exc
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -193,6 +204,7 @@ class LocalCluster:
     def up(self, nodes: NodeSpec, *, timeout: float = 120) -> State:
         """Start every component in order, each once the one before is ready; create the nodes.
         A running cluster in the same directory is found and returned as it is."""
+        require_extra()
         running = self.state_if_running()
         if running is not None:
             self.log(f"already running: {running.server}")
