@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpufleet-installed
 TOOLS := .tools/bin
 
-.PHONY: demo test lint unit fmt docs goldens bench clean tools
+.PHONY: demo test lint unit fmt docs goldens bench clean tools controlplane
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,12 +14,14 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # helm for the chart tests: from PATH, or fetched once into .tools/bin (scripts/get-helm.sh);
-# promtool and prometheus for the metrics tests: the Debian package (scripts/get-prometheus.sh);
-# the local control plane (etcd, kube-*, kwok, Kueue, JobSet) built with Go from controlplane/
-# into .tools/controlplane (scripts/build-controlplane.sh: ~7 min cold on 2 cores, then cached).
+# promtool and prometheus for the metrics tests: the Debian package (scripts/get-prometheus.sh).
 tools:
 	bash scripts/get-helm.sh $(TOOLS)
 	bash scripts/get-prometheus.sh
+
+# The local control plane (etcd, kube-*, kwok, Kueue, JobSet) built with Go from controlplane/
+# into .tools/controlplane (scripts/build-controlplane.sh: ~7 min cold on 2 cores, then cached).
+controlplane:
 	bash scripts/build-controlplane.sh
 
 demo: $(STAMP)
@@ -32,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python scripts/gen_spec_docs.py --check
 
-test: lint tools
+test: lint tools controlplane
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q
 
 unit: $(STAMP) tools
