@@ -2,8 +2,8 @@
 kube-scheduler built from controlplane/go.mod) with kwok's fake GPU nodes, and a gpufleet job
 carried by the real Job controller and scheduler to Succeeded.
 
-`make test` builds the components first (`make tools` runs scripts/build-controlplane.sh, cached
-in .tools/); run alone without them, these tests skip and say how to build.
+`make test` builds the components first (`make controlplane` runs scripts/build-controlplane.sh,
+cached in .tools/); run alone without them, these tests skip and say how to build.
 """
 
 from __future__ import annotations
