@@ -91,9 +91,12 @@ def kube_apiserver(binary: Path, pki: Pki, port: int, etcd_port: int) -> Compone
     )
 
 
-def kube_controller_manager(binary: Path, pki: Pki, kubeconfig: Path, port: int) -> Component:
-    """The controllers (Job, ServiceAccount, namespace, garbage collector, ...), each with its
-    own ServiceAccount credentials as in a cluster."""
+def _component_base_server(
+    name: str, binary: Path, kubeconfig: Path, port: int, *flags: str
+) -> Component:
+    """A component-base server (controller-manager, scheduler): ``kubeconfig`` to reach the API
+    and to authenticate and authorize callers of its own endpoints, its secure port on
+    loopback, one replica (no leader election); ready when /healthz answers."""
     argv = [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -101,33 +104,34 @@ def kube_controller_manager(binary: Path, pki: Pki, kubeconfig: Path, port: int)
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
+        "--leader-elect=false",
+        "--profiling=false",
+        *flags,
+    ]
+    url = f"https://127.0.0.1:{port}/healthz"
+    return Component(name, argv, lambda: _get(url, context=_insecure()))
+
+
+def kube_controller_manager(binary: Path, pki: Pki, kubeconfig: Path, port: int) -> Component:
+    """The controllers (Job, ServiceAccount, namespace, garbage collector, ...), each with its
+    own ServiceAccount credentials as in a cluster."""
+    return _component_base_server(
+        "kube-controller-manager",
+        binary,
+        kubeconfig,
+        port,
         f"--service-account-private-key-file={pki.service_account_key}",
         f"--root-ca-file={pki.ca}",
         "--use-service-account-credentials=true",
         f"--cluster-signing-cert-file={pki.ca}",
         f"--cluster-signing-key-file={pki.key('ca')}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--leader-elect=false",
-        "--profiling=false",
-    ]
-    url = f"https://127.0.0.1:{port}/healthz"
-    return Component("kube-controller-manager", argv, lambda: _get(url, context=_insecure()))
+    )
 
 
 def kube_scheduler(binary: Path, kubeconfig: Path, port: int) -> Component:
     """The scheduler: binds pods to (kwok's) nodes by resources, taints and selectors."""
-    argv = [
-        str(binary),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        "--leader-elect=false",
-        "--profiling=false",
-    ]
-    url = f"https://127.0.0.1:{port}/healthz"
-    return Component("kube-scheduler", argv, lambda: _get(url, context=_insecure()))
+    return _component_base_server("kube-scheduler", binary, kubeconfig, port)
 
 
 def kwok(
