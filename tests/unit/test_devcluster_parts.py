@@ -59,3 +59,20 @@ def test_the_api_server_listens_on_loopback_only_and_secured(tmp_path: Path) -> 
     assert f"--client-ca-file={pki.ca}" in argv
     assert "--allow-privileged=false" in argv
     assert not any(a.startswith(("--insecure", "--anonymous-auth=true")) for a in argv)
+
+
+def test_down_never_signals_a_process_that_is_not_ours(tmp_path: Path) -> None:
+    """A pid in state.json whose component died long ago may belong to another program now
+    (here: this test's own interpreter): down skips it and status reports the component gone."""
+    import os
+
+    from gpufleet.devcluster.cluster import LocalCluster, State
+
+    State(pids={"etcd": os.getpid()}, ports={"etcd": 1}, server="https://127.0.0.1:1",
+          binaries=str(tmp_path / "bin")).write(tmp_path)  # fmt: skip
+    cluster = LocalCluster(tmp_path, log=lambda _: None)
+    assert cluster.status()["etcd"].startswith("exited")
+    assert cluster.down() == []  # and this process is still here to assert it
+    assert State.read(tmp_path) is None
+    (tmp_path / "state.json").write_text("{not json")
+    assert State.read(tmp_path) is None and cluster.status() == {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufleet.cluster.client import api_errors
 from gpufleet.devcluster.components import (
     KWOK_NODE_ANNOTATION,
     Component,
@@ -61,14 +63,32 @@ class State:
     pids: dict[str, int] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     server: str = ""
+    binaries: str = ""  # where the components' executables are (to recognise our processes)
 
     @classmethod
     def read(cls, directory: Path) -> State | None:
         try:
             data = json.loads((directory / "state.json").read_text())
-        except (OSError, ValueError):
+            return cls(
+                pids=dict(data["pids"]),
+                ports=dict(data["ports"]),
+                server=str(data["server"]),
+                binaries=str(data.get("binaries", "")),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
             return None
-        return cls(pids=data["pids"], ports=data["ports"], server=data["server"])
+
+    def alive(self, name: str) -> bool:
+        """Whether component ``name`` still runs: its pid is alive and is still our binary (a
+        pid of a long-dead component may have been given to another program since)."""
+        pid = self.pids.get(name)
+        if pid is None or not pid_alive(pid):
+            return False
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        except OSError:
+            return False
+        return argv0 == str(Path(self.binaries) / name)
 
     def write(self, directory: Path) -> None:
         path = directory / "state.json"
@@ -221,7 +241,7 @@ class LocalCluster:
             "kube-scheduler": free_port(),
         }
         server = f"https://127.0.0.1:{ports['kube-apiserver']}"
-        state = State(ports=ports, server=server)
+        state = State(ports=ports, server=server, binaries=str(binaries))
         configs = {u: kubeconfig(self.dir / f"{u}.kubeconfig", server, pki, u)
                    for u in ("kube-controller-manager", "kube-scheduler", "kwok")}  # fmt: skip
         kubeconfig(self.kubeconfig, server, pki, "admin")
@@ -297,7 +317,7 @@ class LocalCluster:
     def _nodes_ready(self, count: int) -> bool:
         try:
             listed = self._core().list_node().items
-        except Exception:  # the API may still be settling; readiness is polled again
+        except api_errors():  # the API may still be settling; readiness is polled again
             return False
         ready = [
             n for n in listed
@@ -310,9 +330,7 @@ class LocalCluster:
         state = State.read(self.dir)
         if state is None or set(state.pids) != set(COMPONENTS):
             return None
-        if not all(pid_alive(p) for p in state.pids.values()):
-            return None
-        return state
+        return state if all(state.alive(name) for name in COMPONENTS) else None
 
     def down(self, *, quiet: bool = False) -> list[str]:
         """Stop every component this directory's state names (SIGTERM, then SIGKILL after
@@ -323,7 +341,7 @@ class LocalCluster:
         stopped = []
         for name in reversed([n for n in COMPONENTS if n in state.pids]):
             pid = state.pids[name]
-            if not pid_alive(pid):
+            if not state.alive(name):  # gone, or its pid now belongs to another program
                 continue
             os.killpg(pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
@@ -335,7 +353,7 @@ class LocalCluster:
             if not quiet:
                 self.log(f"  stopped {name}")
         (self.dir / "state.json").unlink(missing_ok=True)
-        subprocess.run(["rm", "-rf", str(self.dir / "etcd-data")], check=False)
+        shutil.rmtree(self.dir / "etcd-data", ignore_errors=True)
         return stopped
 
     def status(self) -> dict[str, str]:
@@ -344,8 +362,8 @@ class LocalCluster:
         if state is None:
             return {}
         return {
-            name: "running" if pid_alive(pid) else f"exited (see {self.dir / 'logs' / name}.log)"
-            for name, pid in state.pids.items()
+            name: "running" if state.alive(name) else f"exited (see {self.dir / 'logs' / name}.log)"
+            for name in state.pids
         }
 
 
