@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.devcluster.cluster import COMPONENTS, State, binaries_dir
+from gpufleet.devcluster.cluster import COMPONENTS, State, binaries_dir, exit_with
 from tests.conftest import (
     cli_env,
     cluster_job,
@@ -135,3 +135,67 @@ def test_down_stops_every_process_and_frees_the_ports(tmp_path: Path) -> None:
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"{name} still listens on {port}"
     status = run_cli("cluster", "status", "--dir", str(state_dir), cwd=tmp_path)
     assert status.returncode == 1
+
+
+def clients(env: dict[str, str]) -> tuple[Any, Any]:
+    """gpufleet's Cluster client and a BatchV1Api, both on the admin kubeconfig (built from the
+    file: the kubernetes package reads KUBECONFIG only once, when first imported)."""
+    from kubernetes import client, config
+
+    from gpufleet.cluster import Cluster
+
+    api = config.new_client_from_config(config_file=env["KUBECONFIG"])
+    typed = {n: getattr(client, n)(api) for n in ("AppsV1Api", "PolicyV1Api", "AutoscalingV2Api")}
+    gpufleet = Cluster(client.CustomObjectsApi(api), client.CoreV1Api(api), "default", typed)
+    return gpufleet, client.BatchV1Api(api)
+
+
+def submit_exiting(cluster: dict[str, Any], name: str, code: int, max_restarts: int) -> None:
+    """Submit a 1-node GPU job (target job) whose pods end with exit ``code`` (kwok Stage)."""
+    from gpufleet.render import render
+    from gpufleet.spec import validate_training_job
+
+    doc = cluster_job(nodes=1, procsPerNode=1, resources={"gpu": 1}, maxRestarts=max_restarts,
+                      checkpoint={"dir": "s3://bucket/ckpt"}, volumes=[])  # fmt: skip
+    doc["metadata"] = {"name": name, "namespace": "default"}
+    objects = render(validate_training_job(doc), "job")
+    template = objects[-1]["spec"]["template"]["metadata"]
+    template["annotations"] = {**template.get("annotations", {}), **exit_with(code)}
+    clients(cluster["env"])[0].submit(objects)
+
+
+def failed_pods(env: dict[str, str], job: str) -> int:
+    pods = kubectl_json(env, "list_namespaced_pod", "default")["items"]
+    ours = [p for p in pods if p["metadata"]["labels"].get("gpufleet.dev/job") == job]
+    return sum(1 for p in ours if p["status"].get("phase") == "Failed")
+
+
+def test_failure_policy_on_the_real_job_controller(cluster: dict[str, Any]) -> None:
+    """The rendered podFailurePolicy as the Job controller applies it: exit 75 (preempted after a
+    checkpoint) is retried without spending maxRestarts; exit 1 spends it and fails the job."""
+    env = cluster["env"]
+    submit_exiting(cluster, "preempted", 75, max_restarts=1)
+    submit_exiting(cluster, "crashing", 1, max_restarts=1)
+    batch = clients(env)[1]
+
+    def conditions(name: str) -> set[str]:
+        status = batch.read_namespaced_job_status(name, "default").status
+        return {c.type for c in (status.conditions or []) if c.status == "True"}
+
+    poll_until(lambda: "Failed" in conditions("crashing"), what="the exit-1 job to fail",
+               timeout=240, interval=1)  # fmt: skip
+    crashing = batch.read_namespaced_job_status("crashing", "default").status
+    assert crashing.failed == 2  # backoffLimit 1: the first failure and one retry
+    reasons = {c.reason for c in crashing.conditions if c.type == "Failed"}
+    assert reasons == {"BackoffLimitExceeded"}, reasons
+    # More exit-75 pods than the budget allows, and the job still runs, none counted.
+    poll_until(lambda: failed_pods(env, "preempted") >= 3, what="three exit-75 pods",
+               timeout=240, interval=1)  # fmt: skip
+    assert "Failed" not in conditions("preempted")
+    assert not batch.read_namespaced_job_status("preempted", "default").status.failed
+    st = run_cli("status", "crashing", "-n", "default", cwd=cluster["root"], env=env)
+    assert "Failed" in st.stdout, st.stdout + st.stderr
+    for name in ("preempted", "crashing"):
+        assert (
+            run_cli("cancel", name, "-n", "default", cwd=cluster["root"], env=env).returncode == 0
+        )

@@ -38,6 +38,17 @@ from gpufleet.net import free_port
 DEFAULT_DIR = Path(".gpufleet/cluster")
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 REPO = Path(__file__).resolve().parents[3]  # a checkout: where .tools/ and scripts/ are
+STAGES = Path(__file__).with_name("stages")  # gpufleet's own kwok Stages (exit codes)
+# Pod annotations for gpufleet's exit-code Stage (tests put them in pod templates).
+EXIT_CODE_ANNOTATION = "gpufleet.dev/exit-code"
+EXIT_AFTER_ANNOTATION = "gpufleet.dev/exit-after"  # milliseconds
+NOT_KWOK_COMPLETE = {"pod-complete.stage.kwok.x-k8s.io/weight": "0"}
+
+
+def exit_with(code: int, after_ms: int = 500) -> dict[str, str]:
+    """Pod annotations that make a kwok pod end with exit ``code`` ``after_ms`` once Running."""
+    return {EXIT_CODE_ANNOTATION: str(code), EXIT_AFTER_ANNOTATION: str(after_ms),
+            **NOT_KWOK_COMPLETE}  # fmt: skip
 
 
 class ClusterUpError(GpufleetError):
@@ -245,7 +256,7 @@ class LocalCluster:
         configs = {u: kubeconfig(self.dir / f"{u}.kubeconfig", server, pki, u)
                    for u in ("kube-controller-manager", "kube-scheduler", "kwok")}  # fmt: skip
         kubeconfig(self.kubeconfig, server, pki, "admin")
-        stages = sorted((binaries / "kwok-stages").glob("*.yaml"))
+        stages = sorted((binaries / "kwok-stages").glob("*.yaml")) + sorted(STAGES.glob("*.yaml"))
         plan = [
             etcd(binaries / "etcd", self.dir / "etcd-data", ports["etcd"], ports["etcd-peer"]),
             kube_apiserver(
