@@ -52,7 +52,14 @@ def test_torchrun_script_matches_plain_torchrun(workdir: Path) -> None:
         [*torchrun, script, "--out", "theirs.json"], cwd=workdir, capture_output=True, text=True,
         timeout=180, env=cli_env(), check=False,
     )  # fmt: skip
-    assert plain.returncode == 0, plain.stderr
+    # The reference run is plain torchrun, without gpufleet's shim, so it is exposed to
+    # PyTorch's gloo teardown race (docs/architecture.md, "Teardown"): now and then a rank
+    # aborts in destroy_process_group *after* the script's work and output are done. That
+    # upstream abort, and only it, is tolerated for the reference; gpufleet's run above must
+    # exit 0, and any other failure of the reference still fails here.
+    finished = all(f"rank {r}/2 done" in plain.stdout for r in (0, 1))
+    upstream_teardown_abort = finished and "terminate called without an active" in plain.stderr
+    assert plain.returncode == 0 or upstream_teardown_abort, plain.stderr
     ours = json.loads((workdir / "ours.json").read_text())
     theirs = json.loads((workdir / "theirs.json").read_text())
     assert ours == theirs  # same digest, loss and torchrun environment
