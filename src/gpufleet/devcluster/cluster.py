@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.cluster.client import api_errors
 from gpufleet.devcluster.components import (
     KWOK_NODE_ANNOTATION,
     Component,
@@ -326,6 +325,8 @@ class LocalCluster:
             core.create_node(node_object(f"gpu-node-{i}", nodes, i))
 
     def _nodes_ready(self, count: int) -> bool:
+        from gpufleet.cluster.client import api_errors
+
         try:
             listed = self._core().list_node().items
         except api_errors():  # the API may still be settling; readiness is polled again

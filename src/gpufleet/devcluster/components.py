@@ -4,13 +4,15 @@ on 127.0.0.1; every port is chosen free at start and recorded in the cluster's s
 
 from __future__ import annotations
 
-import ssl
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpufleet.devcluster.pki import Pki
+
+if TYPE_CHECKING:  # ssl and urllib load when a probe runs, not with every CLI start
+    import ssl
 
 # Pod IPs kwok hands out and the Service range: addresses inside the API objects only, never
 # routed (no container runs here).
@@ -30,6 +32,8 @@ class Component:
 
 
 def _get(url: str, *, context: ssl.SSLContext | None = None) -> bool:
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as resp:
             return bool(resp.status == 200)
@@ -38,6 +42,8 @@ def _get(url: str, *, context: ssl.SSLContext | None = None) -> bool:
 
 
 def _insecure() -> ssl.SSLContext:
+    import ssl
+
     # The controller-manager's and scheduler's health endpoints serve a self-signed certificate
     # of their own making; /healthz is public there (--authorization-always-allow-paths).
     ctx = ssl.create_default_context()
@@ -84,11 +90,15 @@ def kube_apiserver(binary: Path, pki: Pki, port: int, etcd_port: int) -> Compone
         "--allow-privileged=false",
         "--profiling=false",
     ]
-    ctx = ssl.create_default_context(cafile=str(pki.ca))
-    ctx.load_cert_chain(str(pki.cert("admin")), str(pki.key("admin")))
-    return Component(
-        "kube-apiserver", argv, lambda: _get(f"https://127.0.0.1:{port}/readyz", context=ctx)
-    )
+
+    def ready() -> bool:
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=str(pki.ca))
+        ctx.load_cert_chain(str(pki.cert("admin")), str(pki.key("admin")))
+        return _get(f"https://127.0.0.1:{port}/readyz", context=ctx)
+
+    return Component("kube-apiserver", argv, ready)
 
 
 def _component_base_server(
