@@ -3,7 +3,7 @@
 ``render(job, target)`` returns plain dicts, so a dry run, golden tests and schema validation
 need no cluster. Training targets: ``job`` (Indexed Job + headless Service, any cluster),
 ``jobset``, ``pytorchjob``, ``trainjob``, ``mpijob`` and ``volcano``; every one builds its pods
-with ``render.pod``. Serving targets (kind InferenceService, ``render.serving``): ``triton``
+with ``render.podspec``. Serving targets (kind InferenceService, ``render.serving``): ``triton``
 (Deployment, Service, PodDisruptionBudget, HPA or KEDA ScaledObject) and ``kserve``.
 """
 
