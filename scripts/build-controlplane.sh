@@ -66,3 +66,19 @@ for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat
          pod/general/pod-complete.yaml pod/general/pod-delete.yaml; do
   install -m 0644 "$kwok_dir/kustomize/stage/$f" "$stages/$(basename "$f")"
 done
+
+# Kueue's and JobSet's own install manifests (CRDs, RBAC, webhook configurations), rendered with
+# kustomize from each module's config/default at the pinned version, as `make deploy` would.
+manifests="$DEST/manifests"
+mkdir -p "$manifests"
+kubectl_bin=$(command -v kubectl || echo .tools/bin/kubectl)
+for mod in kueue jobset; do
+  out="$manifests/$mod.yaml"
+  if [ -s "$out" ] && [ "$out" -nt controlplane/go.mod ] && [ "$out" -nt controlplane/go.sum ]; then
+    continue
+  fi
+  dir=$(cd controlplane && go list -m -f '{{.Dir}}' "sigs.k8s.io/$mod")
+  "$kubectl_bin" kustomize "$dir/config/default" 2>/dev/null >"$out.tmp"
+  mv "$out.tmp" "$out"
+  echo "  $mod manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs"
+done

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufleet.devcluster import addons
 from gpufleet.devcluster.components import (
     KWOK_NODE_ANNOTATION,
     Component,
+    controller_runtime_manager,
     etcd,
     kube_apiserver,
     kube_controller_manager,
@@ -35,7 +37,8 @@ from gpufleet.errors import FieldError, GpufleetError, UserInputError
 from gpufleet.net import free_port
 
 DEFAULT_DIR = Path(".gpufleet/cluster")
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+BASE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENTS = (*BASE, *(a.name for a in addons.ADDONS))
 REPO = Path(__file__).resolve().parents[3]  # a checkout: where .tools/ and scripts/ are
 STAGES = Path(__file__).with_name("stages")  # gpufleet's own kwok Stages (exit codes)
 # Pod annotations for gpufleet's exit-code Stage (tests put them in pod templates).
@@ -114,7 +117,8 @@ def binaries_dir() -> Path:
 def ensure_built(log: Callable[[str], None]) -> Path:
     """The binaries' directory, building what is missing with scripts/build-controlplane.sh."""
     where = binaries_dir()
-    if all((where / name).is_file() for name in COMPONENTS):
+    needed = [where / n for n in COMPONENTS] + [manifests(where, a) for a in addons.ADDONS]
+    if all(path.is_file() for path in needed):
         return where
     script = REPO / "scripts" / "build-controlplane.sh"
     if not script.is_file():
@@ -131,6 +135,11 @@ def ensure_built(log: Callable[[str], None]) -> Path:
     log("building the control plane from controlplane/go.mod (a first build takes minutes)")
     subprocess.run(["bash", str(script), *COMPONENTS], check=True)
     return where
+
+
+def manifests(binaries: Path, addon: addons.Addon) -> Path:
+    """The addon's install manifests, rendered from its module by the build."""
+    return binaries / "manifests" / f"{addon.name}.yaml"
 
 
 def require_extra() -> None:
@@ -244,12 +253,14 @@ class LocalCluster:
         pki = make_pki(self.dir / "pki")
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         ports = {
-            "etcd": free_port(),
-            "etcd-peer": free_port(),
-            "kube-apiserver": free_port(),
-            "kube-controller-manager": free_port(),
-            "kube-scheduler": free_port(),
-        }
+            name: free_port()
+            for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager",
+                         "kube-scheduler")
+        }  # fmt: skip
+        for addon in addons.ADDONS:
+            ports |= {
+                f"{addon.name}-{use}": free_port() for use in ("webhook", "health", "metrics")
+            }
         server = f"https://127.0.0.1:{ports['kube-apiserver']}"
         state = State(ports=ports, server=server, binaries=str(binaries))
         configs = {u: kubeconfig(self.dir / f"{u}.kubeconfig", server, pki, u)
@@ -279,6 +290,8 @@ class LocalCluster:
                 if component.name == "kwok":
                     self._create_nodes(nodes)
                 self._start(component, state, timeout)
+            for addon in addons.ADDONS:
+                self._start_addon(addon, binaries, pki, server, state, timeout)
         except BaseException:
             state.write(self.dir)
             self.down(quiet=True)
@@ -313,11 +326,111 @@ class LocalCluster:
             time.sleep(0.2)
         self.log(f"  {component.name} ready ({time.monotonic() - started:.1f} s)")
 
-    def _core(self) -> Any:
-        from kubernetes import client, config
+    def _start_addon(
+        self, addon: addons.Addon, binaries: Path, pki: Pki, server: str, state: State,
+        timeout: float,
+    ) -> None:  # fmt: skip
+        """Install the addon's manifests, wait for its CRDs, run its manager, then prove its
+        webhooks answer through the API server."""
+        docs = addons.load_manifests(manifests(binaries, addon))
+        p = addons.Ports(
+            *(state.ports[f"{addon.name}-{u}"] for u in ("webhook", "health", "metrics"))
+        )
+        config = addons.prepare(addon, pki, self.dir, docs, p)
+        objects = addons.cluster_objects(addon, docs, pki.ca.read_bytes(), p.webhook)
+        self._create_all(objects)
+        self._wait(lambda: self._crds_established(list(addons.crd_names(objects))),
+                   f"{addon.name}'s CRDs Established", timeout)  # fmt: skip
+        kc = kubeconfig(self.dir / f"{addon.name}.kubeconfig", server, pki, addon.name)
+        manager = controller_runtime_manager(
+            addon.name, binaries / addon.name, config, kc, p.health
+        )
+        if addon.cert_secret:  # mount the Secret its rotation writes, then wait for /readyz
+            ready, secret = manager.ready, addon.cert_secret
+            certs = addons.cert_dir(addon, self.dir)
+            manager = Component(
+                manager.name,
+                manager.argv,
+                lambda: self._mount_secret(addon.namespace, secret, certs) and ready(),
+            )
+        self._start(manager, state, timeout)
+        self._wait(lambda: self._dry_run(addon.probe), f"{addon.name}'s webhooks", timeout)
 
-        api = config.new_client_from_config(config_file=str(self.kubeconfig))
-        return client.CoreV1Api(api)
+    def _api(self) -> Any:
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def _create_all(self, objects: list[dict[str, Any]]) -> None:
+        from kubernetes import utils
+
+        api = self._api()
+        for obj in objects:
+            utils.create_from_dict(api, obj)
+
+    def _mount_secret(self, namespace: str, name: str, directory: Path) -> bool:
+        """The kubelet's part for a manager outside a pod: once its Secret holds a serving
+        certificate, put it where the manager reads it. False until then."""
+        import base64
+
+        from gpufleet.cluster.client import api_errors
+
+        if (directory / "tls.crt").exists():
+            return True
+        try:
+            data = self._core().read_namespaced_secret(name, namespace).data or {}
+        except api_errors():
+            return False
+        if not data.get("tls.crt") or not data.get("tls.key"):
+            return False
+        addons.write_certs(
+            directory, base64.b64decode(data["tls.crt"]), base64.b64decode(data["tls.key"])
+        )
+        return True
+
+    def _crds_established(self, names: list[str]) -> bool:
+        from kubernetes import client
+
+        ext = client.ApiextensionsV1Api(self._api())
+        for name in names:
+            status = ext.read_custom_resource_definition(name).status
+            conditions = (status.conditions if status else None) or []
+            if not any(c.type == "Established" and c.status == "True" for c in conditions):
+                return False
+        return True
+
+    def _dry_run(self, obj: dict[str, Any]) -> bool:
+        """Create ``obj`` with dryRun=All; False while a webhook cannot be called."""
+        from kubernetes import client
+
+        from gpufleet.cluster.client import api_errors
+
+        custom = client.CustomObjectsApi(self._api())
+        group, version = obj["apiVersion"].split("/")
+        plural = obj["kind"].lower() + "s"
+        ns = obj["metadata"].get("namespace")
+        try:
+            if ns:
+                custom.create_namespaced_custom_object(group, version, ns, plural, obj,
+                                                       dry_run="All")  # fmt: skip
+            else:
+                custom.create_cluster_custom_object(group, version, plural, obj, dry_run="All")
+        except api_errors():
+            return False
+        return True
+
+    def _wait(self, check: Callable[[], bool], what: str, timeout: float) -> None:
+        started = time.monotonic()
+        while not check():
+            if time.monotonic() - started > timeout:
+                raise ClusterUpError(f"{what}: not ready after {timeout:g} s")
+            time.sleep(0.2)
+        self.log(f"  {what} ready ({time.monotonic() - started:.1f} s)")
+
+    def _core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self._api())
 
     def _create_nodes(self, nodes: NodeSpec) -> None:
         core = self._core()

@@ -159,3 +159,12 @@ def kwok(
         *[f"--config={s}" for s in stages],
     ]
     return Component("kwok", argv, nodes_ready)
+
+
+def controller_runtime_manager(
+    name: str, binary: Path, config: Path, kubeconfig: Path, health_port: int
+) -> Component:
+    """A controller-runtime manager (Kueue, JobSet) with its configuration file; ready when its
+    /readyz answers (both report ready only once their webhook server listens)."""
+    argv = [str(binary), f"--config={config}", f"--kubeconfig={kubeconfig}"]
+    return Component(name, argv, lambda: _get(f"http://127.0.0.1:{health_port}/readyz"))

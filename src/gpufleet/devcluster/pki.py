@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # (file stem, common name, organization): the client identities the control plane uses.
 CLIENTS = (
@@ -59,8 +61,6 @@ def make_pki(directory: Path) -> Pki:
     """Create every certificate and key under ``directory`` (kept if already there)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     pki = Pki(directory)
     if pki.ca.exists() and pki.service_account_pub.exists():
@@ -68,29 +68,8 @@ def make_pki(directory: Path) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     now = datetime.datetime.now(datetime.UTC)
-
-    def new_key() -> ec.EllipticCurvePrivateKey:
-        return ec.generate_private_key(ec.SECP256R1())
-
-    def save_key(name: str, key: ec.EllipticCurvePrivateKey) -> None:
-        path = pki.key(name)
-        path.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-        path.chmod(0o600)
-
-    def subject(cn: str, org: str | None = None) -> x509.Name:
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-        if org:
-            attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-        return x509.Name(attrs)
-
-    ca_key = new_key()
-    ca_name = subject("gpufleet-local-ca")
+    ca_key = _new_key()
+    ca_name = _subject("gpufleet-local-ca")
     ca = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
@@ -106,39 +85,88 @@ def make_pki(directory: Path) -> Pki:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    save_key("ca", ca_key)
+    _save_key(pki.key("ca"), ca_key)
     pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-
-    def issue(name: str, cn: str, org: str | None, *, server: bool) -> None:
-        key = new_key()
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject(cn, org))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + VALID_FOR)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        )
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        if server:
-            names: list[x509.GeneralName] = [x509.DNSName(n) for n in API_SERVER_NAMES]
-            names.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        save_key(name, key)
-        cert = builder.sign(ca_key, hashes.SHA256())
-        pki.cert(name).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-    issue("kube-apiserver", "kube-apiserver", None, server=True)
+    issue(pki, "kube-apiserver", "kube-apiserver", server_names=API_SERVER_NAMES)
     for name, cn, org in CLIENTS:
-        issue(name, cn, org, server=False)
-    sa_key = new_key()
-    save_key("service-account", sa_key)
+        issue(pki, name, cn, [org] if org else [])
+    sa_key = _new_key()
+    _save_key(pki.service_account_key, sa_key)
     pki.service_account_pub.write_bytes(
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
     return pki
+
+
+def issue(
+    pki: Pki,
+    name: str,
+    cn: str,
+    orgs: Sequence[str] = (),
+    *,
+    server_names: Sequence[str] = (),
+) -> Path:
+    """Sign ``<name>.crt``/``.key`` with the PKI's CA: a serving certificate for
+    ``server_names`` (and 127.0.0.1) when given, else a client certificate for user ``cn`` in
+    groups ``orgs``. Returns the certificate's path."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    ca = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ca_key = serialization.load_pem_private_key(pki.key("ca").read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)  # make_pki's
+    now = datetime.datetime.now(datetime.UTC)
+    key = _new_key()
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_subject(cn, *orgs))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALID_FOR)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+    )
+    server = bool(server_names)
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if server:
+        names: list[x509.GeneralName] = [x509.DNSName(n) for n in server_names]
+        names.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    _save_key(pki.key(name), key)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    pki.cert(name).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return pki.cert(name)
+
+
+def _new_key() -> Any:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _save_key(path: Path, key: Any) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _subject(cn: str, *orgs: str) -> Any:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    return x509.Name([*attrs, x509.NameAttribute(NameOID.COMMON_NAME, cn)])

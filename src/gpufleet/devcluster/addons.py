@@ -1,0 +1,230 @@
+"""Kueue and JobSet on the local control plane: their own install manifests (rendered with
+kustomize from each Go module's ``config/default`` by scripts/build-controlplane.sh) applied as
+a cluster would get them, and their managers run as processes on 127.0.0.1.
+
+What changes because the managers run beside the API server instead of in pods (what kwokctl
+does for its components), and nothing else:
+
+- the Deployments are not applied (the process is started instead), nor Kueue's visibility
+  APIService (``VisibilityOnDemand`` off: an unreachable aggregated API blocks namespace
+  deletion) and its Service;
+- each webhook Service becomes ``type: ExternalName`` -> 127.0.0.1 on the manager's webhook
+  port; the API server resolves it and checks TLS against ``<service>.<namespace>.svc``;
+- webhook certificates: each manager in the mode that needs no fixed path on this machine.
+  Kueue rotates its own (its default): it writes them to a Secret and injects its CA into its
+  webhooks and CRDs; we do the kubelet's part and copy the Secret into the manager's certificate
+  directory (with internal rotation off it would read a fixed /etc/kueue path). JobSet's
+  rotation checks a fixed /tmp path, so it runs in its cert-manager mode and we do
+  cert-manager's part: a serving certificate from the local CA, whose certificate goes into
+  every webhook's and conversion webhook's caBundle;
+- the manager's configuration is the module's own ConfigMap with loopback addresses, its own
+  ports and certificate directory, and no leader election;
+- the manager authenticates with a client certificate carrying its ServiceAccount's user name
+  and groups, so the module's own RBAC (bound to that ServiceAccount) is what authorizes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufleet.devcluster.pki import Pki, issue
+from gpufleet.kube import Obj
+
+LOOPBACK = "127.0.0.1"
+CRD = "CustomResourceDefinition"
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+@dataclass(frozen=True)
+class Addon:
+    """A controller installed from its module's manifests and run as a local process."""
+
+    name: str  # also the binary's and the manifest file's name
+    namespace: str
+    service_account: str
+    webhook_service: str
+    # A valid object of the addon's own kind, created with dryRun once the manager is ready:
+    # the API server calls the webhooks for it, so success means they answer through the API.
+    probe: Obj
+    # The Secret the manager's own certificate rotation writes; None: it runs in cert-manager
+    # mode and we issue its serving certificate.
+    cert_secret: str | None = None
+    feature_gates: tuple[tuple[str, bool], ...] = ()
+    skip_services: tuple[str, ...] = ()
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return ("system:serviceaccounts", f"system:serviceaccounts:{self.namespace}")
+
+    @property
+    def webhook_host(self) -> str:
+        return f"{self.webhook_service}.{self.namespace}.svc"
+
+
+KUEUE = Addon(
+    "kueue",
+    "kueue-system",
+    "kueue-controller-manager",
+    "kueue-webhook-service",
+    probe={
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "gpufleet-webhook-probe"},
+    },
+    cert_secret="kueue-webhook-server-cert",
+    feature_gates=(("VisibilityOnDemand", False),),
+    skip_services=("kueue-visibility-server",),
+)
+JOBSET = Addon(
+    "jobset",
+    "jobset-system",
+    "jobset-controller-manager",
+    "jobset-webhook-service",
+    probe={
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "gpufleet-webhook-probe", "namespace": "default"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "probe",
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "spec": {
+                                    "restartPolicy": "Never",
+                                    "containers": [{"name": "probe", "image": "probe"}],
+                                }
+                            }
+                        }
+                    },
+                }
+            ]
+        },
+    },
+)
+ADDONS = (KUEUE, JOBSET)
+
+
+@dataclass(frozen=True)
+class Ports:
+    webhook: int
+    health: int
+    metrics: int
+
+
+def load_manifests(path: Path) -> list[Obj]:
+    """The documents of a rendered manifest file (empty documents dropped)."""
+    with path.open() as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def module_config(docs: list[Obj]) -> dict[str, Any]:
+    """The manager configuration the module's Deployment mounts (its ConfigMap's one file)."""
+    for doc in docs:
+        if doc["kind"] == "ConfigMap" and "controller_manager_config.yaml" in doc.get("data", {}):
+            loaded = yaml.safe_load(doc["data"]["controller_manager_config.yaml"])
+            assert isinstance(loaded, dict)
+            return loaded
+    raise ValueError("no controller_manager_config.yaml ConfigMap in the manifests")
+
+
+def local_config(addon: Addon, docs: list[Obj], ports: Ports, cert_dir: Path) -> dict[str, Any]:
+    """The module's configuration, changed only where a local process must differ."""
+    config = copy.deepcopy(module_config(docs))
+    config["health"] = {**config.get("health", {}),
+                        "healthProbeBindAddress": f"{LOOPBACK}:{ports.health}"}  # fmt: skip
+    config["metrics"] = {**config.get("metrics", {}),
+                         "bindAddress": f"{LOOPBACK}:{ports.metrics}"}  # fmt: skip
+    config["webhook"] = {"host": LOOPBACK, "port": ports.webhook, "certDir": str(cert_dir)}
+    config["leaderElection"] = {"leaderElect": False}
+    if addon.cert_secret is None:
+        config["internalCertManagement"] = {"enable": False}
+    if addon.feature_gates:
+        config["featureGates"] = {**config.get("featureGates", {}), **dict(addon.feature_gates)}
+    return config
+
+
+def cluster_objects(addon: Addon, docs: list[Obj], ca_pem: bytes, webhook_port: int) -> list[Obj]:
+    """What is applied to the API server: the manifests less the Deployment, the manager's
+    ConfigMap and the aggregated APIs; the webhook Service pointed at loopback; every webhook
+    (and CRD conversion webhook) called on the manager's port, with the local CA as its
+    caBundle unless the manager injects its own."""
+    out = []
+    ca_bundle = None if addon.cert_secret else base64.b64encode(ca_pem).decode()
+    for doc in docs:
+        kind, name = doc["kind"], doc["metadata"]["name"]
+        if kind in ("Deployment", "APIService"):
+            continue
+        if kind == "ConfigMap" and "controller_manager_config.yaml" in doc.get("data", {}):
+            continue
+        if kind == "Service" and name in addon.skip_services:
+            continue
+        doc = copy.deepcopy(doc)
+        if kind == "Service" and name == addon.webhook_service:
+            doc["spec"] = {
+                "type": "ExternalName",
+                "externalName": LOOPBACK,
+                "ports": [{"name": "webhook", "port": webhook_port, "protocol": "TCP"}],
+            }
+        if kind in WEBHOOK_KINDS:
+            for hook in doc.get("webhooks", []):
+                _point(hook["clientConfig"], ca_bundle, webhook_port)
+        conversion = doc.get("spec", {}).get("conversion", {}) if kind == CRD else {}
+        if conversion.get("strategy") == "Webhook":  # served by the same manager
+            _point(conversion["webhook"]["clientConfig"], ca_bundle, webhook_port)
+        out.append(doc)
+    return out
+
+
+def _point(client_config: dict[str, Any], ca_bundle: str | None, port: int) -> None:
+    client_config["service"]["port"] = port
+    if ca_bundle is not None:
+        client_config["caBundle"] = ca_bundle
+
+
+def crd_names(objects: list[Obj]) -> Iterator[str]:
+    for obj in objects:
+        if obj["kind"] == CRD:
+            yield obj["metadata"]["name"]
+
+
+def cert_dir(addon: Addon, workdir: Path) -> Path:
+    return workdir / f"{addon.name}-certs"
+
+
+def write_certs(directory: Path, cert: bytes, key: bytes) -> None:
+    """The serving certificate as a mounted Secret would hold it (tls.crt, tls.key)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    (directory / "tls.key").write_bytes(key)
+    (directory / "tls.key").chmod(0o600)
+    (directory / "tls.crt").write_bytes(cert)  # last: the managers wait for this file
+
+
+def prepare(addon: Addon, pki: Pki, workdir: Path, docs: list[Obj], ports: Ports) -> Path:
+    """Write the manager's configuration (and, in cert-manager mode, its serving certificate)
+    under ``workdir``; issue its client certificate. Returns the configuration file."""
+    certs = cert_dir(addon, workdir)
+    shutil.rmtree(certs, ignore_errors=True)  # a previous cluster's
+    certs.mkdir(parents=True)
+    if addon.cert_secret is None:
+        name = f"{addon.name}-webhook"
+        issue(pki, name, addon.webhook_host, server_names=[addon.webhook_host])
+        write_certs(certs, pki.cert(name).read_bytes(), pki.key(name).read_bytes())
+    issue(pki, addon.name, addon.user, addon.groups)
+    path = workdir / f"{addon.name}-config.yaml"
+    path.write_text(yaml.safe_dump(local_config(addon, docs, ports, certs), sort_keys=False))
+    return path
