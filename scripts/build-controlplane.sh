@@ -82,3 +82,23 @@ for mod in kueue jobset; do
   mv "$out.tmp" "$out"
   echo "  $mod manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs"
 done
+
+# CRDs of components not run here (Prometheus Operator, Volcano, KEDA), from their modules at the
+# versions and hashes pinned in controlplane/crds.txt.
+crds="$DEST/crds"
+if [ ! -d "$crds" ] || [ controlplane/crds.txt -nt "$crds" ]; then
+  rm -rf "$crds.tmp" && mkdir -p "$crds.tmp"
+  grep -v '^#' controlplane/crds.txt | while read -r mod version sum files; do
+    [ -n "$mod" ] || continue
+    info=$(cd controlplane && go mod download -json "$mod@$version")
+    got=$(printf '%s' "$info" | sed -n 's/^[[:space:]]*"Sum": "\(.*\)",$/\1/p')
+    if [ "$got" != "$sum" ]; then
+      echo "build-controlplane: $mod@$version has hash '$got', controlplane/crds.txt pins '$sum'" >&2
+      exit 1
+    fi
+    dir=$(printf '%s' "$info" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    for f in $files; do install -m 0644 "$dir/$f" "$crds.tmp/$(basename "$f")"; done
+  done
+  rm -rf "$crds" && mv "$crds.tmp" "$crds"
+  echo "  CRDs of other projects: $(ls "$crds" | wc -l) files"
+fi

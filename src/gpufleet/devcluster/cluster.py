@@ -118,6 +118,7 @@ def ensure_built(log: Callable[[str], None]) -> Path:
     """The binaries' directory, building what is missing with scripts/build-controlplane.sh."""
     where = binaries_dir()
     needed = [where / n for n in COMPONENTS] + [manifests(where, a) for a in addons.ADDONS]
+    needed.append(where / "crds" / "keda.sh_scaledobjects.yaml")
     if all(path.is_file() for path in needed):
         return where
     script = REPO / "scripts" / "build-controlplane.sh"
@@ -292,6 +293,7 @@ class LocalCluster:
                 self._start(component, state, timeout)
             for addon in addons.ADDONS:
                 self._start_addon(addon, binaries, pki, server, state, timeout)
+            self._install_other_crds(binaries, timeout)
         except BaseException:
             state.write(self.dir)
             self.down(quiet=True)
@@ -355,6 +357,15 @@ class LocalCluster:
             )
         self._start(manager, state, timeout)
         self._wait(lambda: self._dry_run(addon.probe), f"{addon.name}'s webhooks", timeout)
+
+    def _install_other_crds(self, binaries: Path, timeout: float) -> None:
+        """The CRDs of projects a cluster of the chart's design has but that do not run here
+        (Prometheus Operator, Volcano, KEDA: controlplane/crds.txt), from their modules."""
+        docs = [d for f in sorted((binaries / "crds").glob("*.yaml"))
+                for d in addons.load_manifests(f)]  # fmt: skip
+        self._create_all(docs)
+        self._wait(lambda: self._crds_established(list(addons.crd_names(docs))),
+                   f"{len(docs)} CRDs of other projects Established", timeout)  # fmt: skip
 
     def _api(self) -> Any:
         from kubernetes import config
