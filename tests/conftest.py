@@ -169,3 +169,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_gpu)
         if "cluster" in item.keywords and not os.environ.get("KUBECONFIG"):
             item.add_marker(no_cluster)
+
+
+@pytest.fixture(scope="session")
+def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The local control plane (`gpufleet cluster up`: 3 nodes x 4 A30, Kueue, JobSet), started
+    once per test session and stopped at its end (tests/devcluster.py)."""
+    from tests.devcluster import session_cluster
+
+    yield from session_cluster(tmp_path_factory)

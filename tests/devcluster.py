@@ -1,0 +1,150 @@
+"""The live local control plane for tests: one `gpufleet cluster up` per test session (3 nodes x
+4 NVIDIA A30: the chart's 3-node lab), its API clients, helm, and waiting on what the real
+controllers do. `make test` builds the components first (scripts/build-controlplane.sh, cached
+in .tools/); without them the tests that use it skip saying how to build."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.devcluster.cluster import COMPONENTS, binaries_dir
+from tests.conftest import REPO, cli_env, poll_until, run_cli
+
+CHART = REPO / "deploy" / "helm" / "gpufleet"
+NODES, GPUS_PER_NODE, PRODUCT = 3, 4, "NVIDIA-A30"
+BUILT = all((binaries_dir() / name).is_file() for name in COMPONENTS)
+needs_controlplane = pytest.mark.skipif(
+    not BUILT, reason=f"control plane not built in {binaries_dir()} (make controlplane)"
+)
+
+
+@dataclass
+class DevCluster:
+    """A running local cluster: its state directory, a scratch root and the admin env."""
+
+    root: Path
+    dir: Path
+    up: subprocess.CompletedProcess[str]
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return cli_env() | {"KUBECONFIG": str(self.kubeconfig)}
+
+    @cached_property
+    def api(self) -> Any:
+        """An ApiClient on the admin kubeconfig (built from the file: the kubernetes package
+        reads KUBECONFIG only once, when first imported)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def typed(self, name: str) -> Any:
+        from kubernetes import client
+
+        return getattr(client, name)(self.api)
+
+    @property
+    def core(self) -> Any:
+        return self.typed("CoreV1Api")
+
+    @property
+    def custom(self) -> Any:
+        return self.typed("CustomObjectsApi")
+
+    def as_dict(self, obj: Any) -> Any:
+        return self.api.sanitize_for_serialization(obj)
+
+    def gpufleet(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, cwd=self.root, env=self.env, timeout=timeout)
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            ["helm", *args, "--kubeconfig", str(self.kubeconfig)],
+            capture_output=True, text=True, timeout=300, check=False, env=self.env,
+        )  # fmt: skip
+        if check:
+            assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stderr[-3000:]}"
+        return proc
+
+    def pods(self, namespace: str, job: str | None = None) -> list[dict[str, Any]]:
+        selector = f"gpufleet.dev/job={job}" if job else None
+        listed = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        return [self.as_dict(p) for p in listed.items]
+
+    def workloads(self, namespace: str) -> list[dict[str, Any]]:
+        listed = self.custom.list_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", namespace, "workloads"
+        )
+        return list(listed["items"])
+
+    def phase(self, name: str, namespace: str) -> str:
+        st = self.gpufleet("status", name, "-n", namespace, "-o", "json")
+        return str(json.loads(st.stdout)["phase"]) if st.returncode == 0 and st.stdout else ""
+
+    def wait_phase(self, name: str, namespace: str, *phases: str, timeout: float = 120) -> str:
+        return poll_until(
+            lambda: (p := self.phase(name, namespace)) in phases and p,
+            what=f"{namespace}/{name} to be {' or '.join(phases)}",
+            timeout=timeout,
+            interval=1,
+        )
+
+    def namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
+        """Create a namespace (a test's own, so tests sharing the cluster do not meet)."""
+        body = {"metadata": {"name": name, "labels": labels or {}}}
+        self.core.create_namespace(body)
+        return name
+
+    def impersonating(self, user: str, group: str | None = None) -> Any:
+        """An ApiClient that acts as ``user`` (in ``group``): the admin impersonates, as
+        `kubectl --as --as-group` does, and RBAC decides what it may do."""
+        from kubernetes import config
+
+        api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        api.default_headers["Impersonate-User"] = user
+        if group:
+            api.default_headers["Impersonate-Group"] = group
+        return api
+
+
+def secret_value(cluster: DevCluster, namespace: str, name: str, key: str) -> bytes:
+    secret = cluster.core.read_namespaced_secret(name, namespace)
+    return base64.b64decode(secret.data[key])
+
+
+def start(root: Path, *, nodes: int = NODES, gpus: int = GPUS_PER_NODE) -> DevCluster:
+    state_dir = root / "state"
+    up = run_cli("cluster", "up", "--nodes", str(nodes), "--gpus-per-node", str(gpus),
+                 "--gpu-product", PRODUCT, "--dir", str(state_dir), cwd=root,
+                 timeout=900)  # fmt: skip
+    assert up.returncode == 0, up.stderr[-3000:]
+    return DevCluster(root, state_dir, up)
+
+
+def stop(cluster: DevCluster) -> None:
+    down = run_cli("cluster", "down", "--dir", str(cluster.dir), cwd=cluster.root)
+    assert down.returncode == 0, down.stderr[-2000:]
+
+
+def session_cluster(factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    """The body of the session fixture ``devcluster`` (tests/conftest.py)."""
+    if not BUILT:
+        pytest.skip(f"control plane not built in {binaries_dir()} (make controlplane)")
+    cluster = start(factory.mktemp("devcluster"))
+    try:
+        yield cluster
+    finally:
+        stop(cluster)
