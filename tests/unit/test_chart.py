@@ -112,7 +112,7 @@ def test_onprem_has_flavors_cohort_topology_volcano_and_ceph() -> None:
     assert flavors["h100"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert flavors["h100"]["spec"]["topologyName"] == "racks"
     cq = next(c for c in by_kind["ClusterQueue"] if c["metadata"]["name"] == "llm")
-    assert cq["spec"]["cohort"] == "onprem"
+    assert cq["spec"]["cohortName"] == "onprem"
     assert cq["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
     groups = cq["spec"]["resourceGroups"][0]
     assert [f["name"] for f in groups["flavors"]] == ["cpu", "h100"]  # CPU pool tried first

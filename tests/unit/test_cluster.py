@@ -51,6 +51,44 @@ def test_kueue_quota_names_the_cluster_queue_and_what_is_used_up() -> None:
     assert "cpu in flavor" not in line  # only exhausted resources are named
 
 
+# Kueue v0.19.2's conditions on a workload preempted by its lender (recorded on the local
+# control plane, tests/integration/test_devcluster_platform.py).
+PREEMPTED_BY_LENDER = (
+    "Preempted to accommodate a workload (UID: 11c56a05-d67f-4747-9162-e0594e1b6a27, JobUID: "
+    "87967475-8792-4ea6-8091-863b5e14ddc9) due to reclamation within the cohort; preemptor path: "
+    "/lab/product; preemptee path: /lab/research"
+)
+
+
+def test_a_preempted_workload_says_once_by_which_queue_and_that_it_is_requeued() -> None:
+    from gpufleet.cluster.status import kueue_reasons
+
+    workload = {
+        "spec": {"queueName": "research"},
+        "status": {"conditions": [
+            {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+             "message": "couldn't assign flavors to pod set worker: insufficient unused quota "
+                        "for nvidia.com/gpu in flavor a30, 2 more needed"},
+            {"type": "Evicted", "status": "True", "reason": "Preempted",
+             "message": PREEMPTED_BY_LENDER},
+            {"type": "Preempted", "status": "True", "reason": "InCohortReclamation",
+             "message": PREEMPTED_BY_LENDER},
+        ]},
+    }  # fmt: skip
+    admitted, reasons = kueue_reasons(workload, {"spec": {"clusterQueue": "research"}}, None)
+    assert admitted is False
+    preempted = [r for r in reasons if "preempt" in r.lower()]
+    assert preempted == [
+        "Kueue: preempted (InCohortReclamation) by a workload of ClusterQueue product; requeued"
+    ]
+    evicted_otherwise = {"type": "Evicted", "status": "True", "reason": "PodsReadyTimeout",
+                         "message": "Exceeded the PodsReady timeout"}  # fmt: skip
+    workload["status"]["conditions"] = [evicted_otherwise]
+    assert kueue_reasons(workload, None, None)[1][-1] == (
+        "Kueue: evicted (PodsReadyTimeout): Exceeded the PodsReady timeout"
+    )
+
+
 def test_unschedulable_pods_explained_in_plain_words() -> None:
     st = summary("unschedulable")
     assert st.phase == "Pending" and st.pods == {"Pending": 2}

@@ -35,9 +35,9 @@ JOB_KINDS = [
     Kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
     Kind("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
 ]
-WORKLOADS = Kind("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
-LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue")
-CLUSTER_QUEUES = Kind("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue")
+WORKLOADS = Kind("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
+LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
+CLUSTER_QUEUES = Kind("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue")
 PODGROUPS = Kind("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 # Rendered next to a job when spec.metrics.podMonitor is set (Prometheus Operator).
 PODMONITORS = Kind("monitoring.coreos.com", "v1", "podmonitors", "PodMonitor")

@@ -139,10 +139,7 @@ def kueue_reasons(
     if local_queue is None and "doesn't exist" not in message:
         message = message or f"LocalQueue {queue} not found in the job's namespace"
     reasons.append(f"Kueue: waiting in {where}: {message or 'not yet evaluated'}")
-    for cond in ("Evicted", "Preempted"):
-        c = conditions.get(cond)
-        if c and c.get("status") == "True":
-            reasons.append(f"Kueue: {cond.lower()} ({c.get('reason', '')}): {c.get('message', '')}")
+    reasons += _eviction(conditions)
     if cluster_queue is not None:
         full = _cq_usage(cluster_queue)
         if full:
@@ -155,6 +152,24 @@ def kueue_reasons(
         for c in inactive:
             reasons.append(f"ClusterQueue {cq_name} is inactive: {c.get('message', '')}")
     return False, reasons
+
+
+# Kueue's preemption message names the preemptor's queue by its cohort path: ".../<cq>".
+_PREEMPTOR = re.compile(r"preemptor path: (\S*?)/?([^/;\s]+)(?:;|$)")
+
+
+def _eviction(conditions: dict[str, Obj]) -> list[str]:
+    """One line for a preempted workload (by which ClusterQueue, why), or the eviction's."""
+    preempted = conditions.get("Preempted") or {}
+    if preempted.get("status") == "True":
+        message = preempted.get("message", "")
+        match = _PREEMPTOR.search(message)
+        by = f" by a workload of ClusterQueue {match.group(2)}" if match else f": {message}"
+        return [f"Kueue: preempted ({preempted.get('reason', '')}){by}; requeued"]
+    evicted = conditions.get("Evicted") or {}
+    if evicted.get("status") == "True":
+        return [f"Kueue: evicted ({evicted.get('reason', '')}): {evicted.get('message', '')}"]
+    return []
 
 
 _INSUFFICIENT = re.compile(r"(\d+) Insufficient ([\w./-]+)")

@@ -43,13 +43,27 @@ REPO = Path(__file__).resolve().parents[3]  # a checkout: where .tools/ and scri
 STAGES = Path(__file__).with_name("stages")  # gpufleet's own kwok Stages (exit codes)
 # Pod annotations for gpufleet's exit-code Stage (tests put them in pod templates).
 EXIT_CODE_ANNOTATION = "gpufleet.dev/exit-code"
-EXIT_AFTER_ANNOTATION = "gpufleet.dev/exit-after"  # milliseconds
+EXIT_AFTER_ANNOTATION = "gpufleet.dev/exit-after"  # a Go duration ("500ms"); kwok ignores "500"
 NOT_KWOK_COMPLETE = {"pod-complete.stage.kwok.x-k8s.io/weight": "0"}
+# Pod annotations that keep a kwok pod Running for a day (kwok's pod-complete Stage waits its
+# annotated delay): a job that holds its GPUs until cancelled or preempted.
+RUN_FOR_A_DAY = {
+    "pod-complete.stage.kwok.x-k8s.io/delay": "24h",
+    "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "24h",
+}
+
+
+NVIDIA_RUNTIME_CLASS: dict[str, Any] = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": "nvidia"},
+    "handler": "nvidia",
+}
 
 
 def exit_with(code: int, after_ms: int = 500) -> dict[str, str]:
     """Pod annotations that make a kwok pod end with exit ``code`` ``after_ms`` once Running."""
-    return {EXIT_CODE_ANNOTATION: str(code), EXIT_AFTER_ANNOTATION: str(after_ms),
+    return {EXIT_CODE_ANNOTATION: str(code), EXIT_AFTER_ANNOTATION: f"{after_ms}ms",
             **NOT_KWOK_COMPLETE}  # fmt: skip
 
 
@@ -444,9 +458,13 @@ class LocalCluster:
         return client.CoreV1Api(self._api())
 
     def _create_nodes(self, nodes: NodeSpec) -> None:
+        from kubernetes import client
+
         core = self._core()
         for i in range(nodes.count):
             core.create_node(node_object(f"gpu-node-{i}", nodes, i))
+        if nodes.gpus:  # what the NVIDIA GPU Operator installs; GPU pods may name it
+            client.NodeV1Api(self._api()).create_runtime_class(NVIDIA_RUNTIME_CLASS)
 
     def _nodes_ready(self, count: int) -> bool:
         from gpufleet.cluster.client import api_errors
