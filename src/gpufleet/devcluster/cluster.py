@@ -458,13 +458,11 @@ class LocalCluster:
         return client.CoreV1Api(self._api())
 
     def _create_nodes(self, nodes: NodeSpec) -> None:
-        from kubernetes import client
-
         core = self._core()
         for i in range(nodes.count):
             core.create_node(node_object(f"gpu-node-{i}", nodes, i))
         if nodes.gpus:  # what the NVIDIA GPU Operator installs; GPU pods may name it
-            client.NodeV1Api(self._api()).create_runtime_class(NVIDIA_RUNTIME_CLASS)
+            self._create_all([NVIDIA_RUNTIME_CLASS])
 
     def _nodes_ready(self, count: int) -> bool:
         from gpufleet.cluster.client import api_errors
