@@ -70,6 +70,12 @@ class DevCluster:
     def gpufleet(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
         return run_cli(*args, cwd=self.root, env=self.env, timeout=timeout)
 
+    def gpufleet_as(
+        self, env: dict[str, str], *args: str, timeout: float = 240
+    ) -> subprocess.CompletedProcess[str]:
+        """``gpufleet ARGS`` with another user's environment (kubeconfig)."""
+        return run_cli(*args, cwd=self.root, env=env, timeout=timeout)
+
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             ["helm", *args, "--kubeconfig", str(self.kubeconfig)],

@@ -7,6 +7,8 @@ All on the session's local cluster (tests/devcluster.py: 3 nodes x 4 A30, the ch
 
 from __future__ import annotations
 
+import copy
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -271,3 +273,155 @@ def test_a_borrower_is_preempted_when_the_lender_reclaims(lab: DevCluster) -> No
     )
     for name, ns in (("lender", "product"), ("borrower", "research")):
         assert lab.gpufleet("cancel", name, "-n", ns).returncode == 0
+
+
+# -- tenancy and security (item 3f), serving (3g) ----------------------------------------------
+
+
+def tenant_user(cluster: DevCluster, name: str, group: str) -> dict[str, str]:
+    """The env of a tenant's user: a kubeconfig with a client certificate for ``name`` in
+    ``group`` from the cluster's CA (how a real cluster's users authenticate, here)."""
+    from gpufleet.devcluster.cluster import State, kubeconfig
+    from gpufleet.devcluster.pki import Pki, issue
+
+    pki = Pki(cluster.dir / "pki")
+    issue(pki, f"user-{name}", name, [group])
+    state = State.read(cluster.dir)
+    assert state is not None
+    path = kubeconfig(cluster.root / f"{name}.kubeconfig", state.server, pki, f"user-{name}")
+    return cluster.env | {"KUBECONFIG": str(path)}
+
+
+def every_client_object(ns: str) -> list[Obj]:
+    """What gpufleet's client creates for a tenant: every training target (with a PodMonitor)
+    and every serving target, autoscaled by HPA and by KEDA."""
+    from gpufleet.render import SERVING_TARGETS, TARGETS, render, render_spec
+    from gpufleet.spec import validate_spec, validate_training_job
+
+    job = validate_training_job(queued_job("every", ns, nodes=2, gpus=1,
+                                           metrics={"port": 9090, "podMonitor": True}))  # fmt: skip
+    objects = [o for target in TARGETS for o in render(job, target)]
+    serving = yaml.safe_load((CHART.parents[2] / "examples" / "digits-serving.yaml").read_text())
+    serving["metadata"]["namespace"] = ns
+    for engine in ("hpa", "keda"):
+        serving["spec"]["autoscaling"]["engine"] = engine
+        spec = validate_spec(serving)
+        objects += [o for target in SERVING_TARGETS for o in render_spec(spec, target)]
+    return objects
+
+
+def allowed(cluster: DevCluster, user: str, group: str, ns: str, verb: str, obj: Obj) -> bool:
+    """RBAC's answer (a SubjectAccessReview) for ``user`` in ``group`` doing ``verb`` on
+    ``obj``'s kind in ``ns``; it needs no CRD installed (PyTorchJob, InferenceService, ...)."""
+    group_name = obj["apiVersion"].rpartition("/")[0]
+    review = {
+        "spec": {
+            "user": user,
+            "groups": [group, "system:authenticated"],
+            "resourceAttributes": {"namespace": ns, "verb": verb, "group": group_name,
+                                   "resource": obj["kind"].lower() + "s"},
+        }
+    }  # fmt: skip
+    answer = cluster.typed("AuthorizationV1Api").create_subject_access_review(review)
+    return bool(answer.status.allowed)
+
+
+def test_a_tenant_member_may_do_what_the_client_does_in_its_namespace_only(lab: DevCluster) -> None:
+    """Every kind the client creates, gets, lists and deletes (training targets, PodMonitor,
+    serving with HPA or KEDA, KServe): allowed to research's members in research, refused in
+    product; the other tenant's pods cannot be read."""
+    kinds = {(o["apiVersion"], o["kind"]): o for o in every_client_object("research")}
+    assert {k for _, k in kinds} >= {"Job", "JobSet", "PyTorchJob", "TrainJob", "MPIJob",
+        "PodMonitor", "Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler",
+        "ScaledObject", "InferenceService"}  # fmt: skip
+    missing = [f"{verb} {kind}" for (_, kind), obj in sorted(kinds.items())
+               for verb in ("create", "get", "list", "delete")
+               if not allowed(lab, "bob", "research", "research", verb, obj)]  # fmt: skip
+    assert not missing, f"the gpufleet-user Role lacks: {missing}"
+    leaks = [f"{verb} {kind}" for (_, kind), obj in sorted(kinds.items())
+             for verb in ("create", "get", "delete")
+             if allowed(lab, "bob", "research", "product", verb, obj)]  # fmt: skip
+    assert not leaks, f"a research member may act in product: {leaks}"
+
+
+def test_serving_submitted_by_a_tenant_user_lands_on_gpu_nodes(lab: DevCluster) -> None:
+    """`gpufleet submit examples/digits-serving.yaml` as a member of product (a client
+    certificate, not the admin): Deployment, Service, PDB and HPA created; its pods pass
+    `restricted`, run on GPU nodes; cancel removes them."""
+    env = tenant_user(lab, "carol", "product")
+    doc = yaml.safe_load((CHART.parents[2] / "examples" / "digits-serving.yaml").read_text())
+    doc["metadata"]["namespace"] = "product"
+    submit = lab.gpufleet_as(env, "submit", str(write_spec(lab.root, doc, "serving.yaml")))
+    assert submit.returncode == 0, submit.stderr[-2000:]
+    assert "HorizontalPodAutoscaler/digits" in submit.stdout + submit.stderr
+
+    def running() -> list[dict[str, Any]]:
+        pods = [p for p in lab.pods("product") if p["metadata"]["name"].startswith("digits-")]
+        return [p for p in pods if p["status"].get("phase") == "Running"]
+
+    pods = poll_until(running, what="the serving pods Running", timeout=90, interval=1)
+    for pod in pods:
+        assert pod["spec"]["nodeName"].startswith("gpu-node-")
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "1"
+    status = lab.gpufleet_as(env, "status", "digits", "-n", "product")
+    assert status.returncode == 0 and "digits" in status.stdout, status.stderr
+    cancel = lab.gpufleet_as(env, "cancel", "digits", "-n", "product")
+    assert cancel.returncode == 0, cancel.stderr[-2000:]
+    apps = lab.typed("AppsV1Api")
+    assert not [d for d in apps.list_namespaced_deployment("product").items
+                if d.metadata.name == "digits"]  # fmt: skip
+
+
+def restricted_violation() -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "loose"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+
+
+def test_every_rendered_pod_passes_restricted_and_others_are_refused(lab: DevCluster) -> None:
+    """Every pod template gpufleet renders (all targets, serving included), created as a Pod in a
+    tenant namespace that enforces `restricted`, is admitted (server dry run); a pod without the
+    restricted settings and a privileged one are refused by the API server."""
+    from kubernetes.client.exceptions import ApiException
+
+    refused = []
+    for obj in every_client_object("research"):
+        if obj["kind"] == "TrainJob":  # its templates are patches onto the Trainer's runtime
+            continue
+        for i, template in enumerate(pod_templates(obj)):
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": f"probe-{obj['kind'].lower()}-{i}"},
+                   "spec": template["spec"]}  # fmt: skip
+            try:
+                lab.core.create_namespaced_pod("research", pod, dry_run="All")
+            except ApiException as exc:
+                refused.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.body[:300]}")
+    assert not refused, refused
+    with pytest.raises(ApiException) as loose:
+        lab.core.create_namespaced_pod("research", restricted_violation(), dry_run="All")
+    assert loose.value.status == 403
+    assert 'violates PodSecurity "restricted' in json.loads(loose.value.body)["message"]
+    privileged = restricted_violation()
+    privileged["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    with pytest.raises(ApiException) as priv:
+        lab.core.create_namespaced_pod("research", privileged, dry_run="All")
+    assert priv.value.status in (403, 422), priv.value.body
+
+
+def test_the_namespace_resource_quota_is_enforced(lab: DevCluster) -> None:
+    """A pod asking for more GPUs than research's ResourceQuota (8) is refused by admission."""
+    from kubernetes.client.exceptions import ApiException
+
+    from gpufleet.render import render
+    from gpufleet.spec import validate_training_job
+
+    job = render(validate_training_job(queued_job("greedy", "research", nodes=1, gpus=1)), "job")
+    template = next(pod_templates(job[-1]))
+    spec = copy.deepcopy(template["spec"])
+    spec["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "9"},
+                                          "limits": {"nvidia.com/gpu": "9"}}  # fmt: skip
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "greedy"}, "spec": spec}
+    with pytest.raises(ApiException) as exceeded:
+        lab.core.create_namespaced_pod("research", pod, dry_run="All")
+    assert exceeded.value.status == 403
+    assert "exceeded quota: gpufleet-quota" in json.loads(exceeded.value.body)["message"]

@@ -244,3 +244,14 @@ def test_cli_without_a_cluster_exits_2(tmp_path: Path, monkeypatch: pytest.Monke
     result = CliRunner().invoke(app, ["status", "digits"])
     assert result.exit_code == EXIT_BAD_INPUT
     assert "KUBECONFIG" in result.output and "Traceback" not in result.output
+
+
+def test_submit_refuses_a_namespace_flag_that_contradicts_the_spec(tmp_path: Path) -> None:
+    """The spec's namespace is never silently overridden (it was: `-n product` went to team-a,
+    then printed `gpufleet status digits -n product`); exit 2 before any API call."""
+    example = REPO / "examples" / "digits-serving.yaml"  # metadata.namespace: team-a
+    result = CliRunner().invoke(app, ["submit", str(example), "-n", "product"],
+                                env={"KUBECONFIG": str(tmp_path / "none")})  # fmt: skip
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "metadata.namespace" in result.output and "'team-a'" in result.output
+    assert "Traceback" not in result.output

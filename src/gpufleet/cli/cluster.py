@@ -12,7 +12,7 @@ from gpufleet.cli.common import Output, err_console, fail, print_json
 from gpufleet.cli.render import TargetOption, load_and_render
 from gpufleet.cli.validate import SetOption
 from gpufleet.cluster import Cluster
-from gpufleet.errors import GpufleetError
+from gpufleet.errors import FieldError, GpufleetError, UserInputError
 
 NamespaceOption = Annotated[
     str | None,
@@ -40,6 +40,11 @@ def submit(
 ) -> None:
     """Render a spec for TARGET and create its objects on the cluster."""
     job, objects = load_and_render(file, target, set_)
+    if namespace and job.metadata.namespace and namespace != job.metadata.namespace:
+        # kubectl's rule: an object's own namespace is never silently overridden
+        fail(UserInputError([FieldError("metadata.namespace", (
+            f"the spec says {job.metadata.namespace!r} but --namespace says {namespace!r}; "
+            "drop one or make them agree"))]))  # fmt: skip
     with _reported():
         cluster = Cluster.connect(namespace or job.metadata.namespace, context)
         for created in cluster.submit(objects):
