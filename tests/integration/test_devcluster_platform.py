@@ -425,3 +425,51 @@ def test_the_namespace_resource_quota_is_enforced(lab: DevCluster) -> None:
         lab.core.create_namespaced_pod("research", pod, dry_run="All")
     assert exceeded.value.status == 403
     assert "exceeded quota: gpufleet-quota" in json.loads(exceeded.value.body)["message"]
+
+
+# -- names the controllers derive (item 4) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["job", "jobset"])
+def test_a_name_at_the_targets_limit_runs_and_one_more_is_refused(
+    devcluster: DevCluster, target: str
+) -> None:
+    """The longest name `gpufleet validate --target` accepts runs on the real controllers (pods
+    and hostnames valid); one character more is refused by validate with the limit, where before
+    the JobSet webhook refused it after gpufleet had accepted it."""
+    from kubernetes.client.exceptions import ApiException
+
+    from gpufleet.render import render
+    from gpufleet.render.checks import name_limit
+    from gpufleet.spec import validate_training_job
+
+    ns = f"names-{target}"
+    if ns not in namespaces(devcluster, ns):
+        devcluster.namespace(ns)
+    limit = name_limit(target, 2)
+    name = "n" * limit
+    doc = cluster_job(nodes=2, procsPerNode=1, resources={"gpu": 1}, checkpoint={"dir": "s3://b/c"},
+                      volumes=[])  # fmt: skip
+    doc["metadata"] = {"name": name, "namespace": ns}
+    path = write_spec(devcluster.root, doc, f"{target}-limit.yaml")
+    assert devcluster.gpufleet("validate", str(path), "--target", target).returncode == 0
+    submit = devcluster.gpufleet("submit", str(path), "--target", target)
+    assert submit.returncode == 0, submit.stderr[-2000:]
+    assert devcluster.wait_phase(name, ns, "Succeeded", "Failed") == "Succeeded"
+    assert len(devcluster.pods(ns, name)) == 2
+    assert devcluster.gpufleet("cancel", name, "-n", ns).returncode == 0
+    doc["metadata"]["name"] = name + "n"
+    longer = write_spec(devcluster.root, doc, f"{target}-over.yaml")
+    refused = devcluster.gpufleet("validate", str(longer), "--target", target)
+    assert refused.returncode == 2 and f"use at most {limit} characters" in refused.stderr
+    if target == "jobset":  # the webhook agrees: one more character is one too many
+        at_limit = {**doc, "metadata": {"name": name, "namespace": ns}}
+        (jobset,) = render(validate_training_job(at_limit), target)
+        jobset["metadata"]["name"] = name + "n"
+        with pytest.raises(ApiException) as webhook:
+            devcluster.custom.create_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", jobset, dry_run="All"
+            )
+        message = json.loads(webhook.value.body)["message"]
+        assert 'admission webhook "vjobset.kb.io" denied' in message
+        assert "pod names generated for this JobSet will exceed 63 characters" in message

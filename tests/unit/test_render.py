@@ -209,7 +209,7 @@ def test_cli_render_exit_2_with_field_paths(tmp_path: Path) -> None:
     bad_name = write_spec(tmp_path, cluster_job() | {"metadata": {"name": "Train_1"}}, "n.yaml")
     result = CliRunner().invoke(app, ["render", str(bad_name)])
     assert result.exit_code == EXIT_BAD_INPUT and "metadata.name" in result.output
-    assert "DNS-1123" in result.output
+    assert "DNS-1035" in result.output
     bad_target = CliRunner().invoke(app, ["render", str(path), "--target", "nope"])
     assert bad_target.exit_code == EXIT_BAD_INPUT and "--target" in bad_target.output
 
@@ -245,3 +245,30 @@ def test_any_cluster_ready_spec_renders_valid_objects(
         spec["queue"] = queue
     job = validate_training_job(cluster_job(**spec))
     assert_valid([obj for target in TARGETS for obj in render(job, target)])
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_each_target_refuses_a_name_its_controller_cannot_extend(target: str) -> None:
+    """The longest name a target takes renders; one more character is refused on metadata.name
+    with the limit (the controllers append -worker-0-<i>-xxxxx and the like; the live test
+    checks the limit against the JobSet webhook and the Job controller)."""
+    from gpufleet.render.checks import name_limit
+
+    limit = name_limit(target, 3)
+    assert 40 <= limit < 63
+    doc = cluster_job(nodes=3)
+    doc["metadata"] = {"name": "a" * limit}
+    assert render(validate_training_job(doc), target)
+    doc["metadata"] = {"name": "a" * (limit + 1)}
+    with pytest.raises(UserInputError) as refused:
+        render(validate_training_job(doc), target)
+    (error,) = refused.value.errors
+    assert error.path == "metadata.name" and f"at most {limit} characters" in error.message
+
+
+def test_a_name_starting_with_a_digit_is_refused_it_would_name_a_service() -> None:
+    doc = cluster_job()
+    doc["metadata"] = {"name": "1st-run"}
+    with pytest.raises(UserInputError) as refused:
+        validate_training_job(doc)
+    assert "DNS-1035" in str(refused.value)

@@ -19,9 +19,21 @@ def validate(
     file: Annotated[str, typer.Argument(help="A TrainingJob or InferenceService YAML file.")],
     set_: SetOption = None,
     output: Annotated[Output, typer.Option("--output", "-o", help="text or json")] = Output.text,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            help="Also check it can run on this cluster target (image, checkpoint volume, the "
+            "names its controller derives: `gpufleet render --help` lists the targets)."
+        ),
+    ] = None,
 ) -> None:
     """Validate a spec: exit 0 if it is valid, 2 with every error (field path, line) if not."""
-    job = load_any(file, set_)
+    if target is not None:
+        from gpufleet.cli.render import load_and_render  # it imports this module
+
+        job = load_and_render(file, target, set_)[0]
+    else:
+        job = load_any(file, set_)
     if output is Output.json:
         print_json({"valid": True, "job": job.model_dump(mode="json", by_alias=True)})
         return

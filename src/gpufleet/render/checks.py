@@ -6,10 +6,45 @@ from gpufleet.errors import FieldError, UserInputError
 from gpufleet.spec.models import TrainingJob
 
 
-def cluster_errors(job: TrainingJob) -> list[FieldError]:
-    """Why ``job`` cannot run on Kubernetes (empty: it can)."""
+# The longest name each target's controller derives from the job's name for the last of
+# ``nodes`` pods, read in the controllers' sources; each must be a DNS label (63 characters).
+# The API server shortens a generateName to fit, so only names set in full count: the Job
+# controller's pod hostname <job>-<index>; JobSet's webhook checks <jobset>-<replicatedJob>-
+# <jobIndex>-<podIndex>-<5 random> itself (so does Trainer's JobSet, replicated job "node");
+# Kubeflow names PyTorchJob and MPIJob pods <job>-worker-<i>, the MPI launcher Job <job>-launcher;
+# Volcano <job>-<task>-<i>.
+def _derived_names(name: str, target: str, nodes: int) -> list[str]:
+    last = str(nodes - 1)
+    return {
+        "job": [f"{name}-{last}"],
+        "jobset": [f"{name}-worker-0-{last}-xxxxx"],
+        "pytorchjob": [f"{name}-master-0", f"{name}-worker-{max(nodes - 2, 0)}"],
+        "trainjob": [f"{name}-node-0-{last}-xxxxx"],
+        "mpijob": [f"{name}-launcher", f"{name}-worker-{last}"],
+        "volcano": [f"{name}-worker-{last}"],
+    }.get(target, [])
+
+
+def name_limit(target: str, nodes: int) -> int:
+    """The longest job name ``target``'s controller can derive valid names from."""
+    return 63 - max((len(n) for n in _derived_names("", target, nodes)), default=0)
+
+
+def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldError]:
+    """Why ``job`` cannot run on Kubernetes (on ``target``, when given; empty: it can)."""
     s = job.spec
     errors = []
+    name = job.metadata.name
+    longest = max(_derived_names(name, target, s.nodes) if target else [], key=len, default="")
+    if len(longest) > 63:
+        errors.append(
+            FieldError(
+                "metadata.name",
+                f"{len(name)} characters is too long for target {target} with {s.nodes} "
+                f"node(s): its controller derives the name {longest!r} ({len(longest)} > 63); use "
+                f"at most {name_limit(target or '', s.nodes)} characters",
+            )
+        )
     if not s.image:
         errors.append(FieldError("spec.image", "required on Kubernetes: the container image"))
     ckpt = s.checkpoint.dir
@@ -41,9 +76,9 @@ def cluster_errors(job: TrainingJob) -> list[FieldError]:
     return errors
 
 
-def require_cluster_ready(job: TrainingJob) -> None:
-    """Raise UserInputError (exit 2) listing every reason ``job`` cannot run on Kubernetes."""
-    errors = cluster_errors(job)
+def require_cluster_ready(job: TrainingJob, target: str) -> None:
+    """Raise UserInputError (exit 2) listing every reason ``job`` cannot run on ``target``."""
+    errors = cluster_errors(job, target)
     if errors:
         raise UserInputError(errors)
 

@@ -18,7 +18,7 @@ def render_indexed_job(job: TrainingJob) -> list[Obj]:
     to ``spec.maxRestarts`` times (backoffLimit), and neither a preemption ("preempted" exit
     code after its checkpoint) nor a disruption (node drain, Kueue preemption) counts.
     """
-    require_cluster_ready(job)
+    require_cluster_ready(job, "job")
     name = job.metadata.name
     service: Obj = {
         "apiVersion": "v1",

@@ -21,7 +21,7 @@ def render_jobset(job: TrainingJob) -> list[Obj]:
     ``spec.maxRestarts`` times; a preempted worker (exit code 75, after its checkpoint) fails its
     Job through the pod failure policy, and that restart does not count.
     """
-    require_cluster_ready(job)
+    require_cluster_ready(job, "jobset")
     name = job.metadata.name
     s = job.spec
     pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-{REPLICATED_JOB}-0-0.{name}"))

@@ -23,7 +23,7 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
     c10d, exactly as on the other targets. A failed mpirun fails the launcher, retried up to
     ``runPolicy.backoffLimit = spec.maxRestarts`` times; a preemption is retried but counted.
     """
-    require_cluster_ready(job)
+    require_cluster_ready(job, "mpijob")
     name = job.metadata.name
     s = job.spec
     rdzv = f"{name}-worker-0.{name}"

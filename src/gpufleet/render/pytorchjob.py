@@ -22,7 +22,7 @@ def render_pytorchjob(job: TrainingJob) -> list[Obj]:
     operator has no per-exit-code rule that is free of the budget, so a preemption (exit 75)
     is retried but counted.
     """
-    require_cluster_ready(job)
+    require_cluster_ready(job, "pytorchjob")
     name = job.metadata.name
     s = job.spec
     pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-master-0", container_name="pytorch"))

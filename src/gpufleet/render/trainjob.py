@@ -27,7 +27,7 @@ def render_trainjob(job: TrainingJob) -> list[Obj]:
     volumes. Worker restarts happen in the pod (torchrun ``--max-restarts``); pod-level
     retries follow the runtime's JobSet failure policy, which the cluster admin owns.
     """
-    require_cluster_ready(job)
+    require_cluster_ready(job, "trainjob")
     name = job.metadata.name
     s = job.spec
     pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-{NODE}-0-0.{name}", container_name=NODE))

@@ -21,7 +21,7 @@ def render_volcano(job: TrainingJob) -> list[Obj]:
     spec.maxRestarts`` times; Volcano has no restart that is free of that budget, so a
     preemption (exit 75) is retried but counted.
     """
-    require_cluster_ready(job)
+    require_cluster_ready(job, "volcano")
     name = job.metadata.name
     s = job.spec
     pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-{TASK}-0.{name}"))

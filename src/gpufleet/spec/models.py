@@ -26,6 +26,7 @@ from gpufleet.spec.units import parse_duration, parse_quantity
 API_VERSION = "gpufleet.dev/v1alpha1"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -35,14 +36,14 @@ Quantity = Annotated[str, BeforeValidator(parse_quantity)]
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
-def _kubernetes_name(pattern: re.Pattern[str], what: str) -> AfterValidator:
+def _kubernetes_name(
+    pattern: re.Pattern[str], what: str, ends: str = "starting and ending with a letter or digit"
+) -> AfterValidator:
     """A validator for a Kubernetes name or label value: at most 63 characters of ``what``."""
 
     def check(value: str) -> str:
         if len(value) > 63 or not pattern.match(value):
-            raise ValueError(
-                f"must be a {what}, starting and ending with a letter or digit, got {value!r}"
-            )
+            raise ValueError(f"must be a {what}, {ends}, got {value!r}")
         return value
 
     return AfterValidator(check)
@@ -51,6 +52,16 @@ def _kubernetes_name(pattern: re.Pattern[str], what: str) -> AfterValidator:
 DnsLabel = Annotated[
     str,
     _kubernetes_name(_DNS_LABEL, "DNS-1123 label: at most 63 lowercase letters, digits or '-'"),
+]
+# A job's or service's name: it also names a Service (headless for rendezvous, or the serving
+# one) and the controllers' Services, which must be DNS-1035 labels (a leading digit is refused).
+ObjectName = Annotated[
+    str,
+    _kubernetes_name(
+        _DNS_1035,
+        "DNS-1035 label (it names Services): at most 63 lowercase letters, digits or '-'",
+        "starting with a letter and ending with a letter or digit",
+    ),
 ]
 LabelValue = Annotated[
     str,
@@ -142,7 +153,10 @@ def _errors(title: str, field_errors: Any, problems: list[Problem], data: Any) -
 class Metadata(SpecModel):
     """Identity of a job."""
 
-    name: DnsLabel = Field(description="Job name; names the run directory and cluster objects.")
+    name: ObjectName = Field(
+        description="Job name; names the run directory and cluster objects (at most 63 "
+        "characters, less on targets whose controllers add to it: `gpufleet validate --target`)."
+    )
     namespace: DnsLabel | None = Field(
         default=None, description="Cluster only: the tenant namespace to submit to."
     )
