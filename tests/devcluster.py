@@ -131,10 +131,13 @@ def secret_value(cluster: DevCluster, namespace: str, name: str, key: str) -> by
     return base64.b64decode(secret.data[key])
 
 
-def start(root: Path, *, nodes: int = NODES, gpus: int = GPUS_PER_NODE) -> DevCluster:
+def start(
+    root: Path, *, nodes: int = NODES, gpus: int = GPUS_PER_NODE, without: tuple[str, ...] = ()
+) -> DevCluster:
     state_dir = root / "state"
+    leave_out = [arg for name in without for arg in ("--without", name)]
     up = run_cli("cluster", "up", "--nodes", str(nodes), "--gpus-per-node", str(gpus),
-                 "--gpu-product", PRODUCT, "--dir", str(state_dir), cwd=root,
+                 "--gpu-product", PRODUCT, "--dir", str(state_dir), *leave_out, cwd=root,
                  timeout=900)  # fmt: skip
     assert up.returncode == 0, up.stderr[-3000:]
     return DevCluster(root, state_dir, up)

@@ -10,6 +10,7 @@ call on the wrong client fails as it would for real): ``kube.cluster("team-a")``
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from kubernetes import client as k8s
@@ -109,7 +110,19 @@ class FakeKube:
     def _check(self) -> None:
         if self.fail_with is not None:
             reason = REASONS.get(self.fail_with, "Injected")
-            raise k8s.ApiException(status=self.fail_with, reason=reason)
+            exc = k8s.ApiException(status=self.fail_with, reason=reason)
+            # The body a real API server sends: a Status whose message says why (for 403, the
+            # RBAC authorizer's words, as recorded on the local control plane).
+            message = (
+                'pods is forbidden: User "bob" cannot list resource "pods" in API group "" in '
+                'the namespace "team-a"'
+                if self.fail_with == 403
+                else f"injected {reason}"
+            )
+            exc.body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                   "message": message, "reason": reason,
+                                   "code": self.fail_with})  # fmt: skip
+            raise exc
 
     def _get(self, key: Key) -> Obj:
         self._check()

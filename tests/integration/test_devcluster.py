@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.devcluster.cluster import COMPONENTS, State, exit_with
+from gpufleet.devcluster.cluster import BASE, COMPONENTS, State, exit_with
 from tests.conftest import cluster_job, poll_until, processes_mentioning, run_cli, write_spec
 from tests.devcluster import GPUS_PER_NODE, NODES, PRODUCT, DevCluster, needs_controlplane, start
 
@@ -101,10 +101,20 @@ def test_a_gpu_job_runs_to_succeeded_and_cancel_leaves_nothing(devcluster: DevCl
                timeout=60, interval=0.5)  # fmt: skip
 
 
-def test_down_stops_every_process_and_frees_the_ports(tmp_path: Path) -> None:
-    cluster = start(tmp_path, nodes=1, gpus=1)
+def test_a_cluster_without_kueue_then_down_stops_everything(tmp_path: Path) -> None:
+    """`--without kueue --without jobset`: a queued job is refused in one line (Kueue is not
+    installed; nothing created); `down` stops every process and frees every port."""
+    cluster = start(tmp_path, nodes=1, gpus=1, without=("kueue", "jobset"))
     state = State.read(cluster.dir)
-    assert state is not None and set(state.pids) == set(COMPONENTS)
+    assert state is not None and set(state.pids) == set(BASE)
+    doc = cluster_job(nodes=1, procsPerNode=1, queue="team-a", checkpoint={"dir": "s3://b/c"},
+                      volumes=[])  # fmt: skip
+    doc["metadata"] = {"name": "queued", "namespace": "default"}
+    r = cluster.gpufleet("submit", str(write_spec(tmp_path, doc, "queued.yaml")))
+    assert r.returncode == 2 and "Kueue is not installed on this cluster" in r.stderr, r.stderr
+    assert not cluster.core.list_namespaced_service(
+        "default", label_selector="gpufleet.dev/job"
+    ).items
     down = run_cli("cluster", "down", "--dir", str(cluster.dir), cwd=tmp_path)
     assert down.returncode == 0
     assert not processes_mentioning(str(cluster.dir))

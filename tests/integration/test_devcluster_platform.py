@@ -473,3 +473,52 @@ def test_a_name_at_the_targets_limit_runs_and_one_more_is_refused(
         message = json.loads(webhook.value.body)["message"]
         assert 'admission webhook "vjobset.kb.io" denied' in message
         assert "pod names generated for this JobSet will exceed 63 characters" in message
+
+
+# -- bad input against the live server (item 3h) --------------------------------------------------
+
+
+def test_bad_input_on_the_live_server_is_one_line_and_leaves_nothing(lab: DevCluster) -> None:
+    """A missing LocalQueue (exit 2, nothing created), an object refused by admission after
+    another was created (exit 1 with the server's reason; the first removed again), an expired
+    client certificate (exit 1, unauthorized): one line each, no traceback."""
+    import datetime
+
+    from gpufleet.devcluster.cluster import State, kubeconfig
+    from gpufleet.devcluster.pki import Pki, issue
+
+    lost = queued_job("lost", "research", nodes=1, gpus=1)
+    lost["spec"]["queue"] = "nope"
+    r = lab.gpufleet("submit", str(write_spec(lab.root, lost, "lost.yaml")), "--target", "jobset")
+    assert r.returncode == 2, r.stderr
+    assert "no LocalQueue 'nope' in namespace research (queues there: research)" in r.stderr
+    assert (
+        "Traceback" not in r.stderr and lab.gpufleet("status", "lost", "-n", "research").returncode
+    )
+
+    ns = lab.namespace("no-jobs-allowed")
+    quota = {"metadata": {"name": "no-jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}}
+    lab.core.create_namespaced_resource_quota(ns, quota)
+    poll_until(lambda: lab.core.read_namespaced_resource_quota("no-jobs", ns).status.hard,
+               what="the quota to be counted", timeout=30)  # fmt: skip
+    doc = cluster_job(nodes=2, procsPerNode=1, resources={"gpu": 1},
+                      checkpoint={"dir": "s3://b/c"}, volumes=[])  # fmt: skip
+    doc["metadata"] = {"name": "refused", "namespace": ns}
+    r = lab.gpufleet("submit", str(write_spec(lab.root, doc, "refused.yaml")))
+    assert r.returncode == 1, r.stderr
+    error = [line for line in r.stderr.splitlines() if line.startswith("error")]
+    assert len(error) == 1 and "exceeded quota: no-jobs" in error[0], r.stderr
+    assert "removed again: Service/refused" in error[0]
+    assert not lab.core.list_namespaced_service(ns).items
+
+    pki = Pki(lab.dir / "pki")
+    yesterday = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1)
+    issue(pki, "user-expired", "dave", ["research"], not_after=yesterday)
+    state = State.read(lab.dir)
+    assert state is not None
+    config = kubeconfig(lab.root / "expired.kubeconfig", state.server, pki, "user-expired")
+    r = lab.gpufleet_as(lab.env | {"KUBECONFIG": str(config)}, "status", "anything", "-n",
+                        "research")  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert "unauthorized (expired or unknown credentials" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.cluster import Cluster, ClusterError, explain_scheduling, summarize
-from gpufleet.errors import EXIT_BAD_INPUT, GpufleetError
+from gpufleet.errors import EXIT_BAD_INPUT, GpufleetError, UserInputError
 from gpufleet.kube import LABEL_JOB
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
@@ -255,3 +255,62 @@ def test_submit_refuses_a_namespace_flag_that_contradicts_the_spec(tmp_path: Pat
     assert result.exit_code == EXIT_BAD_INPUT
     assert "metadata.namespace" in result.output and "'team-a'" in result.output
     assert "Traceback" not in result.output
+
+
+QUOTA_REFUSAL = (
+    'jobs.batch "digits" is forbidden: exceeded quota: jobs, requested: count/jobs.batch=1, '
+    "used: count/jobs.batch=0, limited: count/jobs.batch=0"
+)
+
+
+def test_a_refused_object_leaves_nothing_half_applied() -> None:
+    """The API server refuses the Job after the Service was created: the Service is deleted
+    again and the one-line error says what the server said and what was removed."""
+
+    class RefusesJobs(FakeKube):
+        def create_namespaced_custom_object(self, group: str, *args: Any, **kw: Any) -> Any:
+            if group == "batch":
+                raise k8s_api_exception(403, QUOTA_REFUSAL)
+            return super().create_namespaced_custom_object(group, *args, **kw)
+
+    kube = RefusesJobs()
+    job = validate_training_job(cluster_job() | {"metadata": {"name": "digits"}})
+    objects = render(job, "job")
+    assert [o["kind"] for o in objects] == ["Service", "Job"]
+    with pytest.raises(ClusterError) as refused:
+        connect(kube).submit(objects)
+    message = str(refused.value)
+    assert "exceeded quota: jobs" in message and "removed again: Service/digits" in message
+    assert "\n" not in message and '{"kind"' not in message  # the server's words, one line
+    assert not kube.objects
+
+
+def k8s_api_exception(status: int, message: str) -> Exception:
+    import json
+
+    from kubernetes.client.exceptions import ApiException
+
+    exc = ApiException(status=status, reason="Forbidden")
+    exc.body = json.dumps({"kind": "Status", "message": message, "code": status})
+    return exc
+
+
+def test_a_queued_job_needs_its_local_queue_and_kueue() -> None:
+    job = validate_training_job(
+        cluster_job(queue="team-a") | {"metadata": {"name": "digits", "namespace": "team-a"}}
+    )
+    kube = FakeKube()
+    with pytest.raises(UserInputError) as missing:
+        connect(kube).submit(render(job, "jobset"))
+    assert missing.value.errors[0].path == "spec.queue"
+    assert "no LocalQueue 'team-a' in namespace team-a (it has none)" in str(missing.value)
+    assert not kube.objects
+
+    class NoKueue(FakeKube):
+        def list_namespaced_custom_object(self, group: str, *args: Any, **kw: Any) -> Any:
+            if group == "kueue.x-k8s.io":
+                raise k8s_api_exception(404, "the server could not find the requested resource")
+            return super().list_namespaced_custom_object(group, *args, **kw)
+
+    with pytest.raises(UserInputError, match="Kueue is not installed on this cluster"):
+        connect(NoKueue()).submit(render(job, "jobset"))

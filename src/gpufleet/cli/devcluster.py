@@ -32,6 +32,10 @@ def up(
     gpu_product: Annotated[
         str, typer.Option(help="The nodes' nvidia.com/gpu.product label.")
     ] = NODE_DEFAULTS.gpu_product,
+    without: Annotated[
+        list[str] | None,
+        typer.Option(help="Leave a controller out (kueue, jobset; repeatable)."),
+    ] = None,
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
     """Build what is missing, start the control plane and wait until it is ready."""
@@ -41,10 +45,15 @@ def up(
         fail(UserInputError(bad))
     cluster = LocalCluster(directory, log=err_console.print)
     try:
-        state = cluster.up(NodeSpec(count=nodes, gpus=gpus_per_node, gpu_product=gpu_product))
+        state = cluster.up(
+            NodeSpec(count=nodes, gpus=gpus_per_node, gpu_product=gpu_product),
+            without=tuple(without or ()),
+        )
     except ClusterUpError as exc:
         err_console.print(f"cluster up failed: {exc}", markup=False)
         raise typer.Exit(EXIT_FAILED) from None
+    except UserInputError as exc:
+        fail(exc)
     err_console.print(
         f"API server {state.server}; {nodes} nodes x {gpus_per_node} {gpu_product}\n"
         f"  export KUBECONFIG={cluster.kubeconfig}\n  gpufleet cluster down   # when done",

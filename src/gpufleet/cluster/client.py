@@ -26,7 +26,14 @@ from gpufleet.cluster.kinds import (
 )
 from gpufleet.cluster.status import JobStatus, summarize, summarize_service
 from gpufleet.errors import FieldError, GpufleetError, UserInputError
-from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER, Obj, job_selector
+from gpufleet.kube import (
+    KUEUE_QUEUE_LABEL,
+    LABEL_JOB,
+    LABEL_ROLE,
+    ROLE_SERVER,
+    Obj,
+    job_selector,
+)
 
 
 class ClusterError(GpufleetError):
@@ -101,11 +108,20 @@ class Cluster:
     # -- submit ----------------------------------------------------------------------------
 
     def submit(self, objects: list[Obj]) -> list[str]:
-        """Create ``objects`` (rendered) in order; return ``kind/name`` of each."""
-        created = []
+        """Create ``objects`` (rendered) in order; return ``kind/name`` of each.
+
+        A queued job's LocalQueue is checked first (exit 2 if Kueue or the queue is missing:
+        the job would wait, suspended, forever). When the API server refuses an object, those
+        created before it are deleted again, so nothing is left half-applied."""
+        objects = [
+            {**o, "metadata": {**o["metadata"],
+                               "namespace": o["metadata"].get("namespace", self.namespace)}}
+            for o in objects
+        ]  # fmt: skip
+        self._check_queues(objects)
+        created: list[Obj] = []
         for obj in objects:
-            ns = obj["metadata"].get("namespace", self.namespace)
-            obj = {**obj, "metadata": {**obj["metadata"], "namespace": ns}}
+            ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
             try:
                 builtin = BUILTIN_KINDS.get((obj["apiVersion"], obj["kind"]))
                 if builtin is not None:
@@ -117,11 +133,60 @@ class Cluster:
                         k.group, k.version, ns, k.plural, obj
                     )
             except api_errors() as exc:
-                raise self._api_error(
-                    exc, f"create {obj['kind']} {ns}/{obj['metadata']['name']}"
-                ) from exc
-            created.append(f"{obj['kind']}/{obj['metadata']['name']}")
-        return created
+                error = self._api_error(exc, f"create {obj['kind']} {ns}/{name}")
+                undone = self._undo(created)
+                if undone:
+                    error = ClusterError(f"{error}; removed again: {', '.join(undone)}")
+                raise error from exc
+            created.append(obj)
+        return [f"{o['kind']}/{o['metadata']['name']}" for o in created]
+
+    def _check_queues(self, objects: list[Obj]) -> None:
+        """Every Kueue queue the objects name exists in their namespace (UserInputError if not)."""
+        wanted = {
+            (o["metadata"]["namespace"], q)
+            for o in objects
+            if (q := (o["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL))
+        }
+        k = LOCAL_QUEUES
+        for ns, queue in sorted(wanted):
+            try:
+                listed = self.custom.list_namespaced_custom_object(k.group, k.version, ns, k.plural)
+            except api_errors() as exc:
+                if _status_code(exc) == 404:
+                    missing = (
+                        f"Kueue is not installed on this cluster (no {k.group} LocalQueues); "
+                        "install it or drop spec.queue; nothing was created"
+                    )
+                    raise UserInputError([FieldError("spec.queue", missing)]) from exc
+                raise self._api_error(exc, f"list LocalQueues in {ns}") from exc
+            names = sorted(q["metadata"]["name"] for q in listed.get("items", []))
+            if queue not in names:
+                have = f"queues there: {', '.join(names)}" if names else "it has none"
+                raise UserInputError([FieldError("spec.queue", (
+                    f"no LocalQueue {queue!r} in namespace {ns} ({have}); the job would wait "
+                    "suspended forever; nothing was created"))])  # fmt: skip
+
+    def _undo(self, created: list[Obj]) -> list[str]:
+        """Delete ``created`` (newest first), best effort; return what was deleted."""
+        undone = []
+        for obj in reversed(created):
+            ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+            try:
+                builtin = BUILTIN_KINDS.get((obj["apiVersion"], obj["kind"]))
+                if builtin is not None:
+                    api, suffix = builtin
+                    getattr(self.apis[api], f"delete_{suffix}")(name, ns)
+                else:
+                    k = kind_of(obj)
+                    self.custom.delete_namespaced_custom_object(
+                        k.group, k.version, ns, k.plural, name,
+                        body={"propagationPolicy": "Background"},
+                    )  # fmt: skip
+            except api_errors():
+                continue  # reported by what is left; the refusal is the error that matters
+            undone.append(f"{obj['kind']}/{name}")
+        return undone
 
     # -- status ----------------------------------------------------------------------------
 
@@ -345,14 +410,31 @@ class Cluster:
         if code is None:
             return ClusterError(f"{doing}: cannot reach the API server: {exc}")
         reason = {
-            403: "forbidden (RBAC)",
+            401: "unauthorized (expired or unknown credentials: renew the kubeconfig)",
+            403: "forbidden",
             404: "not found (is the operator's CRD installed?)",
             409: "already exists (gpufleet cancel it first)",
             422: "rejected as invalid",
         }
-        detail = str(getattr(exc, "body", "") or getattr(exc, "reason", "") or "")[:500]
+        detail = _server_message(exc)
         what = reason.get(code, f"HTTP {code}")
+        if code == 403 and " cannot " in detail:
+            what = "forbidden (RBAC)"
         return ClusterError(f"{doing}: {what}: {detail}" if detail else f"{doing}: {what}")
+
+
+def _server_message(exc: Exception) -> str:
+    """The API server's own words: the ``message`` of its Status body (one line), else the
+    body or reason as given."""
+    import json
+
+    body = getattr(exc, "body", "") or ""
+    try:
+        message = json.loads(body).get("message", "") if body else ""
+    except (ValueError, AttributeError):
+        message = ""
+    text = str(message or body or getattr(exc, "reason", "") or "")
+    return " ".join(text.split())[:500]
 
 
 def _is_ours(obj: Obj, name: str) -> bool:

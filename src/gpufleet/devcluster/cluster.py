@@ -255,9 +255,15 @@ class LocalCluster:
         """The admin kubeconfig users point KUBECONFIG at."""
         return self.dir / "kubeconfig"
 
-    def up(self, nodes: NodeSpec, *, timeout: float = 120) -> State:
+    def up(self, nodes: NodeSpec, *, timeout: float = 120, without: tuple[str, ...] = ()) -> State:
         """Start every component in order, each once the one before is ready; create the nodes.
-        A running cluster in the same directory is found and returned as it is."""
+        ``without`` names controllers (kueue, jobset) to leave out, as on a cluster that lacks
+        them. A running cluster in the same directory is found and returned as it is."""
+        unknown = sorted(set(without) - {a.name for a in addons.ADDONS})
+        if unknown:
+            raise UserInputError([FieldError("--without", (
+                f"unknown controller {', '.join(unknown)}; "
+                f"one of: {', '.join(a.name for a in addons.ADDONS)}"))])  # fmt: skip
         require_extra()
         running = self.state_if_running()
         if running is not None:
@@ -306,7 +312,8 @@ class LocalCluster:
                     self._create_nodes(nodes)
                 self._start(component, state, timeout)
             for addon in addons.ADDONS:
-                self._start_addon(addon, binaries, pki, server, state, timeout)
+                if addon.name not in without:
+                    self._start_addon(addon, binaries, pki, server, state, timeout)
             self._install_other_crds(binaries, timeout)
         except BaseException:
             state.write(self.dir)
@@ -480,9 +487,9 @@ class LocalCluster:
     def state_if_running(self) -> State | None:
         """The recorded state when every component is alive and the API server is ready."""
         state = State.read(self.dir)
-        if state is None or set(state.pids) != set(COMPONENTS):
+        if state is None or not set(BASE) <= set(state.pids):
             return None
-        return state if all(state.alive(name) for name in COMPONENTS) else None
+        return state if all(state.alive(name) for name in state.pids) else None
 
     def down(self, *, quiet: bool = False) -> list[str]:
         """Stop every component this directory's state names (SIGTERM, then SIGKILL after

@@ -107,10 +107,11 @@ def issue(
     orgs: Sequence[str] = (),
     *,
     server_names: Sequence[str] = (),
+    not_after: datetime.datetime | None = None,
 ) -> Path:
     """Sign ``<name>.crt``/``.key`` with the PKI's CA: a serving certificate for
     ``server_names`` (and 127.0.0.1) when given, else a client certificate for user ``cn`` in
-    groups ``orgs``. Returns the certificate's path."""
+    groups ``orgs``; valid for a year, or until ``not_after``. Returns the certificate's path."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -128,8 +129,8 @@ def issue(
         .issuer_name(ca.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + VALID_FOR)
+        .not_valid_before(min(now, not_after or now) - datetime.timedelta(days=1))
+        .not_valid_after(not_after or now + VALID_FOR)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
     )
     server = bool(server_names)
