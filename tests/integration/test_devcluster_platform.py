@@ -275,6 +275,22 @@ def test_a_borrower_is_preempted_when_the_lender_reclaims(lab: DevCluster) -> No
         assert lab.gpufleet("cancel", name, "-n", ns).returncode == 0
 
 
+def test_what_kueue_admits_with_borrowing_the_namespace_quota_also_allows(lab: DevCluster) -> None:
+    """product borrows all 4 GPUs research lends: a 5 x 2 GPU job is admitted at 10 GPUs and
+    every pod is created and runs. With the lab's old values (product's ResourceQuota 6 GPUs)
+    Kueue admitted it and the quota refused 2 of its pods; the chart now refuses such values."""
+    borrower = queued_job("wide", "product", nodes=5, gpus=2)
+    submit_annotated(lab, borrower, "job", exit_with(0, after_ms=1000))
+    assert lab.wait_phase("wide", "product", "Succeeded", "Failed", timeout=120) == "Succeeded"
+    wl = workload_of(lab, "product", "wide")
+    assert condition(wl, "Admitted") and wl is not None
+    usage = wl["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
+    assert usage["nvidia.com/gpu"] == "10"
+    events = lab.core.list_namespaced_event("product").items
+    assert not [e for e in events if "exceeded quota" in (e.message or "")]
+    assert lab.gpufleet("cancel", "wide", "-n", "product").returncode == 0
+
+
 # -- tenancy and security (item 3f), serving (3g) ----------------------------------------------
 
 

@@ -175,7 +175,32 @@ BAD_VALUES = [
      v["kueue"].update(topology={**v["kueue"]["topology"], "enabled": True})),
      "flavors[0].nodeLabels"),
     ("bad tenant name", _set(["tenants", 0, "name"], "Team_A"), "name"),
+    # The audit of issue 11: values that rendered, then broke a real cluster.
+    ("monitoring as a tenant", _set(["tenants", 0, "name"], "monitoring"), "tenants[0].name"),
+    ("kube-* as a tenant", _set(["tenants", 0, "name"], "kube-flannel"), "tenants[0].name"),
+    ("duplicate flavor", lambda v: v["flavors"].append(copy.deepcopy(v["flavors"][0])),
+     "flavors[1].name"),
+    ("flavor twice in a queue", lambda v: v["tenants"][0]["queue"]["flavors"].append(
+     copy.deepcopy(v["tenants"][0]["queue"]["flavors"][0])), "tenants[0].queue.flavors[1].name"),
+    # product may borrow the 4 GPUs research lends (no borrowingLimit): 10 > its quota of 6
+    ("borrowing beyond the namespace quota", _set(["tenants", 1, "quota", "gpu"], 6),
+     "tenants[1].quota.gpu: Kueue can admit up to 10 of gpu"),
+    ("cpu nominal beyond the namespace quota", _set(["tenants", 0, "quota", "cpu"], "16"),
+     "tenants[0].quota.cpu: Kueue can admit up to 96 of cpu"),
+    ("memory beyond the quota, in other units", _set(["tenants", 0, "quota", "memory"], "0.25Ti"),
+     "tenants[0].quota.memory: Kueue can admit up to 384Gi of memory"),
 ]  # fmt: skip
+
+
+def test_a_borrowing_limit_within_the_quota_renders(tmp_path: Path) -> None:
+    """The same product tenant renders with its quota of 6 once it may not borrow: the check
+    counts borrowing as Kueue does, not more."""
+    values = _bad(_set(["tenants", 1, "quota", "gpu"], 6))
+    values["tenants"][1]["queue"]["flavors"][0]["gpu"]["borrowingLimit"] = 0
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    proc = helm("template", "gpufleet", str(CHART), "-f", str(path))
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize(("label", "change", "path"), BAD_VALUES, ids=[b[0] for b in BAD_VALUES])

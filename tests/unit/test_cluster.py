@@ -314,3 +314,22 @@ def test_a_queued_job_needs_its_local_queue_and_kueue() -> None:
 
     with pytest.raises(UserInputError, match="Kueue is not installed on this cluster"):
         connect(NoKueue()).submit(render(job, "jobset"))
+
+
+def test_pods_the_api_server_refused_are_reported() -> None:
+    """Three of five pods run and the Job controller's FailedCreate says why the rest do not
+    exist (recorded on the local control plane: Kueue admitted more than the ResourceQuota)."""
+    kube = FakeKube()
+    job = validate_training_job(cluster_job(nodes=5) | {"metadata": {"name": "wide"}})
+    connect(kube).submit(render(job, "job"))
+    kube.events.append({
+        "reason": "FailedCreate", "type": "Warning",
+        "involvedObject": {"kind": "Job", "name": "wide", "namespace": "team-a"},
+        "lastTimestamp": "2026-11-23T12:00:00Z",
+        "message": 'Error creating: pods "wide-3-szs4m" is forbidden: exceeded quota: '
+                   "gpufleet-quota, requested: requests.nvidia.com/gpu=2, used: "
+                   "requests.nvidia.com/gpu=6, limited: requests.nvidia.com/gpu=6",
+    })  # fmt: skip
+    line = connect(kube).status("wide").line()
+    assert "the Job controller cannot create pods: Error creating: pods" in line
+    assert "exceeded quota: gpufleet-quota" in line

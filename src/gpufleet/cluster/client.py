@@ -226,7 +226,7 @@ class Cluster:
             )
         kind, job = found
         pods = self.pods(name)
-        events = self._pending_events(pods)
+        events = self._pending_events(pods) + self._refused_pods(name)
         workload = self._owned_by(WORKLOADS, job)
         local_queue = cluster_queue = None
         if workload is not None:
@@ -394,6 +394,22 @@ class Cluster:
             if (p.get("status") or {}).get("phase") == "Pending"
             for e in self._list_events(p["metadata"]["name"])
         ]
+
+    def _refused_pods(self, name: str) -> list[Obj]:
+        """The controllers' FailedCreate events for the job (or its child Jobs): pods the API
+        server refused (quota, PodSecurity), which no pod status shows."""
+        try:
+            found = self.core.list_namespaced_event(
+                self.namespace, field_selector="reason=FailedCreate"
+            )
+        except api_errors() as exc:
+            raise self._api_error(exc, "list FailedCreate events") from exc
+        events = [_as_dict(e) for e in _items(found)]
+        return [
+            e for e in events
+            if (o := e.get("involvedObject") or {}).get("name") == name
+            or str(o.get("name", "")).startswith(f"{name}-")
+        ]  # fmt: skip
 
     def _list_events(self, pod: str) -> list[Obj]:
         try:

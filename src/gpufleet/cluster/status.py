@@ -226,6 +226,17 @@ def pod_reasons(pods: list[Obj], events: list[Obj]) -> list[str]:
     return reasons
 
 
+def refused_pods(events: list[Obj]) -> list[str]:
+    """A controller's FailedCreate: pods the API server refused (quota, PodSecurity); the
+    latest message, once."""
+    failed = [e for e in events if e.get("reason") == "FailedCreate"]
+    if not failed:
+        return []
+    latest = max(failed, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    kind = (latest.get("involvedObject") or {}).get("kind", "controller")
+    return [f"the {kind} controller cannot create pods: {latest.get('message', '')}"]
+
+
 def podgroup_reasons(podgroup: Obj | None) -> list[str]:
     """Volcano's gang verdict: ``1/2 tasks in gang unschedulable: ...``."""
     if podgroup is None:
@@ -277,6 +288,7 @@ def summarize(
             "and does the LocalQueue exist?"
         )
     problems = podgroup_reasons(podgroup) + pod_reasons(pods, events or [])
+    problems += refused_pods(events or [])
     status.reasons += problems
     if status.phase in ("Pending", "Running", "Restarting") and pods:
         running = counts.get("Running", 0)
