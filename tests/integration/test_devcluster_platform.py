@@ -538,3 +538,25 @@ def test_bad_input_on_the_live_server_is_one_line_and_leaves_nothing(lab: DevClu
     assert r.returncode == 1, r.stderr
     assert "unauthorized (expired or unknown credentials" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_field_the_server_does_not_know_is_refused_not_dropped(devcluster: DevCluster) -> None:
+    """Submit uses strict field validation: a field the installed CRD lacks (TrainJob's
+    runtimePatches on a Trainer older than v2.2.0, here a JobSet field from the future) fails
+    the submit in one line instead of vanishing."""
+    from gpufleet.cluster import Cluster, ClusterError
+    from gpufleet.render import render
+    from gpufleet.spec import validate_training_job
+
+    ns = "strict-fields"
+    if ns not in namespaces(devcluster, ns):
+        devcluster.namespace(ns)
+    doc = cluster_job(nodes=1, procsPerNode=1, resources={"gpu": 1},
+                      checkpoint={"dir": "s3://b/c"}, volumes=[])  # fmt: skip
+    doc["metadata"] = {"name": "future", "namespace": ns}
+    (jobset,) = render(validate_training_job(doc), "jobset")
+    jobset["spec"]["runtimePatches"] = [{"manager": "gpufleet"}]
+    with pytest.raises(ClusterError) as refused:
+        Cluster(devcluster.custom, devcluster.core, ns).submit([jobset])
+    assert 'unknown field "spec.runtimePatches"' in str(refused.value)
+    assert "\n" not in str(refused.value)

@@ -36,6 +36,9 @@ def up(
         list[str] | None,
         typer.Option(help="Leave a controller out (kueue, jobset; repeatable)."),
     ] = None,
+    kueue_fair_sharing: Annotated[
+        bool, typer.Option(help="Turn on Kueue's fair sharing among a cohort's queues.")
+    ] = False,
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
     """Build what is missing, start the control plane and wait until it is ready."""
@@ -48,6 +51,7 @@ def up(
         state = cluster.up(
             NodeSpec(count=nodes, gpus=gpus_per_node, gpu_product=gpu_product),
             without=tuple(without or ()),
+            fair_sharing=kueue_fair_sharing,
         )
     except ClusterUpError as exc:
         err_console.print(f"cluster up failed: {exc}", markup=False)

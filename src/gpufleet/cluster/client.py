@@ -110,9 +110,10 @@ class Cluster:
     def submit(self, objects: list[Obj]) -> list[str]:
         """Create ``objects`` (rendered) in order; return ``kind/name`` of each.
 
-        A queued job's LocalQueue is checked first (exit 2 if Kueue or the queue is missing:
-        the job would wait, suspended, forever). When the API server refuses an object, those
-        created before it are deleted again, so nothing is left half-applied."""
+        Every create uses strict field validation. A queued job's LocalQueue is checked first
+        (exit 2 if Kueue or the queue is missing: the job would wait, suspended, forever). When
+        the API server refuses an object, those created before it are deleted again, so nothing
+        is left half-applied."""
         objects = [
             {**o, "metadata": {**o["metadata"],
                                "namespace": o["metadata"].get("namespace", self.namespace)}}
@@ -124,13 +125,15 @@ class Cluster:
             ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
             try:
                 builtin = BUILTIN_KINDS.get((obj["apiVersion"], obj["kind"]))
+                # Strict: a field the server does not know is an error, not silently dropped
+                # (TrainJob's runtimePatches on a Trainer older than v2.2.0, say).
                 if builtin is not None:
                     api, suffix = builtin
-                    getattr(self.apis[api], f"create_{suffix}")(ns, obj)
+                    getattr(self.apis[api], f"create_{suffix}")(ns, obj, field_validation="Strict")
                 else:
                     k = kind_of(obj)
                     self.custom.create_namespaced_custom_object(
-                        k.group, k.version, ns, k.plural, obj
+                        k.group, k.version, ns, k.plural, obj, field_validation="Strict"
                     )
             except api_errors() as exc:
                 error = self._api_error(exc, f"create {obj['kind']} {ns}/{name}")

@@ -141,9 +141,19 @@ def module_config(docs: list[Obj]) -> dict[str, Any]:
     raise ValueError("no controller_manager_config.yaml ConfigMap in the manifests")
 
 
-def local_config(addon: Addon, docs: list[Obj], ports: Ports, cert_dir: Path) -> dict[str, Any]:
-    """The module's configuration, changed only where a local process must differ."""
-    config = copy.deepcopy(module_config(docs))
+# Kueue's fair sharing among the ClusterQueues of a cohort (off in its default configuration;
+# present: on), with the preemption strategies Kueue's documentation shows.
+KUEUE_FAIR_SHARING = {
+    "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+}
+
+
+def local_config(
+    addon: Addon, docs: list[Obj], ports: Ports, cert_dir: Path, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The module's configuration, changed only where a local process must differ (and by
+    ``extra``, top-level keys the user chose, such as KUEUE_FAIR_SHARING)."""
+    config = copy.deepcopy(module_config(docs)) | copy.deepcopy(extra or {})
     config["health"] = {**config.get("health", {}),
                         "healthProbeBindAddress": f"{LOOPBACK}:{ports.health}"}  # fmt: skip
     config["metrics"] = {**config.get("metrics", {}),
@@ -214,7 +224,14 @@ def write_certs(directory: Path, cert: bytes, key: bytes) -> None:
     (directory / "tls.crt").write_bytes(cert)  # last: the managers wait for this file
 
 
-def prepare(addon: Addon, pki: Pki, workdir: Path, docs: list[Obj], ports: Ports) -> Path:
+def prepare(
+    addon: Addon,
+    pki: Pki,
+    workdir: Path,
+    docs: list[Obj],
+    ports: Ports,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     """Write the manager's configuration (and, in cert-manager mode, its serving certificate)
     under ``workdir``; issue its client certificate. Returns the configuration file."""
     certs = cert_dir(addon, workdir)
@@ -226,5 +243,5 @@ def prepare(addon: Addon, pki: Pki, workdir: Path, docs: list[Obj], ports: Ports
         write_certs(certs, pki.cert(name).read_bytes(), pki.key(name).read_bytes())
     issue(pki, addon.name, addon.user, addon.groups)
     path = workdir / f"{addon.name}-config.yaml"
-    path.write_text(yaml.safe_dump(local_config(addon, docs, ports, certs), sort_keys=False))
+    path.write_text(yaml.safe_dump(local_config(addon, docs, ports, certs, extra), sort_keys=False))
     return path

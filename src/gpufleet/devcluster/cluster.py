@@ -255,10 +255,18 @@ class LocalCluster:
         """The admin kubeconfig users point KUBECONFIG at."""
         return self.dir / "kubeconfig"
 
-    def up(self, nodes: NodeSpec, *, timeout: float = 120, without: tuple[str, ...] = ()) -> State:
+    def up(
+        self,
+        nodes: NodeSpec,
+        *,
+        timeout: float = 120,
+        without: tuple[str, ...] = (),
+        fair_sharing: bool = False,
+    ) -> State:
         """Start every component in order, each once the one before is ready; create the nodes.
         ``without`` names controllers (kueue, jobset) to leave out, as on a cluster that lacks
-        them. A running cluster in the same directory is found and returned as it is."""
+        them; ``fair_sharing`` turns on Kueue's fair sharing. A running cluster in the same
+        directory is found and returned as it is."""
         unknown = sorted(set(without) - {a.name for a in addons.ADDONS})
         if unknown:
             raise UserInputError([FieldError("--without", (
@@ -312,8 +320,9 @@ class LocalCluster:
                     self._create_nodes(nodes)
                 self._start(component, state, timeout)
             for addon in addons.ADDONS:
+                extra = addons.KUEUE_FAIR_SHARING if fair_sharing and addon is addons.KUEUE else {}
                 if addon.name not in without:
-                    self._start_addon(addon, binaries, pki, server, state, timeout)
+                    self._start_addon(addon, binaries, pki, server, state, timeout, extra)
             self._install_other_crds(binaries, timeout)
         except BaseException:
             state.write(self.dir)
@@ -351,7 +360,7 @@ class LocalCluster:
 
     def _start_addon(
         self, addon: addons.Addon, binaries: Path, pki: Pki, server: str, state: State,
-        timeout: float,
+        timeout: float, extra: dict[str, Any],
     ) -> None:  # fmt: skip
         """Install the addon's manifests, wait for its CRDs, run its manager, then prove its
         webhooks answer through the API server."""
@@ -359,7 +368,7 @@ class LocalCluster:
         p = addons.Ports(
             *(state.ports[f"{addon.name}-{u}"] for u in ("webhook", "health", "metrics"))
         )
-        config = addons.prepare(addon, pki, self.dir, docs, p)
+        config = addons.prepare(addon, pki, self.dir, docs, p, extra)
         objects = addons.cluster_objects(addon, docs, pki.ca.read_bytes(), p.webhook)
         self._create_all(objects)
         self._wait(lambda: self._crds_established(list(addons.crd_names(objects))),
