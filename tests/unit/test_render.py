@@ -272,3 +272,24 @@ def test_a_name_starting_with_a_digit_is_refused_it_would_name_a_service() -> No
     with pytest.raises(UserInputError) as refused:
         validate_training_job(doc)
     assert "DNS-1035" in str(refused.value)
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_the_pod_monitor_finds_a_named_port_on_every_target(target: str) -> None:
+    """spec.metrics.podMonitor: every pod the PodMonitor selects has a container port of the
+    name it scrapes (PyTorchJob replaced the port list and lost it; TrainJob never had it)."""
+    from tests.integration.test_devcluster_platform import pod_templates
+
+    doc = cluster_job(nodes=2, metrics={"port": 9090, "podMonitor": True})
+    objects = render(validate_training_job(doc), target)
+    (monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    selected = [
+        t for o in objects for t in pod_templates(o)
+        if selector.items() <= (t.get("metadata", {}).get("labels") or {}).items()
+    ]  # fmt: skip
+    assert selected, "the PodMonitor selects no pod template"
+    for template in selected:
+        ports = [p for c in template["spec"]["containers"] for p in c.get("ports", [])]
+        assert {"name": endpoint["port"], "containerPort": 9090} in ports, (target, ports)

@@ -8,7 +8,7 @@ from gpufleet.kube import Obj
 from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import kubeflow_run_policy, queued_labels
 from gpufleet.render.meta import metadata
-from gpufleet.render.podspec import RDZV_PORT, WorkerPod, pod_metadata, pod_spec
+from gpufleet.render.podspec import METRICS_PORT_NAME, RDZV_PORT, WorkerPod, pod_metadata, pod_spec
 from gpufleet.spec.models import TrainingJob
 
 
@@ -28,7 +28,12 @@ def render_pytorchjob(job: TrainingJob) -> list[Obj]:
     pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-master-0", container_name="pytorch"))
     pod["restartPolicy"] = "OnFailure"
     # The operator finds its port by this name (and exports it as MASTER_PORT).
-    pod["containers"][0]["ports"] = [{"name": "pytorchjob-port", "containerPort": RDZV_PORT}]
+    # Keep the metrics port (named for the PodMonitor): replacing the whole list lost it.
+    metrics = [p for p in pod["containers"][0]["ports"] if p["name"] == METRICS_PORT_NAME]
+    pod["containers"][0]["ports"] = [
+        {"name": "pytorchjob-port", "containerPort": RDZV_PORT},
+        *metrics,
+    ]
     template = {"metadata": pod_metadata(job, "worker"), "spec": pod}
     replicas: Obj = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
     if s.nodes > 1:

@@ -6,7 +6,7 @@ from gpufleet.kube import Obj
 from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import queued_labels
 from gpufleet.render.meta import metadata
-from gpufleet.render.podspec import WorkerPod, pod_metadata, pod_spec
+from gpufleet.render.podspec import METRICS_PORT_NAME, WorkerPod, pod_metadata, pod_spec
 from gpufleet.spec.models import TrainingJob
 
 RUNTIME = "torch-distributed"  # the ClusterTrainingRuntime Kubeflow Trainer installs
@@ -34,6 +34,9 @@ def render_trainjob(job: TrainingJob) -> list[Obj]:
     (container,) = pod["containers"]
     patch_pod = {k: pod[k] for k in _POD_PATCH if k in pod}
     patch_pod["containers"] = [{k: container[k] for k in _CONTAINER_PATCH}]
+    metrics = [p for p in container["ports"] if p["name"] == METRICS_PORT_NAME]
+    if metrics:  # the PodMonitor scrapes the port by this name
+        patch_pod["containers"][0]["ports"] = metrics
     trainer: Obj = {
         "image": container["image"],
         "command": container["command"],
