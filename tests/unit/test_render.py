@@ -293,3 +293,30 @@ def test_the_pod_monitor_finds_a_named_port_on_every_target(target: str) -> None
     for template in selected:
         ports = [p for c in template["spec"]["containers"] for p in c.get("ports", [])]
         assert {"name": endpoint["port"], "containerPort": 9090} in ports, (target, ports)
+
+
+def test_the_pod_named_by_the_rendezvous_endpoint_hosts_the_store_without_dns() -> None:
+    """Every target's pod launcher sets torchrun's is_host itself: true on the pod whose
+    hostname the endpoint names, false on the others, kept when given, untouched for an
+    address (where torch needs no DNS)."""
+    from gpufleet.launch.pod import rendezvous_conf
+
+    assert rendezvous_conf("", "train-0.train:29400", "train-0") == "is_host=true"
+    assert rendezvous_conf("", "train-0.train:29400", "train-1") == "is_host=false"
+    assert rendezvous_conf("", "t-master-0:29400", "t-master-0") == "is_host=true"
+    assert rendezvous_conf("timeout=60", "t-worker-0-0.t:29400", "t-worker-0-1") == (
+        "timeout=60,is_host=false"
+    )
+    assert rendezvous_conf("is_host=1", "t-0.t:29400", "t-1") == "is_host=1"
+    assert rendezvous_conf("", "127.0.0.1:29400", "anything") == ""
+    assert rendezvous_conf("", "localhost:29400", "anything") == ""
+
+
+def test_mpirun_keeps_the_operators_ssh_connection_attempts() -> None:
+    """Our plm_rsh_args replaces the MPI operator's (-o ConnectionAttempts=10): keep it, or the
+    launcher's first ssh can fail before the workers' sshd listens and burn a restart."""
+    (mpijob,) = [o for o in render(validate_training_job(cluster_job(nodes=2)), "mpijob")]
+    launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    command = launcher["containers"][0]["command"]
+    rsh = command[command.index("plm_rsh_args") + 1]
+    assert "-o ConnectionAttempts=10" in rsh and "-p 2222" in rsh

@@ -13,6 +13,7 @@ launcher. It is torchrun (``torch.distributed.run``, called in this process), pl
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from contextlib import AbstractContextManager, nullcontext
@@ -37,6 +38,27 @@ def _metrics(env: dict[str, str]) -> AbstractContextManager[Any]:
     return serve_metrics_dir(Path(directory), env.get(ENV_METRICS_ADDRESS, "127.0.0.1"), port)
 
 
+def rendezvous_conf(conf: str, endpoint: str, hostname: str) -> str:
+    """torchrun's ``--rdzv-conf`` with ``is_host`` set explicitly: true on the pod the endpoint
+    names (its first DNS label is the pod's hostname: ``<job>-0`` of ``<job>-0.<job>:29400``),
+    false elsewhere. Left unset, the c10d backend decides by resolving the endpoint at start-up,
+    and the headless Service's record of a pod that just started may not exist yet: rank 0
+    then waits as a client for a store nobody hosts. An explicit ``is_host`` is kept."""
+    items = [c for c in conf.split(",") if c]
+    if any(c.split("=", 1)[0].strip() == "is_host" for c in items):
+        return conf
+    host = endpoint.rsplit(":", 1)[0].strip("[]")
+    try:
+        ipaddress.ip_address(host)
+        return conf  # an address (a run on one machine): torch compares it without DNS
+    except ValueError:
+        pass
+    if host == "localhost":
+        return conf
+    first = host.split(".", 1)[0]
+    return ",".join([*items, f"is_host={'true' if first == hostname else 'false'}"])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run torchrun with ``argv``; return gpufleet's exit code for the outcome."""
     from torch.distributed.elastic.multiprocessing import SignalException
@@ -44,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.run import parse_args, run
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
+        import socket
+
+        args.rdzv_conf = rendezvous_conf(args.rdzv_conf, args.rdzv_endpoint, socket.gethostname())
     run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
     (run_dir / PREEMPTED_FILE).unlink(missing_ok=True)
     with _metrics(dict(os.environ)):

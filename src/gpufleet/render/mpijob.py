@@ -38,7 +38,10 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
         "none",
         "--mca",
         "plm_rsh_args",
-        f"-p {SSH_PORT} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+        # This replaces the operator's OMPI_MCA_plm_rsh_args, so keep its ConnectionAttempts:
+        # without it the first ssh may fail before the workers' sshd is up, burning a restart.
+        f"-p {SSH_PORT} -o ConnectionAttempts=10 -o StrictHostKeyChecking=no "
+        "-o UserKnownHostsFile=/dev/null",
         *[arg for var in forwarded for arg in ("-x", var)],
         *torchrun_command(job, WorkerPod(rdzv_host=rdzv)),
     ]
