@@ -144,7 +144,7 @@ def test_matrix_mpijob(spec: dict[str, Any]) -> None:
         "resources" not in launcher["containers"][0] or not launcher["containers"][0]["resources"]
     )  # the launcher holds no GPU
     worker = replicas["Worker"]["template"]["spec"]["containers"][0]
-    assert worker["command"][0] == "/usr/sbin/sshd"
+    assert worker["command"][:4] == ["python", "-m", "gpufleet.launch.mpi_worker", "/usr/sbin/sshd"]
     assert mpi["spec"]["runPolicy"]["backoffLimit"] == job.spec.max_restarts
     assert_queued(mpi, job, mpi["spec"]["runPolicy"].get("suspend"))
 

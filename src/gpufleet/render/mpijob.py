@@ -50,7 +50,21 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
     )
     launcher["containers"][0].pop("ports")
     worker = pod_spec(
-        job, WorkerPod(rdzv_host=rdzv, command=["/usr/sbin/sshd", "-De", "-f", SSHD_CONFIG])
+        job,
+        WorkerPod(
+            rdzv_host=rdzv,
+            # sshd under a PID 1 that passes the kubelet's SIGTERM on to the pod launcher
+            # mpirun started over SSH, so a preemption still checkpoints (launch/mpi_worker.py)
+            command=[
+                "python",
+                "-m",
+                "gpufleet.launch.mpi_worker",
+                "/usr/sbin/sshd",
+                "-De",
+                "-f",
+                SSHD_CONFIG,
+            ],
+        ),
     )
     worker["containers"][0]["ports"].append({"name": "ssh", "containerPort": SSH_PORT})
     for pod in (launcher, worker):
