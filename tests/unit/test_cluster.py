@@ -333,3 +333,17 @@ def test_pods_the_api_server_refused_are_reported() -> None:
     line = connect(kube).status("wide").line()
     assert "the Job controller cannot create pods: Error creating: pods" in line
     assert "exceeded quota: gpufleet-quota" in line
+
+
+def test_a_queued_pytorchjob_without_workload_names_kueues_missing_integration() -> None:
+    """Kueue's default configuration does not manage PyTorchJobs: the job stays suspended
+    with no Workload; status says which integration to enable instead of guessing."""
+    job = validate_training_job(cluster_job(queue="team-a") | {"metadata": {"name": "pt"}})
+    (pytorchjob,) = [o for o in render(job, "pytorchjob") if o["kind"] == "PyTorchJob"]
+    pytorchjob["status"] = {"conditions": [
+        {"type": "Suspended", "status": "True", "reason": "JobSuspended"}]}  # fmt: skip
+    st = summarize(pytorchjob, [])
+    assert st.phase == "Queued"
+    assert "its kubeflow.org/pytorchjob integration is off in Kueue's default configuration" in (
+        st.line()
+    )

@@ -114,6 +114,12 @@ def _cq_usage(cluster_queue: Obj) -> list[str]:
     return out
 
 
+# Kinds gpufleet renders whose Kueue integration Kueue's own default configuration leaves
+# out (config/components/manager/controller_manager_config.yaml of Kueue v0.19.2: pytorchjob
+# is commented out; batch/job, jobset, mpijob and trainjob are on).
+KUEUE_OFF_BY_DEFAULT = {"PyTorchJob": "kubeflow.org/pytorchjob"}
+
+
 def kueue_reasons(
     workload: Obj | None, local_queue: Obj | None, cluster_queue: Obj | None
 ) -> tuple[bool | None, list[str]]:
@@ -283,9 +289,14 @@ def summarize(
         status.reasons += why
     elif admitted is None and KUEUE_QUEUE_LABEL in labels and phase == "Suspended":
         status.phase = "Queued"
+        integration = KUEUE_OFF_BY_DEFAULT.get(job.get("kind", ""))
         status.reasons.append(
-            "Kueue has made no Workload for it: is Kueue installed and managing this kind, "
-            "and does the LocalQueue exist?"
+            f"Kueue has made no Workload for it: its {integration} integration is off in "
+            "Kueue's default configuration; add it to integrations.frameworks in Kueue's "
+            "Configuration (kueue-manager-config) and restart Kueue"
+            if integration
+            else "Kueue has made no Workload for it: is Kueue installed and managing this "
+            "kind, and does the LocalQueue exist?"
         )
     problems = podgroup_reasons(podgroup) + pod_reasons(pods, events or [])
     problems += refused_pods(events or [])
