@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpufleet-installed
 TOOLS := .tools/bin
 
-.PHONY: demo test lint unit fmt docs goldens bench clean tools controlplane
+.PHONY: demo test lint unit fmt docs goldens bench bench-controlplane clean tools controlplane
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/runtime_overhead.py
 	$(BIN)/python benchmarks/exporter_scrape.py
 	$(BIN)/python benchmarks/inference.py
+
+# The local control plane at work: up time, memory, queued vs plain jobs, a 50-node fleet run
+# (~8 min; results in benchmarks/results/controlplane_*).
+bench-controlplane: $(STAMP) tools controlplane
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python benchmarks/controlplane.py
 
 clean:
 	rm -rf $(VENV) .gpufleet .mypy_cache .ruff_cache .pytest_cache .tools

@@ -8,6 +8,7 @@ each test works in a namespace of its own.
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 import urllib.error
@@ -78,7 +79,9 @@ def test_controllers_crds_and_webhooks_come_from_their_modules(devcluster: DevCl
             "kueue.x-k8s.io", "v1beta2", "clusterqueues", bad, dry_run="All"
         )
     assert refused.value.status in (400, 403, 422), refused.value.body
-    assert 'admission webhook "vclusterqueue.kb.io" denied' in refused.value.body
+    message = json.loads(refused.value.body)["message"]
+    assert 'admission webhook "vclusterqueue.kb.io" denied' in message
+    assert 'coveredResources[0]: Duplicate value: "cpu"' in message
 
 
 def test_a_gpu_job_runs_to_succeeded_and_cancel_leaves_nothing(devcluster: DevCluster) -> None:
