@@ -132,10 +132,16 @@ def secret_value(cluster: DevCluster, namespace: str, name: str, key: str) -> by
 
 
 def start(
-    root: Path, *, nodes: int = NODES, gpus: int = GPUS_PER_NODE, without: tuple[str, ...] = ()
+    root: Path,
+    *,
+    nodes: int = NODES,
+    gpus: int = GPUS_PER_NODE,
+    without: tuple[str, ...] = (),
+    values: Path | None = None,
 ) -> DevCluster:
     state_dir = root / "state"
     leave_out = [arg for name in without for arg in ("--without", name)]
+    leave_out += ["--values", str(values)] if values else []
     up = run_cli("cluster", "up", "--nodes", str(nodes), "--gpus-per-node", str(gpus),
                  "--gpu-product", PRODUCT, "--dir", str(state_dir), *leave_out, cwd=root,
                  timeout=900)  # fmt: skip

@@ -20,7 +20,16 @@ import pytest
 
 from gpufleet.devcluster.cluster import BASE, COMPONENTS, State, exit_with
 from tests.conftest import cluster_job, poll_until, processes_mentioning, run_cli, write_spec
-from tests.devcluster import GPUS_PER_NODE, NODES, PRODUCT, DevCluster, needs_controlplane, start
+from tests.devcluster import (
+    CHART,
+    GPUS_PER_NODE,
+    NODES,
+    PRODUCT,
+    DevCluster,
+    needs_controlplane,
+    start,
+    stop,
+)
 
 pytestmark = [pytest.mark.slow, needs_controlplane]
 
@@ -174,3 +183,29 @@ def test_failure_policy_on_the_real_job_controller(devcluster: DevCluster) -> No
     assert "Failed" in st.stdout, st.stdout + st.stderr
     for name in ("preempted", "crashing"):
         assert devcluster.gpufleet("cancel", name, "-n", ns).returncode == 0
+
+
+def test_the_50_node_designs_flavors_and_topology_admit_and_place_a_job(tmp_path: Path) -> None:
+    """`cluster up --values ci/onprem-50node-values.yaml`: nodes per flavor with its labels and
+    rack topology; the chart with the same values; a queued 2 x 8-GPU JobSet of tenant llm is
+    admitted by Kueue (flavor h100, topology-aware), placed on h100 nodes and Succeeds."""
+    values = CHART / "ci" / "onprem-50node-values.yaml"
+    cluster = start(tmp_path, nodes=2, gpus=8, values=values)
+    try:
+        cluster.helm("install", "onprem", str(CHART), "-f", str(values), "-n", "gpufleet-system",
+                     "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
+        doc = cluster_job(nodes=2, procsPerNode=8, resources={"gpu": 8}, queue="llm",
+                          checkpoint={"dir": "s3://b/c"}, volumes=[])  # fmt: skip
+        doc["metadata"] = {"name": "big", "namespace": "llm"}
+        submit = cluster.gpufleet("submit", str(write_spec(tmp_path, doc, "big.yaml")),
+                                  "--target", "jobset")  # fmt: skip
+        assert submit.returncode == 0, submit.stderr[-2000:]
+        assert cluster.wait_phase("big", "llm", "Succeeded", "Failed", timeout=180) == "Succeeded"
+        pods = cluster.pods("llm", "big")
+        assert len(pods) == 2
+        assert {p["spec"]["nodeName"].rsplit("-", 1)[0] for p in pods} == {"h100-node"}
+        (workload,) = cluster.workloads("llm")
+        (assignment,) = workload["status"]["admission"]["podSetAssignments"]
+        assert assignment["flavors"]["nvidia.com/gpu"] == "h100"
+    finally:
+        stop(cluster)

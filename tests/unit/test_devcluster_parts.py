@@ -11,6 +11,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from gpufleet.devcluster.cluster import NodeSpec, node_object
 from gpufleet.devcluster.components import KWOK_NODE_ANNOTATION, kube_apiserver
 from gpufleet.devcluster.pki import CLIENTS, make_pki
+from tests.conftest import REPO
 
 
 def load(path: Path) -> x509.Certificate:
@@ -76,3 +77,30 @@ def test_down_never_signals_a_process_that_is_not_ours(tmp_path: Path) -> None:
     assert State.read(tmp_path) is None
     (tmp_path / "state.json").write_text("{not json")
     assert State.read(tmp_path) is None and cluster.status() == {}
+
+
+def test_node_pools_follow_the_charts_flavors_and_topology() -> None:
+    """`cluster up --values ci/onprem-50node-values.yaml`: a pool per flavor whose nodes carry
+    the flavor's nodeLabels (Kueue's ResourceFlavors select by them), GPUs only on GPU flavors
+    (product from the flavor's label), and a value for each Kueue topology level."""
+    import yaml
+
+    from gpufleet.devcluster.cluster import pools_from_values
+
+    values = yaml.safe_load(
+        (REPO / "deploy/helm/gpufleet/ci/onprem-50node-values.yaml").read_text()
+    )
+    cpu, h100 = pools_from_values(values, count=2, gpus=8, gpu_product="NVIDIA-A30")
+    assert (cpu.prefix, cpu.gpus, h100.prefix, h100.gpus) == ("cpu-node", 0, "h100-node", 8)
+    node = node_object("h100-node-1", h100, 1)
+    labels = node["metadata"]["labels"]
+    assert labels["gpufleet.dev/pool"] == "gpu"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert labels["topology.gpufleet.dev/rack"] == "rack-1"
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    cpu_node = node_object("cpu-node-0", cpu, 0)
+    assert cpu_node["metadata"]["labels"]["gpufleet.dev/pool"] == "cpu"
+    assert "nvidia.com/gpu" not in cpu_node["status"]["capacity"]
+    for flavor in values["flavors"]:  # every flavor's nodeLabels select its pool's nodes
+        pool = {"cpu": cpu_node, "h100": node}[flavor["name"]]
+        assert flavor["nodeLabels"].items() <= pool["metadata"]["labels"].items()

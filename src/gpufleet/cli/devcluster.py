@@ -7,9 +7,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 
 from gpufleet.cli.common import err_console, fail
-from gpufleet.devcluster.cluster import DEFAULT_DIR, ClusterUpError, LocalCluster, NodeSpec
+from gpufleet.devcluster.cluster import (
+    DEFAULT_DIR,
+    ClusterUpError,
+    LocalCluster,
+    NodeSpec,
+    pools_from_values,
+)
 from gpufleet.errors import EXIT_FAILED, FieldError, UserInputError
 
 NODE_DEFAULTS = NodeSpec()
@@ -39,6 +46,13 @@ def up(
     kueue_fair_sharing: Annotated[
         bool, typer.Option(help="Turn on Kueue's fair sharing among a cohort's queues.")
     ] = False,
+    values: Annotated[
+        Path | None,
+        typer.Option(
+            help="A platform chart values file (deploy/helm/gpufleet/ci/...): --nodes nodes per "
+            "flavor, with its node labels and the Kueue topology's levels."
+        ),
+    ] = None,
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
     """Build what is missing, start the control plane and wait until it is ready."""
@@ -46,10 +60,21 @@ def up(
     bad += [FieldError("--gpus-per-node", "must be 0 or more")] if gpus_per_node < 0 else []
     if bad:
         fail(UserInputError(bad))
+    pools: NodeSpec | list[NodeSpec] = NodeSpec(
+        count=nodes, gpus=gpus_per_node, gpu_product=gpu_product
+    )
+    if values is not None:
+        try:
+            loaded = yaml.safe_load(values.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            fail(UserInputError([FieldError("--values", f"cannot read {values}: {exc}")]))
+        if not isinstance(loaded, dict):
+            fail(UserInputError([FieldError("--values", f"{values} is not a values mapping")]))
+        pools = pools_from_values(loaded, nodes, gpus_per_node, gpu_product)
     cluster = LocalCluster(directory, log=err_console.print)
     try:
         state = cluster.up(
-            NodeSpec(count=nodes, gpus=gpus_per_node, gpu_product=gpu_product),
+            pools,
             without=tuple(without or ()),
             fair_sharing=kueue_fair_sharing,
         )
@@ -59,8 +84,12 @@ def up(
     except UserInputError as exc:
         fail(exc)
     err_console.print(
-        f"API server {state.server}; {nodes} nodes x {gpus_per_node} {gpu_product}\n"
-        f"  export KUBECONFIG={cluster.kubeconfig}\n  gpufleet cluster down   # when done",
+        f"API server {state.server}; "
+        + ", ".join(
+            f"{p.count} {p.prefix}s" + (f" x {p.gpus} {p.gpu_product}" if p.gpus else "")
+            for p in (pools if isinstance(pools, list) else [pools])
+        )
+        + f"\n  export KUBECONFIG={cluster.kubeconfig}\n  gpufleet cluster down   # when done",
         markup=False,
     )
 

@@ -73,7 +73,8 @@ class ClusterUpError(GpufleetError):
 
 @dataclass(frozen=True, kw_only=True)
 class NodeSpec:
-    """The fake nodes: count, GPUs each and their product (GPU feature discovery labels)."""
+    """A pool of fake nodes: count, GPUs each and their product (GPU feature discovery
+    labels), the name prefix and extra labels (a chart flavor's nodeLabels, topology)."""
 
     count: int = 2
     gpus: int = 2
@@ -81,6 +82,29 @@ class NodeSpec:
     gpu_memory_mib: int = 24576
     cpu: str = "32"
     memory: str = "256Gi"
+    prefix: str = "gpu-node"
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+def pools_from_values(
+    values: dict[str, Any], count: int, gpus: int, gpu_product: str
+) -> list[NodeSpec]:
+    """Node pools for a platform chart values file: ``count`` nodes per flavor, carrying the
+    flavor's nodeLabels (so Kueue's ResourceFlavors match them), GPUs on GPU flavors (product
+    from the flavor's nvidia.com/gpu.product label, else ``gpu_product``), and a label for every
+    topology level the chart's Kueue Topology names, nodes spread over two values of each."""
+    topology = (values.get("kueue") or {}).get("topology") or {}
+    levels = [lv for lv in topology.get("levels", []) if lv != "kubernetes.io/hostname"]
+    flavors = values.get("flavors") or [{"name": "default", "gpu": gpus > 0, "nodeLabels": {}}]
+    pools = []
+    for flavor in flavors:
+        labels = dict(flavor.get("nodeLabels") or {})
+        product = labels.get("nvidia.com/gpu.product", gpu_product)
+        pools.append(NodeSpec(count=count, gpus=gpus if flavor.get("gpu") else 0,
+                              gpu_product=product, prefix=f"{flavor['name']}-node",
+                              labels=tuple(sorted(labels.items())) + tuple(
+                                  (lv, "") for lv in levels)))  # fmt: skip
+    return pools
 
 
 @dataclass
@@ -234,6 +258,8 @@ def node_object(name: str, nodes: NodeSpec, index: int) -> dict[str, Any]:
             "nvidia.com/gpu.memory": str(nodes.gpu_memory_mib),
         }
         taints = [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    for key_, value_ in nodes.labels:  # a topology level without a value: spread over two
+        labels[key_] = value_ or f"{key_.rsplit('/', 1)[-1]}-{index % 2}"
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -257,7 +283,7 @@ class LocalCluster:
 
     def up(
         self,
-        nodes: NodeSpec,
+        nodes: NodeSpec | list[NodeSpec],
         *,
         timeout: float = 120,
         without: tuple[str, ...] = (),
@@ -272,6 +298,7 @@ class LocalCluster:
             raise UserInputError([FieldError("--without", (
                 f"unknown controller {', '.join(unknown)}; "
                 f"one of: {', '.join(a.name for a in addons.ADDONS)}"))])  # fmt: skip
+        pools = nodes if isinstance(nodes, list) else [nodes]
         require_extra()
         running = self.state_if_running()
         if running is not None:
@@ -311,13 +338,16 @@ class LocalCluster:
                 binaries / "kube-scheduler", configs["kube-scheduler"], ports["kube-scheduler"]
             ),
             kwok(
-                binaries / "kwok", configs["kwok"], stages, lambda: self._nodes_ready(nodes.count)
+                binaries / "kwok",
+                configs["kwok"],
+                stages,
+                lambda: self._nodes_ready(sum(p.count for p in pools)),
             ),
         ]
         try:
             for component in plan:
                 if component.name == "kwok":
-                    self._create_nodes(nodes)
+                    self._create_nodes(pools)
                 self._start(component, state, timeout)
             for addon in addons.ADDONS:
                 extra = addons.KUEUE_FAIR_SHARING if fair_sharing and addon is addons.KUEUE else {}
@@ -473,11 +503,14 @@ class LocalCluster:
 
         return client.CoreV1Api(self._api())
 
-    def _create_nodes(self, nodes: NodeSpec) -> None:
+    def _create_nodes(self, pools: list[NodeSpec]) -> None:
         core = self._core()
-        for i in range(nodes.count):
-            core.create_node(node_object(f"gpu-node-{i}", nodes, i))
-        if nodes.gpus:  # what the NVIDIA GPU Operator installs; GPU pods may name it
+        for pool in pools:
+            for i in range(pool.count):
+                core.create_node(node_object(f"{pool.prefix}-{i}", pool, i))
+        if any(
+            pool.gpus for pool in pools
+        ):  # what the NVIDIA GPU Operator installs; GPU pods may name it
             self._create_all([NVIDIA_RUNTIME_CLASS])
 
     def _nodes_ready(self, count: int) -> bool:
