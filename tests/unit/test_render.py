@@ -156,12 +156,26 @@ def test_matrix_volcano(spec: dict[str, Any]) -> None:
     assert_valid([vcjob])
     s = vcjob["spec"]
     assert s["minAvailable"] == s["tasks"][0]["replicas"] == job.spec.nodes  # a gang
-    assert s["schedulerName"] == "volcano" and s["maxRetry"] == job.spec.max_restarts
+    assert s["schedulerName"] == "volcano" and s["maxRetry"] == (job.spec.max_restarts or 1)
     assert s["queue"] == (job.spec.queue or "default")
     assert s.get("priorityClassName") == job.spec.priority
     assert "kueue.x-k8s.io/queue-name" not in vcjob["metadata"]["labels"]
     command = s["tasks"][0]["template"]["spec"]["containers"][0]["command"]
     assert "--rdzv-endpoint=train-worker-0.train:29400" in command
+
+
+def test_volcano_without_restarts_ends_at_the_first_failure() -> None:
+    """maxRestarts 0 must not become Volcano's default of 3 retries (its webhook replaces a
+    maxRetry of 0): the first failed or evicted pod terminates the job."""
+    (vcjob,) = render(validate_training_job(cluster_job(maxRestarts=0)), "volcano")
+    assert_valid([vcjob])  # TerminateJob is one of the CRD's actions
+    assert vcjob["spec"]["maxRetry"] != 0
+    assert vcjob["spec"]["policies"] == [
+        {"events": ["PodFailed", "PodEvicted"], "action": "TerminateJob"}
+    ]
+    (restarting,) = render(validate_training_job(cluster_job(maxRestarts=2)), "volcano")
+    assert restarting["spec"]["maxRetry"] == 2
+    assert restarting["spec"]["policies"][0]["action"] == "RestartJob"
 
 
 @pytest.mark.parametrize("target", list(TARGETS))

@@ -29,9 +29,16 @@ def render_volcano(job: TrainingJob) -> list[Obj]:
         "schedulerName": "volcano",
         "queue": s.queue or "default",
         "minAvailable": s.nodes,
-        "maxRetry": s.max_restarts,
+        # Volcano's webhook turns maxRetry 0 into 3 (mutate_job.go, DefaultMaxRetry): no
+        # restart is said with a policy that ends the job on the first failure instead.
+        "maxRetry": s.max_restarts or 1,
         "plugins": {"svc": ["--publish-not-ready-addresses=true"], "env": []},
-        "policies": [{"events": ["PodFailed", "PodEvicted"], "action": "RestartJob"}],
+        "policies": [
+            {
+                "events": ["PodFailed", "PodEvicted"],
+                "action": "RestartJob" if s.max_restarts else "TerminateJob",
+            }
+        ],
         "tasks": [
             {
                 "name": TASK,
