@@ -160,6 +160,8 @@ def test_matrix_volcano(spec: dict[str, Any]) -> None:
     assert s["queue"] == (job.spec.queue or "default")
     assert s.get("priorityClassName") == job.spec.priority
     assert "kueue.x-k8s.io/queue-name" not in vcjob["metadata"]["labels"]
+    # The svc plugin's NetworkPolicy would admit only the job's pods (no Prometheus scrape).
+    assert "--disable-network-policy=true" in s["plugins"]["svc"]
     command = s["tasks"][0]["template"]["spec"]["containers"][0]["command"]
     assert "--rdzv-endpoint=train-worker-0.train:29400" in command
 

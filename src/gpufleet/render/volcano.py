@@ -32,7 +32,12 @@ def render_volcano(job: TrainingJob) -> list[Obj]:
         # Volcano's webhook turns maxRetry 0 into 3 (mutate_job.go, DefaultMaxRetry): no
         # restart is said with a policy that ends the job on the first failure instead.
         "maxRetry": s.max_restarts or 1,
-        "plugins": {"svc": ["--publish-not-ready-addresses=true"], "env": []},
+        # The svc plugin's own NetworkPolicy admits only the job's pods, so Prometheus could not
+        # scrape job metrics; the tenant namespace's policies (the chart) already govern traffic.
+        "plugins": {
+            "svc": ["--publish-not-ready-addresses=true", "--disable-network-policy=true"],
+            "env": [],
+        },
         "policies": [
             {
                 "events": ["PodFailed", "PodEvicted"],
