@@ -18,7 +18,7 @@ def _derived_names(name: str, target: str, nodes: int) -> list[str]:
     return {
         "job": [f"{name}-{last}"],
         "jobset": [f"{name}-worker-0-{last}-xxxxx"],
-        "pytorchjob": [f"{name}-master-0", f"{name}-worker-{max(nodes - 2, 0)}"],
+        "pytorchjob": [f"{name}-worker-{last}"],
         "trainjob": [f"{name}-node-0-{last}-xxxxx"],
         "mpijob": [f"{name}-launcher", f"{name}-worker-{last}"],
         "volcano": [f"{name}-worker-{last}"],

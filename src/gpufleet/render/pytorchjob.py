@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 from gpufleet.kube import Obj
 from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import kubeflow_run_policy, queued_labels
@@ -13,19 +11,23 @@ from gpufleet.spec.models import TrainingJob
 
 
 def render_pytorchjob(job: TrainingJob) -> list[Obj]:
-    """One PyTorchJob for ``job``: a Master and ``nodes - 1`` Workers, one pod per node.
+    """One PyTorchJob for ``job``: ``nodes`` Workers and no Master, one pod per node.
 
-    The operator gives every replica a headless Service; ``<name>-master-0`` hosts the c10d
-    rendezvous. Each pod runs torchrun (restarts workers in place up to ``spec.maxRestarts``);
-    a pod that fails is restarted by the kubelet (restartPolicy OnFailure), and the operator
-    fails the job after ``runPolicy.backoffLimit = spec.maxRestarts`` such restarts. The
-    operator has no per-exit-code rule that is free of the budget, so a preemption (exit 75)
-    is retried but counted.
+    No Master because the training-operator (release 1.9, ``setInitContainer``) then adds an
+    ``init-pytorch`` init container to every Worker, an nslookup loop without a
+    securityContext, which a tenant namespace enforcing Pod Security "restricted" refuses; with
+    Workers only it adds none. The operator gives every replica a headless Service;
+    ``<name>-worker-0`` hosts the c10d rendezvous, as pod 0 does on the other targets. Each pod
+    runs torchrun (restarts workers in place up to ``spec.maxRestarts``); a pod that fails is
+    restarted by the kubelet (restartPolicy OnFailure), and the operator fails the job after
+    ``runPolicy.backoffLimit = spec.maxRestarts`` such restarts. The operator has no
+    per-exit-code rule that is free of the budget, so a preemption (exit 75) is retried but
+    counted.
     """
     require_cluster_ready(job, "pytorchjob")
     name = job.metadata.name
     s = job.spec
-    pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-master-0", container_name="pytorch"))
+    pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-worker-0", container_name="pytorch"))
     pod["restartPolicy"] = "OnFailure"
     # The operator finds its port by this name (and exports it as MASTER_PORT).
     # Keep the metrics port (named for the PodMonitor): replacing the whole list lost it.
@@ -35,13 +37,9 @@ def render_pytorchjob(job: TrainingJob) -> list[Obj]:
         *metrics,
     ]
     template = {"metadata": pod_metadata(job, "worker"), "spec": pod}
-    replicas: Obj = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
-    if s.nodes > 1:
-        replicas["Worker"] = {
-            "replicas": s.nodes - 1,
-            "restartPolicy": "OnFailure",
-            "template": copy.deepcopy(template),
-        }
+    replicas: Obj = {
+        "Worker": {"replicas": s.nodes, "restartPolicy": "OnFailure", "template": template}
+    }
     return [
         {
             "apiVersion": "kubeflow.org/v1",
