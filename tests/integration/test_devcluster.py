@@ -118,16 +118,18 @@ def test_a_cluster_without_kueue_then_down_stops_everything(tmp_path: Path) -> N
     installed; nothing created); `down` stops every process and frees every port."""
     cluster = start(tmp_path, nodes=1, gpus=1, without=("kueue", "jobset"))
     state = State.read(cluster.dir)
-    assert state is not None and set(state.pids) == set(BASE)
-    doc = cluster_job(nodes=1, procsPerNode=1, queue="team-a", checkpoint={"dir": "s3://b/c"},
-                      volumes=[])  # fmt: skip
-    doc["metadata"] = {"name": "queued", "namespace": "default"}
-    r = cluster.gpufleet("submit", str(write_spec(tmp_path, doc, "queued.yaml")))
-    assert r.returncode == 2 and "Kueue is not installed on this cluster" in r.stderr, r.stderr
-    assert not cluster.core.list_namespaced_service(
-        "default", label_selector="gpufleet.dev/job"
-    ).items
-    down = run_cli("cluster", "down", "--dir", str(cluster.dir), cwd=tmp_path)
+    try:  # a failed assertion must not leave the cluster running
+        assert state is not None and set(state.pids) == set(BASE)
+        doc = cluster_job(nodes=1, procsPerNode=1, queue="team-a",
+                          checkpoint={"dir": "s3://b/c"}, volumes=[])  # fmt: skip
+        doc["metadata"] = {"name": "queued", "namespace": "default"}
+        r = cluster.gpufleet("submit", str(write_spec(tmp_path, doc, "queued.yaml")))
+        assert r.returncode == 2 and "Kueue is not installed on this cluster" in r.stderr, r.stderr
+        assert not cluster.core.list_namespaced_service(
+            "default", label_selector="gpufleet.dev/job"
+        ).items
+    finally:
+        down = run_cli("cluster", "down", "--dir", str(cluster.dir), cwd=tmp_path)
     assert down.returncode == 0
     assert not processes_mentioning(str(cluster.dir))
     for name, port in state.ports.items():
