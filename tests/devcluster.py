@@ -5,7 +5,6 @@ in .tools/); without them the tests that use it skip saying how to build."""
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 from collections.abc import Iterator
@@ -113,22 +112,6 @@ class DevCluster:
         body = {"metadata": {"name": name, "labels": labels or {}}}
         self.core.create_namespace(body)
         return name
-
-    def impersonating(self, user: str, group: str | None = None) -> Any:
-        """An ApiClient that acts as ``user`` (in ``group``): the admin impersonates, as
-        `kubectl --as --as-group` does, and RBAC decides what it may do."""
-        from kubernetes import config
-
-        api = config.new_client_from_config(config_file=str(self.kubeconfig))
-        api.default_headers["Impersonate-User"] = user
-        if group:
-            api.default_headers["Impersonate-Group"] = group
-        return api
-
-
-def secret_value(cluster: DevCluster, namespace: str, name: str, key: str) -> bytes:
-    secret = cluster.core.read_namespaced_secret(name, namespace)
-    return base64.b64decode(secret.data[key])
 
 
 def start(

@@ -237,8 +237,15 @@ def test_a_gang_larger_than_the_free_quota_waits_with_no_pod_then_runs(lab: DevC
     poll_until(lambda: lab.phase("holder", ns) == "Running", what="holder Running", timeout=60)
     gang = queued_job("gang", ns, nodes=2, gpus=3)
     submit_annotated(lab, gang, "jobset", exit_with(0, after_ms=200))
-    poll_until(lambda: workload_of(lab, ns, "gang"), what="the gang's Workload", timeout=30)
-    time.sleep(3)  # Kueue has had its chance to (wrongly) admit it
+
+    def refused() -> str:  # Kueue's verdict: QuotaReserved False, saying what is missing
+        for c in (workload_of(lab, ns, "gang") or {}).get("status", {}).get("conditions", []):
+            if c["type"] == "QuotaReserved" and c["status"] == "False":
+                return str(c.get("message", "")) if "insufficient" in c.get("message", "") else ""
+        return ""
+
+    poll_until(refused, what="Kueue to refuse the gang for quota", timeout=60)
+    time.sleep(2)  # and give it a moment more to (wrongly) admit it
     wl = workload_of(lab, ns, "gang")
     assert not condition(wl, "QuotaReserved") and not lab.pods(ns, "gang")
     status = lab.gpufleet("status", "gang", "-n", ns)
