@@ -35,6 +35,7 @@ from gpufleet.devcluster.components import (
 from gpufleet.devcluster.pki import Pki, make_pki
 from gpufleet.errors import FieldError, GpufleetError, UserInputError
 from gpufleet.net import free_port
+from gpufleet.procs import pid_alive
 
 DEFAULT_DIR = Path(".gpufleet/cluster")
 BASE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -190,21 +191,6 @@ def require_extra() -> None:
         raise UserInputError(
             [FieldError(exc.name or "cluster", "needs: pip install 'gpufleet[cluster]'")]
         ) from exc
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie of ours (started by this process and exited) also answers kill 0.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def kubeconfig(path: Path, server: str, pki: Pki, user: str) -> Path:

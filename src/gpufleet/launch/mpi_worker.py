@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from gpufleet.procs import pid_alive
+
 MARKER = "gpufleet.launch.pod"
 
 
@@ -40,20 +42,6 @@ def launchers(uid: int, marker: str = MARKER, proc: Path = Path("/proc")) -> lis
         if any(marker.encode() in a for a in argv):
             found.append(int(entry.name))
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (already exited, not reaped by its parent) counts as gone
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"gpufleet: SIGTERM passed to {len(targets)} pod launcher(s)", file=sys.stderr, flush=True
     )
-    while any(_alive(pid) for pid in targets):  # the kubelet's grace period bounds this
+    while any(pid_alive(pid) for pid in targets):  # the kubelet's grace period bounds this
         time.sleep(0.2)
     sshd.terminate()
     try:
