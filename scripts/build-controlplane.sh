@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Build the local control plane's components from the pinned Go module in controlplane/ into
 # .tools/controlplane/ (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
-# Kueue, JobSet). A binary newer than go.mod and go.sum is kept; Go's build cache makes a
+# Kueue, JobSet; the Kubeflow training-operator and the MPI operator from modules of their own,
+# controlplane/<name>/, because their Kubernetes libraries are older). A binary newer than go.mod and go.sum is kept; Go's build cache makes a
 # rebuild after a pin change incremental. Usage: scripts/build-controlplane.sh [NAME...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST="${DEST:-.tools/controlplane}"
+mkdir -p "$DEST" && DEST=$(cd "$DEST" && pwd)
 K8S_VERSION="v1.36.3"  # keep in step with k8s.io/kubernetes in controlplane/go.mod
 # name -> main package (the tool lines of controlplane/go.mod)
 declare -A PKGS=(
@@ -16,8 +18,16 @@ declare -A PKGS=(
   [kwok]=sigs.k8s.io/kwok/cmd/kwok
   [kueue]=sigs.k8s.io/kueue/cmd/kueue
   [jobset]=sigs.k8s.io/jobset
+  [training-operator]=github.com/kubeflow/training-operator/cmd/training-operator.v1
+  [mpi-operator]=github.com/kubeflow/mpi-operator/cmd/mpi-operator
 )
-ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset)
+# name -> its Go module's directory, where it is not controlplane/ itself
+declare -A MODULES=(
+  [training-operator]=controlplane/training-operator
+  [mpi-operator]=controlplane/mpi-operator
+)
+ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset
+       training-operator mpi-operator)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ORDER[@]}")
 
@@ -46,12 +56,15 @@ for name in "${names[@]}"; do
     exit 2
   fi
   out="$DEST/$name"
-  if [ -x "$out" ] && [ "$out" -nt controlplane/go.mod ] && [ "$out" -nt controlplane/go.sum ]; then
+  module="${MODULES[$name]:-controlplane}"
+  if [ -x "$out" ] && [ "$out" -nt "$module/go.mod" ] && [ "$out" -nt "$module/go.sum" ]; then
     echo "  $name: up to date"
     continue
   fi
   started=$(date +%s)
-  (cd controlplane && go build -ldflags "$ldflags_k8s" -o "../$out.tmp" "$pkg")
+  flags="$ldflags_k8s"
+  [ "$module" = controlplane ] || flags="-s -w"  # the version ldflags are Kubernetes' own
+  (cd "$module" && go build -ldflags "$flags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
   echo "  $name: built in $(($(date +%s) - started)) s ($(du -h "$out" | cut -f1))"
 done
@@ -67,20 +80,27 @@ for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat
   install -m 0644 "$kwok_dir/kustomize/stage/$f" "$stages/$(basename "$f")"
 done
 
-# Kueue's and JobSet's own install manifests (CRDs, RBAC, webhook configurations), rendered with
-# kustomize from each module's config/default at the pinned version, as `make deploy` would.
+# The controllers' own install manifests (CRDs, RBAC, webhook configurations), rendered with
+# kustomize from each module at the pinned version, as its `make deploy` would: name -> Go
+# module directory, module path, kustomization inside it.
+declare -A KUSTOMIZE=(
+  [kueue]="controlplane sigs.k8s.io/kueue config/default"
+  [jobset]="controlplane sigs.k8s.io/jobset config/default"
+  [training-operator]="controlplane/training-operator github.com/kubeflow/training-operator manifests/overlays/standalone"
+)
 manifests="$DEST/manifests"
 mkdir -p "$manifests"
 kubectl_bin=$(command -v kubectl || echo .tools/bin/kubectl)
-for mod in kueue jobset; do
-  out="$manifests/$mod.yaml"
-  if [ -s "$out" ] && [ "$out" -nt controlplane/go.mod ] && [ "$out" -nt controlplane/go.sum ]; then
+for name in kueue jobset training-operator; do
+  read -r module path kustomization <<<"${KUSTOMIZE[$name]}"
+  out="$manifests/$name.yaml"
+  if [ -s "$out" ] && [ "$out" -nt "$module/go.mod" ] && [ "$out" -nt "$module/go.sum" ]; then
     continue
   fi
-  dir=$(cd controlplane && go list -m -f '{{.Dir}}' "sigs.k8s.io/$mod")
-  "$kubectl_bin" kustomize "$dir/config/default" 2>/dev/null >"$out.tmp"
+  dir=$(cd "$module" && go list -m -f '{{.Dir}}' "$path")
+  "$kubectl_bin" kustomize "$dir/$kustomization" 2>/dev/null >"$out.tmp"
   mv "$out.tmp" "$out"
-  echo "  $mod manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs"
+  echo "  $name manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs"
 done
 
 # CRDs of components not run here (Prometheus Operator, Volcano, KEDA), from their modules at the

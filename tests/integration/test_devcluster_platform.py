@@ -188,8 +188,33 @@ def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     return None
 
 
-@pytest.mark.parametrize("target", ["job", "jobset"])
+PYTORCH_INDEX = "training.kubeflow.org/replica-index"  # the training-operator's pod label
+
+
+def rank_and_address(cluster: DevCluster, pod: dict[str, Any], target: str) -> tuple[str, str]:
+    """A pod's index in its job and the stable name other pods reach it by: the Job
+    controller's completion index and hostname.subdomain, or the training-operator's replica
+    index and the Service it creates for that replica (which must select this very pod)."""
+    if target != "pytorchjob":
+        index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        return index, f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}"
+    labels = pod["metadata"]["labels"]
+    index = labels[PYTORCH_INDEX]
+    service = cluster.core.read_namespaced_service(pod["metadata"]["name"],
+                                                   pod["metadata"]["namespace"])  # fmt: skip
+    selector = service.spec.selector or {}
+    assert selector and all(labels.get(k) == v for k, v in selector.items()), (selector, labels)
+    return index, service.metadata.name
+
+
+@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob"])
 def test_a_queued_job_is_admitted_run_and_cancelled_clean(lab: DevCluster, target: str) -> None:
+    """Kueue admits the job (for a PyTorchJob, because the cluster turned on the integration
+    Kueue's defaults leave off), the controller creates one pod per node with GPU requests on
+    GPU nodes, all meet at index 0's stable name, kwok completes them, status says Succeeded;
+    cancel leaves nothing. The PyTorchJob runs in research, which enforces `restricted`: its
+    pods are admitted because gpufleet renders no Master (the operator would add its
+    init-pytorch container, which `restricted` refuses, to every Worker)."""
     name, ns = f"queued-{target}", "research"
     doc = queued_job(name, ns, nodes=2, gpus=2)
     path = write_spec(lab.root, doc, f"{name}.yaml")
@@ -201,20 +226,20 @@ def test_a_queued_job_is_admitted_run_and_cancelled_clean(lab: DevCluster, targe
     assert wl is not None and wl["status"]["admission"]["clusterQueue"] == "research"
     pods = lab.pods(ns, name)
     assert len(pods) == 2
-    indexes, endpoints, hosts = set(), set(), {}
+    endpoints, hosts = set(), {}
     for pod in pods:
         container = pod["spec"]["containers"][0]
         assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
         assert pod["spec"]["nodeName"].startswith("gpu-node-")
         assert pod["status"]["phase"] == "Succeeded"
-        index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
-        indexes.add(index)
+        assert not pod["spec"].get("initContainers"), pod["spec"]["initContainers"]
         args = container["command"]
         assert "--nnodes=2" in args and "--nproc-per-node=2" in args
         endpoints |= {a.split("=", 1)[1] for a in args if a.startswith("--rdzv-endpoint=")}
-        hosts[index] = f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}"
-    assert indexes == {"0", "1"}
-    # Every pod meets at index 0's stable name (hostname.subdomain), on the rendezvous port.
+        index, address = rank_and_address(lab, pod, target)
+        hosts[index] = address
+    assert set(hosts) == {"0", "1"}
+    # Every pod meets at index 0's stable name, on the rendezvous port.
     (endpoint,) = endpoints
     assert endpoint.rsplit(":", 1)[0] == hosts["0"], (endpoint, hosts)
     cancel = lab.gpufleet("cancel", name, "-n", ns)
@@ -222,7 +247,7 @@ def test_a_queued_job_is_admitted_run_and_cancelled_clean(lab: DevCluster, targe
     poll_until(
         lambda: not lab.pods(ns, name) and workload_of(lab, ns, name) is None
         and not [s for s in lab.core.list_namespaced_service(ns).items
-                 if s.metadata.name == name],
+                 if s.metadata.name.startswith(name)],
         what="no pod, workload or service of the job", timeout=60, interval=0.5,
     )  # fmt: skip
 
@@ -429,6 +454,40 @@ def test_every_rendered_pod_passes_restricted_and_others_are_refused(lab: DevClu
     with pytest.raises(ApiException) as priv:
         lab.core.create_namespaced_pod("research", privileged, dry_run="All")
     assert priv.value.status in (403, 422), priv.value.body
+
+
+def test_a_pytorchjob_with_a_master_gets_its_workers_refused_by_restricted(lab: DevCluster) -> None:
+    """Why gpufleet renders PyTorchJob Workers only: with a Master, the real training-operator
+    adds its `init-pytorch` container (no securityContext) to every Worker, and `restricted`
+    refuses those pods. `gpufleet status` says so in one line (the operator's FailedCreatePod
+    event), instead of a job that waits forever."""
+    from gpufleet.cluster import Cluster
+    from gpufleet.render import render
+    from gpufleet.spec import validate_training_job
+
+    name, ns = "with-master", "research"
+    (job,) = render(validate_training_job(queued_job(name, ns, nodes=2, gpus=1)), "pytorchjob")
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    replicas["Worker"]["replicas"] = 1
+    replicas["Master"] = copy.deepcopy(replicas["Worker"])
+    for spec in replicas.values():  # the Master keeps running (kwok would end it)
+        meta = spec["template"].setdefault("metadata", {})
+        meta["annotations"] = {**meta.get("annotations", {}), **RUN_FOR_A_DAY}
+    Cluster(lab.custom, lab.core, ns).submit([job])
+    try:
+
+        def refusal() -> str:
+            st = lab.gpufleet("status", name, "-n", ns)
+            return st.stdout if "init-pytorch" in st.stdout else ""
+
+        out = poll_until(refusal, what="status to report the refused Worker", timeout=60)
+        line = next(ln for ln in out.splitlines() if "init-pytorch" in ln)
+        assert "cannot create pods" in line and 'violates PodSecurity "restricted' in line, out
+        pods = lab.pods(ns, name)
+        assert [p["metadata"]["name"] for p in pods] == [f"{name}-master-0"], pods
+    finally:
+        assert lab.gpufleet("cancel", name, "-n", ns).returncode == 0
+        poll_until(lambda: not lab.pods(ns, name), what="the pods gone", timeout=60)
 
 
 def test_the_namespace_resource_quota_is_enforced(lab: DevCluster) -> None:

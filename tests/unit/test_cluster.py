@@ -335,6 +335,25 @@ def test_pods_the_api_server_refused_are_reported() -> None:
     assert "exceeded quota: gpufleet-quota" in line
 
 
+def test_pods_the_training_operator_could_not_create_are_reported() -> None:
+    """The training-operator names its event FailedCreatePod, not FailedCreate (message as the
+    real operator wrote it on the local control plane for a Worker with its init-pytorch)."""
+    kube = FakeKube()
+    job = validate_training_job(cluster_job(nodes=2) | {"metadata": {"name": "pt"}})
+    connect(kube).submit(render(job, "pytorchjob"))
+    kube.events.append({
+        "reason": "FailedCreatePod", "type": "Warning",
+        "involvedObject": {"kind": "PyTorchJob", "name": "pt", "namespace": "team-a"},
+        "lastTimestamp": "2026-11-23T15:00:00Z",
+        "message": 'Error creating: pods "pt-worker-0" is forbidden: violates PodSecurity '
+                   '"restricted:latest": allowPrivilegeEscalation != false (container '
+                   '"init-pytorch" must set securityContext.allowPrivilegeEscalation=false)',
+    })  # fmt: skip
+    line = connect(kube).status("pt").line()
+    assert "the PyTorchJob controller cannot create pods: Error creating" in line
+    assert "init-pytorch" in line
+
+
 def test_a_queued_pytorchjob_without_workload_names_kueues_missing_integration() -> None:
     """Kueue's default configuration does not manage PyTorchJobs: the job stays suspended
     with no Workload; status says which integration to enable instead of guessing."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Any
 
+import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -104,3 +106,112 @@ def test_node_pools_follow_the_charts_flavors_and_topology() -> None:
     for flavor in values["flavors"]:  # every flavor's nodeLabels select its pool's nodes
         pool = {"cpu": cpu_node, "h100": node}[flavor["name"]]
         assert flavor["nodeLabels"].items() <= pool["metadata"]["labels"].items()
+
+
+def _kueue_manifests(frameworks: list[str]) -> list[dict[str, Any]]:
+    config = {"kind": "Configuration", "integrations": {"frameworks": frameworks}}
+    return [{"kind": "ConfigMap", "metadata": {"name": "kueue-manager-config"},
+             "data": {"controller_manager_config.yaml": yaml.safe_dump(config)}}]  # fmt: skip
+
+
+def test_kueue_gets_the_integration_of_each_controller_that_runs() -> None:
+    """A queued PyTorchJob stays suspended unless Kueue's kubeflow.org/pytorchjob integration
+    is on (its default configuration leaves it off): on when the training-operator runs, not
+    otherwise, and never twice."""
+    from gpufleet.devcluster.addons import JOBSET, KUEUE, TRAINING_OPERATOR, kueue_frameworks
+
+    docs = _kueue_manifests(["batch/job", "jobset.x-k8s.io/jobset"])
+    with_it = kueue_frameworks(docs, [KUEUE, JOBSET, TRAINING_OPERATOR])["integrations"]
+    assert with_it["frameworks"] == [
+        "batch/job",
+        "jobset.x-k8s.io/jobset",
+        "kubeflow.org/pytorchjob",
+    ]
+    without = kueue_frameworks(docs, [KUEUE, JOBSET])["integrations"]
+    assert without["frameworks"] == ["batch/job", "jobset.x-k8s.io/jobset"]
+    already = _kueue_manifests(["kubeflow.org/pytorchjob"])
+    assert kueue_frameworks(already, [TRAINING_OPERATOR])["integrations"]["frameworks"] == [
+        "kubeflow.org/pytorchjob"
+    ]
+
+
+def test_the_training_operator_runs_on_loopback_with_its_own_certificate_directory(
+    tmp_path: Path,
+) -> None:
+    """Flags with this cluster's ports, listeners on 127.0.0.1 where it has a flag for it, no
+    MPIJob scheme (the MPI operator's), and $TMPDIR (where its webhook server reads the
+    certificate) inside the cluster's directory, never the machine's /tmp."""
+    from gpufleet.devcluster.addons import TRAINING_OPERATOR, Ports, argv, cert_dir, environment
+
+    ports = Ports(webhook=41001, health=41002, metrics=41003)
+    args = argv(TRAINING_OPERATOR, Path("/bin/to"), None, tmp_path / "kc", ports)
+    assert args[0] == "/bin/to"
+    assert f"--kubeconfig={tmp_path / 'kc'}" in args
+    assert "--metrics-bind-address=127.0.0.1:41003" in args
+    assert "--health-probe-bind-address=127.0.0.1:41002" in args
+    assert "--webhook-server-port=41001" in args
+    assert "--enable-scheme=pytorchjob" in args and "--enable-scheme=mpijob" not in args
+    env = environment(TRAINING_OPERATOR, tmp_path)
+    assert env["MY_POD_NAMESPACE"] == "kubeflow"
+    tmp = Path(env["TMPDIR"])
+    assert tmp.is_relative_to(tmp_path)
+    assert cert_dir(TRAINING_OPERATOR, tmp_path) == tmp / "k8s-webhook-server" / "serving-certs"
+
+
+def test_the_training_operator_leaves_mpijobs_to_the_mpi_operator() -> None:
+    """Its install manifests minus the MPIJob CRD (kubeflow.org/v2beta1 belongs to the MPI
+    operator), its Deployment and Service replaced by a loopback ExternalName, its webhooks
+    called on the local port."""
+    from gpufleet.devcluster.addons import TRAINING_OPERATOR, cluster_objects
+
+    def crd(name: str) -> dict[str, Any]:
+        return {"kind": "CustomResourceDefinition", "metadata": {"name": name}, "spec": {}}
+
+    docs = [
+        crd("mpijobs.kubeflow.org"),
+        crd("pytorchjobs.kubeflow.org"),
+        {"kind": "Deployment", "metadata": {"name": "training-operator"}},
+        {"kind": "Service", "metadata": {"name": "training-operator", "namespace": "kubeflow"},
+         "spec": {"type": "ClusterIP", "ports": [{"port": 443}]}},
+        {"kind": "ValidatingWebhookConfiguration", "metadata": {"name": "validator"},
+         "webhooks": [{"clientConfig": {"service": {"name": "training-operator", "port": 443}}}]},
+    ]  # fmt: skip
+    out = cluster_objects(TRAINING_OPERATOR, docs, b"CA", 41001)
+    assert [(o["kind"], o["metadata"]["name"]) for o in out] == [
+        ("CustomResourceDefinition", "pytorchjobs.kubeflow.org"),
+        ("Service", "training-operator"),
+        ("ValidatingWebhookConfiguration", "validator"),
+    ]
+    assert (
+        out[1]["spec"]["type"] == "ExternalName" and out[1]["spec"]["externalName"] == "127.0.0.1"
+    )
+    hook = out[2]["webhooks"][0]["clientConfig"]
+    assert hook["service"]["port"] == 41001 and "caBundle" not in hook  # its rotation injects it
+
+
+def test_pods_of_the_training_operators_kinds_complete_as_a_jobs_do(tmp_path: Path) -> None:
+    """kwok's pod-complete Stage ends only pods a Job owns; the derived Stage ends a
+    PyTorchJob's pods the same way, and a changed kwok Stage is an error, not a silent miss."""
+    import pytest
+
+    from gpufleet.devcluster.cluster import ClusterUpError, owner_complete_stage
+
+    stage = {
+        "kind": "Stage",
+        "metadata": {"name": "pod-complete"},
+        "spec": {"selector": {"matchExpressions": [
+            {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+            {"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]},
+        ]}},
+    }  # fmt: skip
+    kwok = tmp_path / "kwok"
+    kwok.mkdir()
+    (kwok / "pod-complete.yaml").write_text(yaml.safe_dump(stage))
+    derived = yaml.safe_load(owner_complete_stage(kwok, tmp_path / "out").read_text())
+    assert derived["metadata"]["name"] == "pod-complete-training-operator"
+    owners = derived["spec"]["selector"]["matchExpressions"][1]["values"]
+    assert "PyTorchJob" in owners and "Job" not in owners and "MPIJob" not in owners
+    stage["spec"]["selector"]["matchExpressions"].pop()
+    (kwok / "pod-complete.yaml").write_text(yaml.safe_dump(stage))
+    with pytest.raises(ClusterUpError, match="pod-complete Stage changed"):
+        owner_complete_stage(kwok, tmp_path / "out")

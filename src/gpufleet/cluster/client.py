@@ -24,7 +24,7 @@ from gpufleet.cluster.kinds import (
     Kind,
     kind_of,
 )
-from gpufleet.cluster.status import JobStatus, summarize, summarize_service
+from gpufleet.cluster.status import FAILED_CREATE_REASONS, JobStatus, summarize, summarize_service
 from gpufleet.errors import FieldError, GpufleetError, UserInputError
 from gpufleet.kube import (
     KUEUE_QUEUE_LABEL,
@@ -400,14 +400,17 @@ class Cluster:
 
     def _refused_pods(self, name: str) -> list[Obj]:
         """The controllers' FailedCreate events for the job (or its child Jobs): pods the API
-        server refused (quota, PodSecurity), which no pod status shows."""
-        try:
-            found = self.core.list_namespaced_event(
-                self.namespace, field_selector="reason=FailedCreate"
-            )
-        except api_errors() as exc:
-            raise self._api_error(exc, "list FailedCreate events") from exc
-        events = [_as_dict(e) for e in _items(found)]
+        server refused (quota, PodSecurity), which no pod status shows. The training-operator
+        names its event FailedCreatePod."""
+        events = []
+        for reason in FAILED_CREATE_REASONS:
+            try:
+                found = self.core.list_namespaced_event(
+                    self.namespace, field_selector=f"reason={reason}"
+                )
+            except api_errors() as exc:
+                raise self._api_error(exc, f"list {reason} events") from exc
+            events += [_as_dict(e) for e in _items(found)]
         return [
             e for e in events
             if (o := e.get("involvedObject") or {}).get("name") == name

@@ -232,10 +232,16 @@ def pod_reasons(pods: list[Obj], events: list[Obj]) -> list[str]:
     return reasons
 
 
+# The event reasons of a controller whose pod the API server refused: the Job, JobSet and
+# ReplicaSet controllers' FailedCreate, the training-operator's FailedCreatePod
+# (pkg/controller.v1/control/pod_control.go).
+FAILED_CREATE_REASONS = ("FailedCreate", "FailedCreatePod")
+
+
 def refused_pods(events: list[Obj]) -> list[str]:
     """A controller's FailedCreate: pods the API server refused (quota, PodSecurity); the
     latest message, once."""
-    failed = [e for e in events if e.get("reason") == "FailedCreate"]
+    failed = [e for e in events if e.get("reason") in FAILED_CREATE_REASONS]
     if not failed:
         return []
     latest = max(failed, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))

@@ -1,6 +1,7 @@
-"""Kueue and JobSet on the local control plane: their own install manifests (rendered with
-kustomize from each Go module's ``config/default`` by scripts/build-controlplane.sh) applied as
-a cluster would get them, and their managers run as processes on 127.0.0.1.
+"""Kueue, JobSet and the Kubeflow training-operator on the local control plane: their own
+install manifests (rendered with kustomize from each Go module's ``config/default``, or the
+training-operator's ``manifests/overlays/standalone``, by scripts/build-controlplane.sh) applied
+as a cluster would get them, and their managers run as processes on 127.0.0.1.
 
 What changes because the managers run beside the API server instead of in pods (what kwokctl
 does for its components), and nothing else:
@@ -16,9 +17,12 @@ does for its components), and nothing else:
   directory (with internal rotation off it would read a fixed /etc/kueue path). JobSet's
   rotation checks a fixed /tmp path, so it runs in its cert-manager mode and we do
   cert-manager's part: a serving certificate from the local CA, whose certificate goes into
-  every webhook's and conversion webhook's caBundle;
+  every webhook's and conversion webhook's caBundle. The training-operator always rotates its
+  own (open-policy-agent/cert-controller, into its Secret); its webhook server reads them from
+  controller-runtime's default directory under $TMPDIR, which we point at the cluster's own;
 - the manager's configuration is the module's own ConfigMap with loopback addresses, its own
-  ports and certificate directory, and no leader election;
+  ports and certificate directory, and no leader election (the training-operator takes flags
+  instead: the Deployment's, plus the same changes);
 - the manager authenticates with a client certificate carrying its ServiceAccount's user name
   and groups, so the module's own RBAC (bound to that ServiceAccount) is what authorizes it.
 """
@@ -59,6 +63,18 @@ class Addon:
     cert_secret: str | None = None
     feature_gates: tuple[tuple[str, bool], ...] = ()
     skip_services: tuple[str, ...] = ()
+    # A manager configured by command-line flags, not by the module's ConfigMap file: its flags,
+    # formatted with the ports ({webhook}, {health}, {metrics}) and {kubeconfig}.
+    flags: tuple[str, ...] | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    # Its webhook server reads the serving certificate from controller-runtime's default,
+    # $TMPDIR/k8s-webhook-server/serving-certs (it has no flag for the directory).
+    tmpdir_certs: bool = False
+    skip_crds: tuple[str, ...] = ()
+    # The Kueue integration (``integrations.frameworks``) for this controller's kinds: Kueue's
+    # default configuration leaves some off (kubeflow.org/pytorchjob), a queued job of that
+    # kind would stay suspended; the local cluster turns it on when the controller runs.
+    kueue_framework: str | None = None
 
     @property
     def user(self) -> str:
@@ -115,7 +131,46 @@ JOBSET = Addon(
         },
     },
 )
-ADDONS = (KUEUE, JOBSET)
+# The schemes the training-operator runs: all of its v1.9 kinds but MPIJob, whose CRD and
+# controller belong to the MPI operator (kubeflow.org/v2beta1) in a cluster that has both (what
+# Kueue's and the MPI operator's install guides say to do).
+TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "tfjob", "xgboostjob", "paddlejob", "jaxjob")
+TRAINING_OPERATOR = Addon(
+    "training-operator",
+    "kubeflow",
+    "training-operator",
+    "training-operator",
+    probe={
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "gpufleet-webhook-probe", "namespace": "default"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": 1,
+                    "template": {"spec": {"containers": [{"name": "pytorch", "image": "probe"}]}},
+                }
+            }
+        },
+    },
+    cert_secret="training-operator-webhook-cert",
+    flags=(
+        "--kubeconfig={kubeconfig}",
+        "--metrics-bind-address=127.0.0.1:{metrics}",
+        "--health-probe-bind-address=127.0.0.1:{health}",
+        # The webhook server listens on every interface: v1.9 has no flag for its host (TLS,
+        # and only the API server's calls are answered with anything but an error).
+        "--webhook-server-port={webhook}",
+        "--leader-elect=false",
+        "--zap-log-level=info",
+        *(f"--enable-scheme={s}" for s in TRAINING_OPERATOR_SCHEMES),
+    ),
+    env=(("MY_POD_NAMESPACE", "kubeflow"),),
+    tmpdir_certs=True,
+    skip_crds=("mpijobs.kubeflow.org",),
+    kueue_framework="kubeflow.org/pytorchjob",
+)
+ADDONS = (KUEUE, JOBSET, TRAINING_OPERATOR)
 
 
 @dataclass(frozen=True)
@@ -182,6 +237,8 @@ def cluster_objects(addon: Addon, docs: list[Obj], ca_pem: bytes, webhook_port: 
             continue
         if kind == "Service" and name in addon.skip_services:
             continue
+        if kind == CRD and name in addon.skip_crds:
+            continue
         doc = copy.deepcopy(doc)
         if kind == "Service" and name == addon.webhook_service:
             doc["spec"] = {
@@ -211,8 +268,49 @@ def crd_names(objects: list[Obj]) -> Iterator[str]:
             yield obj["metadata"]["name"]
 
 
+def tmpdir(addon: Addon, workdir: Path) -> Path:
+    """The manager's $TMPDIR (its own, never the machine's /tmp)."""
+    return workdir / f"{addon.name}-tmp"
+
+
 def cert_dir(addon: Addon, workdir: Path) -> Path:
+    if addon.tmpdir_certs:
+        return tmpdir(addon, workdir) / "k8s-webhook-server" / "serving-certs"
     return workdir / f"{addon.name}-certs"
+
+
+# cert-controller's rotation in the training-operator waits until a file exists at this fixed
+# path (pkg/cert's certDir constant) before it reports ready, while its webhook server reads
+# $TMPDIR's copy; the file only has to exist here, the server never reads it.
+FIXED_CERT_CHECK = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
+
+
+def argv(
+    addon: Addon, binary: Path, config: Path | None, kubeconfig: Path, ports: Ports
+) -> list[str]:
+    """The manager's command line: its configuration file, or its flags."""
+    if addon.flags is None:
+        return [str(binary), f"--config={config}", f"--kubeconfig={kubeconfig}"]
+    values = {"webhook": ports.webhook, "health": ports.health, "metrics": ports.metrics,
+              "kubeconfig": kubeconfig}  # fmt: skip
+    return [str(binary), *(flag.format(**values) for flag in addon.flags)]
+
+
+def environment(addon: Addon, workdir: Path) -> dict[str, str]:
+    env = dict(addon.env)
+    if addon.tmpdir_certs:
+        env["TMPDIR"] = str(tmpdir(addon, workdir))
+    return env
+
+
+def kueue_frameworks(docs: list[Obj], running: list[Addon]) -> dict[str, Any]:
+    """Kueue's ``integrations`` with the frameworks of the controllers in ``running`` added."""
+    integrations = copy.deepcopy(module_config(docs).get("integrations", {}))
+    frameworks = list(integrations.get("frameworks", []))
+    for addon in running:
+        if addon.kueue_framework and addon.kueue_framework not in frameworks:
+            frameworks.append(addon.kueue_framework)
+    return {"integrations": {**integrations, "frameworks": frameworks}}
 
 
 def write_certs(directory: Path, cert: bytes, key: bytes) -> None:
@@ -231,9 +329,10 @@ def prepare(
     docs: list[Obj],
     ports: Ports,
     extra: dict[str, Any] | None = None,
-) -> Path:
+) -> Path | None:
     """Write the manager's configuration (and, in cert-manager mode, its serving certificate)
-    under ``workdir``; issue its client certificate. Returns the configuration file."""
+    under ``workdir``; issue its client certificate. Returns the configuration file (None for a
+    manager configured by flags)."""
     certs = cert_dir(addon, workdir)
     shutil.rmtree(certs, ignore_errors=True)  # a previous cluster's
     certs.mkdir(parents=True)
@@ -242,6 +341,8 @@ def prepare(
         issue(pki, name, addon.webhook_host, server_names=[addon.webhook_host])
         write_certs(certs, pki.cert(name).read_bytes(), pki.key(name).read_bytes())
     issue(pki, addon.name, addon.user, addon.groups)
+    if addon.flags is not None:
+        return None
     path = workdir / f"{addon.name}-config.yaml"
     path.write_text(yaml.safe_dump(local_config(addon, docs, ports, certs, extra), sort_keys=False))
     return path

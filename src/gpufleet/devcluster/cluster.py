@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpufleet.devcluster import addons
 from gpufleet.devcluster.components import (
     KWOK_NODE_ANNOTATION,
@@ -145,6 +147,29 @@ class State:
     def write(self, directory: Path) -> None:
         path = directory / "state.json"
         path.write_text(json.dumps(self.__dict__, indent=2, sort_keys=True) + "\n")
+
+
+# Pods whose containers exit by themselves in a cluster: kwok's pod-complete Stage ends only
+# those a Job owns (a Deployment's must keep running); the training-operator's kinds own their
+# pods directly, and those end too. (The MPI operator's workers are not here: they run until
+# its launcher, a Job, ends and the operator removes them.)
+SELF_COMPLETING_OWNERS = ("PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob")
+
+
+def owner_complete_stage(kwok_stages: Path, directory: Path) -> Path:
+    """kwok's own pod-complete Stage, for pods owned by SELF_COMPLETING_OWNERS instead of Job
+    (same delays, annotations and status), written to ``directory``."""
+    stage = yaml.safe_load((kwok_stages / "pod-complete.yaml").read_text())
+    stage["metadata"]["name"] = "pod-complete-training-operator"
+    owner_kind = [e for e in stage["spec"]["selector"]["matchExpressions"]
+                  if e["key"] == ".metadata.ownerReferences.[].kind"]  # fmt: skip
+    if len(owner_kind) != 1 or owner_kind[0]["values"] != ["Job"]:
+        raise ClusterUpError(f"kwok's pod-complete Stage changed: {owner_kind}")
+    owner_kind[0]["values"] = list(SELF_COMPLETING_OWNERS)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "pod-complete-training-operator.yaml"
+    path.write_text(yaml.safe_dump(stage, sort_keys=False))
+    return path
 
 
 def binaries_dir() -> Path:
@@ -309,6 +334,7 @@ class LocalCluster:
                    for u in ("kube-controller-manager", "kube-scheduler", "kwok")}  # fmt: skip
         kubeconfig(self.kubeconfig, server, pki, "admin")
         stages = sorted((binaries / "kwok-stages").glob("*.yaml")) + sorted(STAGES.glob("*.yaml"))
+        stages.append(owner_complete_stage(binaries / "kwok-stages", self.dir / "stages"))
         plan = [
             etcd(binaries / "etcd", self.dir / "etcd-data", ports["etcd"], ports["etcd-peer"]),
             kube_apiserver(
@@ -335,10 +361,10 @@ class LocalCluster:
                 if component.name == "kwok":
                     self._create_nodes(pools)
                 self._start(component, state, timeout)
-            for addon in addons.ADDONS:
+            enabled = [a for a in addons.ADDONS if a.name not in without]
+            for addon in enabled:
                 extra = addons.KUEUE_FAIR_SHARING if fair_sharing and addon is addons.KUEUE else {}
-                if addon.name not in without:
-                    self._start_addon(addon, binaries, pki, server, state, timeout, extra)
+                self._start_addon(addon, binaries, pki, server, state, timeout, extra, enabled)
             self._install_other_crds(binaries, timeout)
         except BaseException:
             state.write(self.dir)
@@ -353,6 +379,7 @@ class LocalCluster:
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(
                 component.argv,
+                env={**os.environ, **dict(component.env)} if component.env else None,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -376,11 +403,14 @@ class LocalCluster:
 
     def _start_addon(
         self, addon: addons.Addon, binaries: Path, pki: Pki, server: str, state: State,
-        timeout: float, extra: dict[str, Any],
+        timeout: float, extra: dict[str, Any], running: list[addons.Addon],
     ) -> None:  # fmt: skip
         """Install the addon's manifests, wait for its CRDs, run its manager, then prove its
-        webhooks answer through the API server."""
+        webhooks answer through the API server. Kueue gets the integrations of the controllers
+        in ``running``."""
         docs = addons.load_manifests(manifests(binaries, addon))
+        if addon is addons.KUEUE:
+            extra = {**extra, **addons.kueue_frameworks(docs, running)}
         p = addons.Ports(
             *(state.ports[f"{addon.name}-{u}"] for u in ("webhook", "health", "metrics"))
         )
@@ -391,15 +421,20 @@ class LocalCluster:
                    f"{addon.name}'s CRDs Established", timeout)  # fmt: skip
         kc = kubeconfig(self.dir / f"{addon.name}.kubeconfig", server, pki, addon.name)
         manager = controller_runtime_manager(
-            addon.name, binaries / addon.name, config, kc, p.health
+            addon.name,
+            addons.argv(addon, binaries / addon.name, config, kc, p),
+            p.health,
+            addons.environment(addon, self.dir),
         )
         if addon.cert_secret:  # mount the Secret its rotation writes, then wait for /readyz
             ready, secret = manager.ready, addon.cert_secret
             certs = addons.cert_dir(addon, self.dir)
+            fixed = addons.FIXED_CERT_CHECK if addon.tmpdir_certs else None
             manager = Component(
                 manager.name,
                 manager.argv,
-                lambda: self._mount_secret(addon.namespace, secret, certs) and ready(),
+                lambda: self._mount_secret(addon.namespace, secret, certs, fixed) and ready(),
+                manager.env,
             )
         self._start(manager, state, timeout)
         self._wait(lambda: self._dry_run(addon.probe), f"{addon.name}'s webhooks", timeout)
@@ -425,14 +460,20 @@ class LocalCluster:
         for obj in objects:
             utils.create_from_dict(api, obj)
 
-    def _mount_secret(self, namespace: str, name: str, directory: Path) -> bool:
+    def _mount_secret(
+        self, namespace: str, name: str, directory: Path, fixed: Path | None = None
+    ) -> bool:
         """The kubelet's part for a manager outside a pod: once its Secret holds a serving
-        certificate, put it where the manager reads it. False until then."""
+        certificate, put it where the manager reads it (and at ``fixed``, a path the manager
+        only checks exists). False until then."""
         import base64
 
         from gpufleet.cluster.client import api_errors
 
         if (directory / "tls.crt").exists():
+            if fixed is not None and not fixed.exists():
+                fixed.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(directory / "tls.crt", fixed)
             return True
         try:
             data = self._core().read_namespaced_secret(name, namespace).data or {}

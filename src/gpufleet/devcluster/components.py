@@ -29,6 +29,7 @@ class Component:
     name: str
     argv: list[str]
     ready: Callable[[], bool]
+    env: tuple[tuple[str, str], ...] = ()  # added to this process's environment
 
 
 def _get(url: str, *, context: ssl.SSLContext | None = None) -> bool:
@@ -162,9 +163,9 @@ def kwok(
 
 
 def controller_runtime_manager(
-    name: str, binary: Path, config: Path, kubeconfig: Path, health_port: int
+    name: str, argv: list[str], health_port: int, env: dict[str, str] | None = None
 ) -> Component:
-    """A controller-runtime manager (Kueue, JobSet) with its configuration file; ready when its
-    /readyz answers (both report ready only once their webhook server listens)."""
-    argv = [str(binary), f"--config={config}", f"--kubeconfig={kubeconfig}"]
-    return Component(name, argv, lambda: _get(f"http://127.0.0.1:{health_port}/readyz"))
+    """A controller-runtime manager (Kueue, JobSet, training-operator); ready when its /readyz
+    answers (each reports ready only once its webhook server listens with its certificate)."""
+    url = f"http://127.0.0.1:{health_port}/readyz"
+    return Component(name, argv, lambda: _get(url), tuple((env or {}).items()))
