@@ -87,11 +87,12 @@ declare -A KUSTOMIZE=(
   [kueue]="controlplane sigs.k8s.io/kueue config/default"
   [jobset]="controlplane sigs.k8s.io/jobset config/default"
   [training-operator]="controlplane/training-operator github.com/kubeflow/training-operator manifests/overlays/standalone"
+  [mpi-operator]="controlplane/mpi-operator github.com/kubeflow/mpi-operator manifests/overlays/standalone"
 )
 manifests="$DEST/manifests"
 mkdir -p "$manifests"
 kubectl_bin=$(command -v kubectl || echo .tools/bin/kubectl)
-for name in kueue jobset training-operator; do
+for name in kueue jobset training-operator mpi-operator; do
   read -r module path kustomization <<<"${KUSTOMIZE[$name]}"
   out="$manifests/$name.yaml"
   if [ -s "$out" ] && [ "$out" -nt "$module/go.mod" ] && [ "$out" -nt "$module/go.sum" ]; then

@@ -11,3 +11,15 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` on every interface now (as a Go server given
+    ":port" does, with SO_REUSEADDR, so a closed connection's TIME_WAIT does not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+        return True

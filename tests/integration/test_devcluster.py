@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet.devcluster.addons import ADDONS
 from gpufleet.devcluster.cluster import BASE, COMPONENTS, State, exit_with
 from tests.conftest import cluster_job, poll_until, processes_mentioning, run_cli, write_spec
 from tests.devcluster import (
@@ -32,6 +33,7 @@ from tests.devcluster import (
 )
 
 pytestmark = [pytest.mark.slow, needs_controlplane]
+CONTROLLERS = tuple(a.name for a in ADDONS)
 
 
 def test_up_is_ready_secured_and_found_again(devcluster: DevCluster) -> None:
@@ -61,15 +63,21 @@ def test_nodes_advertise_gpus(devcluster: DevCluster) -> None:
 
 
 def test_controllers_crds_and_webhooks_come_from_their_modules(devcluster: DevCluster) -> None:
-    """Kueue's and JobSet's CRDs are served, and their webhooks answer through the API server:
-    Kueue's validating webhook refuses a ClusterQueue its CRD schema alone would accept."""
+    """Kueue's, JobSet's and the Kubeflow operators' CRDs are served (MPIJob at the MPI
+    operator's v2beta1, not the training-operator's v1), and their webhooks answer through the
+    API server: Kueue's and the training-operator's validating webhooks refuse objects their CRD
+    schemas alone would accept."""
     from kubernetes.client.exceptions import ApiException
 
     crds = {c.metadata.name for c in devcluster.typed("ApiextensionsV1Api")
             .list_custom_resource_definition().items}  # fmt: skip
     assert {"clusterqueues.kueue.x-k8s.io", "workloads.kueue.x-k8s.io",
             "jobsets.jobset.x-k8s.io", "servicemonitors.monitoring.coreos.com",
-            "queues.scheduling.volcano.sh", "scaledobjects.keda.sh"} <= crds  # fmt: skip
+            "queues.scheduling.volcano.sh", "scaledobjects.keda.sh",
+            "pytorchjobs.kubeflow.org", "mpijobs.kubeflow.org"} <= crds  # fmt: skip
+    mpijobs = devcluster.typed("ApiextensionsV1Api").read_custom_resource_definition(
+        "mpijobs.kubeflow.org")  # fmt: skip
+    assert [v.name for v in mpijobs.spec.versions] == ["v2beta1"]
     bad = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ClusterQueue",
@@ -91,6 +99,20 @@ def test_controllers_crds_and_webhooks_come_from_their_modules(devcluster: DevCl
     message = json.loads(refused.value.body)["message"]
     assert 'admission webhook "vclusterqueue.kb.io" denied' in message
     assert 'coveredResources[0]: Duplicate value: "cpu"' in message
+    nameless = {  # the operator needs a container named "pytorch"; the schema does not say so
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "webhook-says-no", "namespace": "default"},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {
+            "containers": [{"name": "trainer", "image": "x"}]}}}}},
+    }  # fmt: skip
+    with pytest.raises(ApiException) as refused:
+        devcluster.custom.create_namespaced_custom_object(
+            "kubeflow.org", "v1", "default", "pytorchjobs", nameless, dry_run="All"
+        )
+    message = json.loads(refused.value.body)["message"]
+    assert "validator.pytorchjob.training-operator.kubeflow.org" in message, message
+    assert "must have at least one container with name pytorch" in message
 
 
 def test_a_gpu_job_runs_to_succeeded_and_cancel_leaves_nothing(devcluster: DevCluster) -> None:
@@ -113,10 +135,25 @@ def test_a_gpu_job_runs_to_succeeded_and_cancel_leaves_nothing(devcluster: DevCl
                timeout=60, interval=0.5)  # fmt: skip
 
 
+def test_a_second_cluster_names_the_fixed_port_it_cannot_have(
+    devcluster: DevCluster, tmp_path: Path
+) -> None:
+    """The MPI operator always listens on 8080 (an upstream constant), which the session's
+    cluster holds: a second `cluster up` with it fails before starting anything, in one line
+    naming the port and the way out; nothing is left running."""
+    up = run_cli("cluster", "up", "--dir", str(tmp_path / "second"), cwd=tmp_path, timeout=120)
+    assert up.returncode != 0
+    last = up.stderr.strip().splitlines()[-1]
+    assert "mpi-operator always listens on port 8080" in last, up.stderr
+    assert "--without mpi-operator" in last
+    assert "Traceback" not in up.stderr
+    assert State.read(tmp_path / "second") is None
+
+
 def test_a_cluster_without_kueue_then_down_stops_everything(tmp_path: Path) -> None:
-    """`--without kueue --without jobset`: a queued job is refused in one line (Kueue is not
+    """`--without` every controller: a queued job is refused in one line (Kueue is not
     installed; nothing created); `down` stops every process and frees every port."""
-    cluster = start(tmp_path, nodes=1, gpus=1, without=("kueue", "jobset"))
+    cluster = start(tmp_path, nodes=1, gpus=1, without=CONTROLLERS)
     state = State.read(cluster.dir)
     try:  # a failed assertion must not leave the cluster running
         assert state is not None and set(state.pids) == set(BASE)
@@ -192,7 +229,8 @@ def test_the_50_node_designs_flavors_and_topology_admit_and_place_a_job(tmp_path
     rack topology; the chart with the same values; a queued 2 x 8-GPU JobSet of tenant llm is
     admitted by Kueue (flavor h100, topology-aware), placed on h100 nodes and Succeeds."""
     values = CHART / "ci" / "onprem-50node-values.yaml"
-    cluster = start(tmp_path, nodes=2, gpus=8, values=values)
+    # Beside the session's cluster, whose MPI operator holds its fixed port (not needed here).
+    cluster = start(tmp_path, nodes=2, gpus=8, values=values, without=("mpi-operator",))
     try:
         cluster.helm("install", "onprem", str(CHART), "-f", str(values), "-n", "gpufleet-system",
                      "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip

@@ -252,6 +252,66 @@ def test_a_queued_job_is_admitted_run_and_cancelled_clean(lab: DevCluster, targe
     )  # fmt: skip
 
 
+def test_a_queued_mpijob_runs_its_launcher_beside_its_workers_and_cancels_clean(
+    lab: DevCluster,
+) -> None:
+    """The real MPI operator: Kueue admits the MPIJob, the operator creates the hostfile, the
+    SSH Secret, the Service, two GPU workers and the launcher Job; the launcher (no GPU)
+    schedules on the lab's GPU-only nodes (it tolerates their taint), keeps the operator's
+    ConnectionAttempts, and its rendezvous host is worker 0's stable name, the hostfile's first
+    line. kwok ends the launcher; the MPIJob Succeeds; cancel leaves nothing."""
+    name, ns = "queued-mpi", "research"
+    path = write_spec(lab.root, queued_job(name, ns, nodes=2, gpus=2), f"{name}.yaml")
+    submit = lab.gpufleet("submit", str(path), "--target", "mpijob")
+    assert submit.returncode == 0, submit.stderr[-2000:]
+
+    # Workers live until the launcher ends (then the operator removes them): keep every pod
+    # seen bound to a node while waiting for the verdict.
+    pods: dict[str, dict[str, Any]] = {}
+
+    def verdict() -> str:
+        pods.update({p["metadata"]["name"]: p for p in lab.pods(ns, name)
+                     if p["spec"].get("nodeName")})  # fmt: skip
+        phase = lab.phase(name, ns)
+        return phase if phase in ("Succeeded", "Failed") else ""
+
+    assert poll_until(verdict, what=f"{name} to end", timeout=120) == "Succeeded", pods.keys()
+    launcher = next(p for n, p in pods.items() if n.startswith(f"{name}-launcher-"))
+    workers = [pods[f"{name}-worker-{i}"] for i in range(2)]
+    for worker in workers:
+        container = worker["spec"]["containers"][0]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+        assert container["command"][:3] == ["python", "-m", "gpufleet.launch.mpi_worker"]
+        assert worker["spec"]["nodeName"].startswith("gpu-node-")
+    assert "nvidia.com/gpu" not in launcher["spec"]["containers"][0]["resources"].get("limits", {})
+    mpirun = launcher["spec"]["containers"][0]["command"]
+    assert mpirun[:3] == ["mpirun", "-np", "2"]
+    assert any("ConnectionAttempts=10" in a for a in mpirun), mpirun
+    (endpoint,) = [a.split("=", 1)[1] for a in mpirun if a.startswith("--rdzv-endpoint=")]
+    worker0 = workers[0]["spec"]
+    assert endpoint.rsplit(":", 1)[0] == f"{worker0['hostname']}.{worker0['subdomain']}"
+    hostfile = lab.core.read_namespaced_config_map(f"{name}-config", ns).data["hostfile"]
+    assert hostfile.splitlines() == [
+        f"{name}-worker-{i}.{name}.{ns}.svc slots=1" for i in range(2)
+    ], hostfile
+    wl = workload_of(lab, ns, name)
+    assert condition(wl, "Admitted"), wl
+    assert wl is not None and wl["status"]["admission"]["clusterQueue"] == "research"
+    cancel = lab.gpufleet("cancel", name, "-n", ns)
+    assert cancel.returncode == 0, cancel.stderr[-2000:]
+
+    def leftovers() -> list[str]:
+        found = [p["metadata"]["name"] for p in lab.pods(ns, name)]
+        found += ["workload"] if workload_of(lab, ns, name) else []
+        core = lab.core
+        for listed in (core.list_namespaced_service(ns), core.list_namespaced_config_map(ns),
+                       core.list_namespaced_secret(ns)):  # fmt: skip
+            found += [o.metadata.name for o in listed.items if o.metadata.name.startswith(name)]
+        return found
+
+    poll_until(lambda: not leftovers(), what="nothing of the MPIJob left", timeout=60, interval=0.5)
+
+
 def test_a_gang_larger_than_the_free_quota_waits_with_no_pod_then_runs(lab: DevCluster) -> None:
     """research may use 8 GPUs (6 nominal + 2 borrowed). With 4 held by a running job, a 2 x 3
     GPU job waits, all or nothing (no pod at all), status says Kueue's reason in one line; it

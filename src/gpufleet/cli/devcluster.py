@@ -41,7 +41,10 @@ def up(
     ] = NODE_DEFAULTS.gpu_product,
     without: Annotated[
         list[str] | None,
-        typer.Option(help="Leave a controller out (kueue, jobset, training-operator; repeatable)."),
+        typer.Option(
+            help="Leave a controller out (kueue, jobset, training-operator, mpi-operator; "
+            "repeatable)."
+        ),
     ] = None,
     kueue_fair_sharing: Annotated[
         bool, typer.Option(help="Turn on Kueue's fair sharing among a cohort's queues.")

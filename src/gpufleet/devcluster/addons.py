@@ -1,7 +1,8 @@
-"""Kueue, JobSet and the Kubeflow training-operator on the local control plane: their own
-install manifests (rendered with kustomize from each Go module's ``config/default``, or the
-training-operator's ``manifests/overlays/standalone``, by scripts/build-controlplane.sh) applied
-as a cluster would get them, and their managers run as processes on 127.0.0.1.
+"""Kueue, JobSet, the Kubeflow training-operator and the MPI operator on the local control
+plane: their own install manifests (rendered with kustomize from each Go module's
+``config/default``, or the Kubeflow operators' ``manifests/overlays/standalone``, by
+scripts/build-controlplane.sh) applied as a cluster would get them, and their managers run as
+processes beside the API server.
 
 What changes because the managers run beside the API server instead of in pods (what kwokctl
 does for its components), and nothing else:
@@ -54,10 +55,10 @@ class Addon:
     name: str  # also the binary's and the manifest file's name
     namespace: str
     service_account: str
-    webhook_service: str
+    webhook_service: str | None  # None: it serves no webhook
     # A valid object of the addon's own kind, created with dryRun once the manager is ready:
     # the API server calls the webhooks for it, so success means they answer through the API.
-    probe: Obj
+    probe: Obj | None
     # The Secret the manager's own certificate rotation writes; None: it runs in cert-manager
     # mode and we issue its serving certificate.
     cert_secret: str | None = None
@@ -75,6 +76,12 @@ class Addon:
     # default configuration leaves some off (kubeflow.org/pytorchjob), a queued job of that
     # kind would stay suspended; the local cluster turns it on when the controller runs.
     kueue_framework: str | None = None
+    # A manager with no readiness endpoint of its own on a port we choose: ready once it holds
+    # this leader-election Lease in its namespace (it works only while leading).
+    ready_lease: str | None = None
+    # Ports it binds on every interface whatever its flags say (an upstream constant): checked
+    # free before it starts, so a second cluster on the machine fails saying which.
+    fixed_ports: tuple[int, ...] = ()
 
     @property
     def user(self) -> str:
@@ -86,6 +93,7 @@ class Addon:
 
     @property
     def webhook_host(self) -> str:
+        assert self.webhook_service is not None
         return f"{self.webhook_service}.{self.namespace}.svc"
 
 
@@ -170,7 +178,25 @@ TRAINING_OPERATOR = Addon(
     skip_crds=("mpijobs.kubeflow.org",),
     kueue_framework="kubeflow.org/pytorchjob",
 )
-ADDONS = (KUEUE, JOBSET, TRAINING_OPERATOR)
+MPI_OPERATOR = Addon(
+    "mpi-operator",
+    "mpi-operator",
+    "mpi-operator",
+    None,
+    None,
+    flags=(
+        # Its Deployment's flags (base + standalone overlay). The MPI operator reads $KUBECONFIG
+        # before this flag, so environment() sets both to its own kubeconfig.
+        "--kubeConfig={kubeconfig}",
+        "--lock-namespace=mpi-operator",
+        "-alsologtostderr",
+    ),
+    kueue_framework="kubeflow.org/mpijob",
+    ready_lease="mpi-operator",
+    # cmd/mpi-operator/app/server.go: healthCheckPort = 8080, on every interface (/healthz only).
+    fixed_ports=(8080,),
+)
+ADDONS = (KUEUE, JOBSET, TRAINING_OPERATOR, MPI_OPERATOR)
 
 
 @dataclass(frozen=True)
@@ -296,8 +322,10 @@ def argv(
     return [str(binary), *(flag.format(**values) for flag in addon.flags)]
 
 
-def environment(addon: Addon, workdir: Path) -> dict[str, str]:
-    env = dict(addon.env)
+def environment(addon: Addon, workdir: Path, kubeconfig: Path) -> dict[str, str]:
+    """What the manager's process adds to the environment: its own settings, $KUBECONFIG (some
+    read it before their flag; never the user's), $TMPDIR where it keeps certificates."""
+    env = {**dict(addon.env), "KUBECONFIG": str(kubeconfig)}
     if addon.tmpdir_certs:
         env["TMPDIR"] = str(tmpdir(addon, workdir))
     return env
@@ -336,7 +364,7 @@ def prepare(
     certs = cert_dir(addon, workdir)
     shutil.rmtree(certs, ignore_errors=True)  # a previous cluster's
     certs.mkdir(parents=True)
-    if addon.cert_secret is None:
+    if addon.cert_secret is None and addon.webhook_service is not None:
         name = f"{addon.name}-webhook"
         issue(pki, name, addon.webhook_host, server_names=[addon.webhook_host])
         write_certs(certs, pki.cert(name).read_bytes(), pki.key(name).read_bytes())

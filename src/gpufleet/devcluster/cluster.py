@@ -36,7 +36,7 @@ from gpufleet.devcluster.components import (
 )
 from gpufleet.devcluster.pki import Pki, make_pki
 from gpufleet.errors import FieldError, GpufleetError, UserInputError
-from gpufleet.net import free_port
+from gpufleet.net import free_port, port_free
 from gpufleet.procs import pid_alive
 
 DEFAULT_DIR = Path(".gpufleet/cluster")
@@ -316,6 +316,14 @@ class LocalCluster:
             self.log(f"already running: {running.server}")
             return running
         self.down(quiet=True)
+        for addon in addons.ADDONS:  # before anything starts: fail fast, leave nothing behind
+            busy = [p for p in addon.fixed_ports if addon.name not in without and not port_free(p)]
+            if busy:
+                raise ClusterUpError(
+                    f"{addon.name} always listens on port {', '.join(map(str, busy))} (fixed in "
+                    "its source), which another program (another local cluster?) holds; stop it "
+                    f"or leave the controller out: --without {addon.name}"
+                )
         binaries = ensure_built(self.log)
         pki = make_pki(self.dir / "pki")
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -424,8 +432,12 @@ class LocalCluster:
             addon.name,
             addons.argv(addon, binaries / addon.name, config, kc, p),
             p.health,
-            addons.environment(addon, self.dir),
+            addons.environment(addon, self.dir, kc),
         )
+        if addon.ready_lease:
+            lease = addon.ready_lease
+            held = lambda: self._lease_held(addon.namespace, lease)  # noqa: E731
+            manager = Component(manager.name, manager.argv, held, manager.env)
         if addon.cert_secret:  # mount the Secret its rotation writes, then wait for /readyz
             ready, secret = manager.ready, addon.cert_secret
             certs = addons.cert_dir(addon, self.dir)
@@ -437,7 +449,20 @@ class LocalCluster:
                 manager.env,
             )
         self._start(manager, state, timeout)
-        self._wait(lambda: self._dry_run(addon.probe), f"{addon.name}'s webhooks", timeout)
+        if addon.probe is not None:
+            probe = addon.probe
+            self._wait(lambda: self._dry_run(probe), f"{addon.name}'s webhooks", timeout)
+
+    def _lease_held(self, namespace: str, name: str) -> bool:
+        from kubernetes import client
+
+        from gpufleet.cluster.client import api_errors
+
+        try:
+            lease = client.CoordinationV1Api(self._api()).read_namespaced_lease(name, namespace)
+        except api_errors():
+            return False
+        return bool(lease.spec and lease.spec.holder_identity)
 
     def _install_other_crds(self, binaries: Path, timeout: float) -> None:
         """The CRDs of projects a cluster of the chart's design has but that do not run here

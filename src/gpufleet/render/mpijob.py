@@ -6,7 +6,14 @@ from gpufleet.kube import Obj
 from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import kubeflow_run_policy, queued_labels
 from gpufleet.render.meta import metadata
-from gpufleet.render.podspec import WorkerPod, pod_metadata, pod_spec, torchrun_command, worker_env
+from gpufleet.render.podspec import (
+    WorkerPod,
+    gpu_placement,
+    pod_metadata,
+    pod_spec,
+    torchrun_command,
+    worker_env,
+)
 from gpufleet.spec.models import TrainingJob
 
 SSH_PORT = 2222  # sshd runs as the image's non-root user, so not on 22
@@ -49,6 +56,12 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
         job, WorkerPod(rdzv_host=rdzv, container_name="launcher", command=mpirun, worker=False)
     )
     launcher["containers"][0].pop("ports")
+    # The launcher asks for no GPU, but a cluster of GPU nodes only (the 3-node lab) has no
+    # node without the GPU taint: tolerate it, or the launcher never schedules while its
+    # workers hold their GPUs (seen with the real MPI operator on the local control plane).
+    # No product selector: it may run on any node.
+    if "tolerations" in (placement := gpu_placement(job.spec.resources)):
+        launcher["tolerations"] = placement["tolerations"]
     worker = pod_spec(
         job,
         WorkerPod(
