@@ -151,8 +151,9 @@ def test_the_training_operator_runs_on_loopback_with_its_own_certificate_directo
     assert "--health-probe-bind-address=127.0.0.1:41002" in args
     assert "--webhook-server-port=41001" in args
     assert "--enable-scheme=pytorchjob" in args and "--enable-scheme=mpijob" not in args
-    env = environment(TRAINING_OPERATOR, tmp_path)
+    env = environment(TRAINING_OPERATOR, tmp_path, tmp_path / "kc")
     assert env["MY_POD_NAMESPACE"] == "kubeflow"
+    assert env["KUBECONFIG"] == str(tmp_path / "kc")  # its own, never the user's
     tmp = Path(env["TMPDIR"])
     assert tmp.is_relative_to(tmp_path)
     assert cert_dir(TRAINING_OPERATOR, tmp_path) == tmp / "k8s-webhook-server" / "serving-certs"
@@ -215,3 +216,18 @@ def test_pods_of_the_training_operators_kinds_complete_as_a_jobs_do(tmp_path: Pa
     (kwok / "pod-complete.yaml").write_text(yaml.safe_dump(stage))
     with pytest.raises(ClusterUpError, match="pod-complete Stage changed"):
         owner_complete_stage(kwok, tmp_path / "out")
+
+
+def test_a_port_held_on_loopback_is_not_free_for_a_server_on_every_interface() -> None:
+    """The MPI operator listens on :8080 whatever it is told; a port any program holds (on
+    127.0.0.1 or everywhere) is reported busy before the cluster starts, a released one not."""
+    import socket
+
+    from gpufleet.net import port_free
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert not port_free(port)
+    assert port_free(port)
