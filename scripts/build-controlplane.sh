@@ -20,14 +20,16 @@ declare -A PKGS=(
   [jobset]=sigs.k8s.io/jobset
   [training-operator]=github.com/kubeflow/training-operator/cmd/training-operator.v1
   [mpi-operator]=github.com/kubeflow/mpi-operator/cmd/mpi-operator
+  [trainer]=github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 )
 # name -> its Go module's directory, where it is not controlplane/ itself
 declare -A MODULES=(
   [training-operator]=controlplane/training-operator
   [mpi-operator]=controlplane/mpi-operator
+  [trainer]=controlplane/trainer
 )
 ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset
-       training-operator mpi-operator)
+       training-operator mpi-operator trainer)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ORDER[@]}")
 
@@ -38,7 +40,7 @@ fi
 # The toolchain on the machine, never a downloaded one; no PGO (kube-apiserver ships a profile
 # that would compile the shared packages a second time); paths trimmed for reproducible builds.
 export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath -pgo=off"
-# Kueue needs sigs.k8s.io/scheduler-library v0.1.0-alpha1, which the checksum database does not
+# Kueue and the Trainer need sigs.k8s.io/scheduler-library v0.1.0-alpha1, which the checksum database does not
 # hold; its hash in controlplane/go.sum equals the one Kueue's own go.sum pins (checked).
 export GONOSUMDB=sigs.k8s.io/scheduler-library
 ldflags_k8s="-s -w \
@@ -103,6 +105,28 @@ for name in kueue jobset training-operator mpi-operator; do
   mv "$out.tmp" "$out"
   echo "  $name manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs"
 done
+
+# The Trainer's: its overlays/manager less the one line its own comment says to drop where JobSet
+# is already installed (that line fetches JobSet's release manifests over the network), and its
+# ClusterTrainingRuntimes (overlays/runtimes), applied once its webhooks answer.
+out="$manifests/trainer.yaml"
+if [ ! -s "$out" ] || [ ! -s "$manifests/trainer-runtimes.yaml" ] \
+    || [ controlplane/trainer/go.sum -nt "$out" ] || [ controlplane/trainer/go.mod -nt "$out" ]; then
+  dir=$(cd controlplane/trainer && go list -m -f '{{.Dir}}' github.com/kubeflow/trainer/v2)
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cp -r "$dir/manifests" "$work/" && chmod -R u+w "$work"
+  grep -q '^  - ../../third-party/jobset' "$work/manifests/overlays/manager/kustomization.yaml" || {
+    echo "build-controlplane: the Trainer's overlays/manager no longer names third-party/jobset" >&2
+    exit 1
+  }
+  sed -i '/^  - ..\/..\/third-party\/jobset/d' "$work/manifests/overlays/manager/kustomization.yaml"
+  "$kubectl_bin" kustomize "$work/manifests/overlays/runtimes" >"$manifests/trainer-runtimes.yaml"
+  "$kubectl_bin" kustomize "$work/manifests/overlays/manager" >"$out.tmp"
+  mv "$out.tmp" "$out"
+  echo "  trainer manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs," \
+    "$(grep -c '^kind: ClusterTrainingRuntime' "$manifests/trainer-runtimes.yaml") runtimes"
+fi
 
 # CRDs of components not run here (Prometheus Operator, Volcano, KEDA), from their modules at the
 # versions and hashes pinned in controlplane/crds.txt.

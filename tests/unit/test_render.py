@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
 from gpufleet.render import TARGETS, check_restricted, pod_specs_in, render
+from gpufleet.render.checks import TRAINJOB_GRACE_PERIOD
 from gpufleet.spec import validate_training_job
 from tests.conftest import REPO, cluster_job, digits_job, write_spec
 from tests.k8s_schemas import validate_strictly
@@ -260,7 +261,12 @@ def test_any_cluster_ready_spec_renders_valid_objects(
     if queue:
         spec["queue"] = queue
     job = validate_training_job(cluster_job(**spec))
-    assert_valid([obj for target in TARGETS for obj in render(job, target)])
+    targets = [t for t in TARGETS if t != "trainjob" or grace <= TRAINJOB_GRACE_PERIOD]
+    assert_valid([obj for target in targets for obj in render(job, target)])
+    if len(targets) < len(TARGETS):  # a TrainJob's pods get the runtime's 30 s
+        with pytest.raises(UserInputError) as refused:
+            render(job, "trainjob")
+        assert [e.path for e in refused.value.errors] == ["spec.preemption.gracePeriod"]
 
 
 @pytest.mark.parametrize("target", list(TARGETS))
@@ -290,10 +296,32 @@ def test_a_name_starting_with_a_digit_is_refused_it_would_name_a_service() -> No
     assert "DNS-1035" in str(refused.value)
 
 
-@pytest.mark.parametrize("target", list(TARGETS))
+def test_a_trainjob_refuses_what_its_runtime_patches_cannot_carry() -> None:
+    """Kubeflow Trainer v2.2's runtimePatches have no grace period and no container ports (its
+    CRD refused both on the local control plane): a longer grace period than the runtime's
+    30 s would cut the preemption checkpoint, a metrics port no PodMonitor could find."""
+    doc = cluster_job(nodes=2, metrics={"port": 9090, "podMonitor": True},
+                      preemption={"gracePeriod": "45s"})  # fmt: skip
+    with pytest.raises(UserInputError) as refused:
+        render(validate_training_job(doc), "trainjob")
+    errors = {e.path: e.message for e in refused.value.errors}
+    assert set(errors) == {"spec.preemption.gracePeriod", "spec.metrics.port"}
+    assert "45 s is longer than target trainjob's pods get" in errors["spec.preemption.gracePeriod"]
+    assert "cannot declare the metrics container port" in errors["spec.metrics.port"]
+    doc = cluster_job(nodes=2, preemption={"gracePeriod": "30s"})
+    (trainjob,) = render(validate_training_job(doc), "trainjob")
+    (patch,) = trainjob["spec"]["runtimePatches"]
+    (replicated,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = replicated["template"]["spec"]["template"]["spec"]
+    assert set(pod) <= {"securityContext", "tolerations", "nodeSelector", "volumes", "containers"}
+    assert set(pod["containers"][0]) <= {"name", "securityContext", "volumeMounts", "env"}
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if t != "trainjob"])
 def test_the_pod_monitor_finds_a_named_port_on_every_target(target: str) -> None:
     """spec.metrics.podMonitor: every pod the PodMonitor selects has a container port of the
-    name it scrapes (PyTorchJob replaced the port list and lost it; TrainJob never had it)."""
+    name it scrapes (PyTorchJob replaced the port list and lost it; a TrainJob cannot declare
+    one and refuses the spec, above)."""
     from tests.integration.test_devcluster_platform import pod_templates
 
     doc = cluster_job(nodes=2, metrics={"port": 9090, "podMonitor": True})

@@ -42,7 +42,7 @@ def up(
     without: Annotated[
         list[str] | None,
         typer.Option(
-            help="Leave a controller out (kueue, jobset, training-operator, mpi-operator; "
+            help="Leave a controller out (kueue, jobset, training-operator, mpi-operator, trainer; "
             "repeatable)."
         ),
     ] = None,

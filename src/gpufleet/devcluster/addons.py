@@ -82,6 +82,11 @@ class Addon:
     # Ports it binds on every interface whatever its flags say (an upstream constant): checked
     # free before it starts, so a second cluster on the machine fails saying which.
     fixed_ports: tuple[int, ...] = ()
+    # Controllers it cannot work without (the Trainer runs TrainJobs as JobSets).
+    requires: tuple[str, ...] = ()
+    # Objects of its own kinds from its module, applied once its webhooks answer (the Trainer's
+    # ClusterTrainingRuntimes): the name of a manifest file beside its own.
+    after_ready: str | None = None
 
     @property
     def user(self) -> str:
@@ -196,7 +201,52 @@ MPI_OPERATOR = Addon(
     # cmd/mpi-operator/app/server.go: healthCheckPort = 8080, on every interface (/healthz only).
     fixed_ports=(8080,),
 )
-ADDONS = (KUEUE, JOBSET, TRAINING_OPERATOR, MPI_OPERATOR)
+TRAINER_PROBE: Obj = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "gpufleet-webhook-probe"},
+    "spec": {
+        "mlPolicy": {"numNodes": 1, "torch": {}},
+        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+            "template": {"spec": {"containers": [{"name": "node", "image": "probe"}]}}}}}]}},
+    },
+}  # fmt: skip
+TRAINER = Addon(
+    "trainer",
+    "kubeflow-system",
+    "kubeflow-trainer-controller-manager",
+    "kubeflow-trainer-controller-manager",
+    probe={
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "gpufleet-webhook-probe"},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {}},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "spec": {"containers": [{"name": "node", "image": "probe"}]}
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    },
+    cert_secret="kubeflow-trainer-webhook-cert",
+    tmpdir_certs=True,  # same rotation (pkg/util/cert), same fixed check path
+    kueue_framework="trainer.kubeflow.org/trainjob",
+    requires=("jobset",),
+    after_ready="trainer-runtimes",
+)
+ADDONS = (KUEUE, JOBSET, TRAINING_OPERATOR, MPI_OPERATOR, TRAINER)
 
 
 @dataclass(frozen=True)
@@ -239,7 +289,9 @@ def local_config(
                         "healthProbeBindAddress": f"{LOOPBACK}:{ports.health}"}  # fmt: skip
     config["metrics"] = {**config.get("metrics", {}),
                          "bindAddress": f"{LOOPBACK}:{ports.metrics}"}  # fmt: skip
-    config["webhook"] = {"host": LOOPBACK, "port": ports.webhook, "certDir": str(cert_dir)}
+    config["webhook"] = {"host": LOOPBACK, "port": ports.webhook}
+    if not addon.tmpdir_certs:  # a manager that reads $TMPDIR's has no such setting
+        config["webhook"]["certDir"] = str(cert_dir)
     config["leaderElection"] = {"leaderElect": False}
     if addon.cert_secret is None:
         config["internalCertManagement"] = {"enable": False}
@@ -305,9 +357,9 @@ def cert_dir(addon: Addon, workdir: Path) -> Path:
     return workdir / f"{addon.name}-certs"
 
 
-# cert-controller's rotation in the training-operator waits until a file exists at this fixed
-# path (pkg/cert's certDir constant) before it reports ready, while its webhook server reads
-# $TMPDIR's copy; the file only has to exist here, the server never reads it.
+# cert-controller's rotation in the training-operator and the Trainer waits until a file exists
+# at this fixed path (their pkg/cert and pkg/util/cert certDir constants) before it reports
+# ready, while their webhook servers read $TMPDIR's copy; the file only has to exist here.
 FIXED_CERT_CHECK = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
 
 

@@ -182,6 +182,9 @@ def ensure_built(log: Callable[[str], None]) -> Path:
     """The binaries' directory, building what is missing with scripts/build-controlplane.sh."""
     where = binaries_dir()
     needed = [where / n for n in COMPONENTS] + [manifests(where, a) for a in addons.ADDONS]
+    needed += [
+        where / "manifests" / f"{a.after_ready}.yaml" for a in addons.ADDONS if a.after_ready
+    ]
     needed.append(where / "crds" / "keda.sh_scaledobjects.yaml")
     if all(path.is_file() for path in needed):
         return where
@@ -317,6 +320,11 @@ class LocalCluster:
             return running
         self.down(quiet=True)
         for addon in addons.ADDONS:  # before anything starts: fail fast, leave nothing behind
+            lacking = [r for r in addon.requires if addon.name not in without and r in without]
+            if lacking:
+                raise UserInputError([FieldError("--without", (
+                    f"{addon.name} needs {', '.join(lacking)}; leave {addon.name} out too "
+                    f"(--without {addon.name})"))])  # fmt: skip
             busy = [p for p in addon.fixed_ports if addon.name not in without and not port_free(p)]
             if busy:
                 raise ClusterUpError(
@@ -452,6 +460,10 @@ class LocalCluster:
         if addon.probe is not None:
             probe = addon.probe
             self._wait(lambda: self._dry_run(probe), f"{addon.name}'s webhooks", timeout)
+        if addon.after_ready:
+            own = addons.load_manifests(binaries / "manifests" / f"{addon.after_ready}.yaml")
+            self._create_custom(own)
+            self.log(f"  {len(own)} {addon.after_ready} applied")
 
     def _lease_held(self, namespace: str, name: str) -> bool:
         from kubernetes import client
@@ -484,6 +496,16 @@ class LocalCluster:
         api = self._api()
         for obj in objects:
             utils.create_from_dict(api, obj)
+
+    def _create_custom(self, objects: list[dict[str, Any]]) -> None:
+        """Create cluster-scoped objects of custom kinds (the Trainer's runtimes)."""
+        from kubernetes import client
+
+        custom = client.CustomObjectsApi(self._api())
+        for obj in objects:
+            group, version = obj["apiVersion"].split("/")
+            plural = obj["kind"].lower() + "s"
+            custom.create_cluster_custom_object(group, version, plural, obj)
 
     def _mount_secret(
         self, namespace: str, name: str, directory: Path, fixed: Path | None = None

@@ -65,6 +65,8 @@ def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldErr
                 "or use an fsspec URI",
             )
         )
+    if target == "trainjob":
+        errors += _trainjob_errors(job)
     gpu = s.resources.gpu
     if gpu and gpu % s.procs_per_node:
         errors.append(
@@ -73,6 +75,28 @@ def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldErr
                 f"{gpu} GPUs per node cannot be divided among {s.procs_per_node} processes",
             )
         )
+    return errors
+
+
+# A TrainJob's pods get their runtime's grace period: torch-distributed sets none, so
+# Kubernetes' default.
+TRAINJOB_GRACE_PERIOD = 30
+
+
+def _trainjob_errors(job: TrainingJob) -> list[FieldError]:
+    """What a TrainJob cannot carry: Kubeflow Trainer v2.2's runtimePatches patch neither the
+    pods' grace period nor container ports (its CRD refuses both)."""
+    s, errors = job.spec, []
+    if s.preemption.grace_period > TRAINJOB_GRACE_PERIOD:
+        errors.append(FieldError("spec.preemption.gracePeriod", (
+            f"{s.preemption.grace_period:g} s is longer than target trainjob's pods get: "
+            f"its runtime's grace period, {TRAINJOB_GRACE_PERIOD} s (Kubeflow Trainer's "
+            "runtimePatches cannot set it); use at most that, or another target")))  # fmt: skip
+    if s.metrics.port:
+        errors.append(FieldError("spec.metrics.port", (
+            "target trainjob cannot declare the metrics container port (Kubeflow Trainer's "
+            "runtimePatches patch no ports), so no PodMonitor would find it; declare it in "
+            "the ClusterTrainingRuntime and drop it here, or use another target")))  # fmt: skip
     return errors
 
 

@@ -6,14 +6,17 @@ from gpufleet.kube import Obj
 from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import queued_labels
 from gpufleet.render.meta import metadata
-from gpufleet.render.podspec import METRICS_PORT_NAME, WorkerPod, pod_metadata, pod_spec
+from gpufleet.render.podspec import WorkerPod, pod_metadata, pod_spec
 from gpufleet.spec.models import TrainingJob
 
 RUNTIME = "torch-distributed"  # the ClusterTrainingRuntime Kubeflow Trainer installs
 NODE = "node"  # that runtime's replicated job and container name
-# What a TrainJob may patch in its runtime's pod template (Trainer's runtimePatches API).
-_POD_PATCH = ("securityContext", "terminationGracePeriodSeconds", "tolerations", "nodeSelector",
-              "volumes")  # fmt: skip
+# What a TrainJob may patch in its runtime's pod template: Trainer v2.2.0's PodSpecPatch and
+# ContainerPatch (pkg/apis/trainer/v1alpha1/trainjob_types.go), whose CRD refuses any other
+# field (seen on the local control plane: terminationGracePeriodSeconds, container ports). So
+# the grace period and a metrics port are the runtime's; render/checks.py refuses specs that
+# need them.
+_POD_PATCH = ("securityContext", "tolerations", "nodeSelector", "volumes")
 _CONTAINER_PATCH = ("name", "securityContext", "volumeMounts")
 
 
@@ -23,9 +26,10 @@ def render_trainjob(job: TrainingJob) -> list[Obj]:
     Trainer builds a JobSet named after the TrainJob with one replicated job ``node``; pod 0,
     ``<name>-node-0-0.<name>``, hosts the c10d rendezvous. The trainer section carries image,
     torchrun command, env and per-node resources; a runtime patch adds the restricted security
-    context, GPU tolerations, the GPU product selector, the preemption grace period and the
-    volumes. Worker restarts happen in the pod (torchrun ``--max-restarts``); pod-level
-    retries follow the runtime's JobSet failure policy, which the cluster admin owns.
+    context, GPU tolerations, the GPU product selector and the volumes (the grace period is
+    the runtime's: Kubernetes' default 30 s for ``torch-distributed``). Worker restarts happen
+    in the pod (torchrun ``--max-restarts``); pod-level retries follow the runtime's JobSet
+    failure policy, which the cluster admin owns.
     """
     require_cluster_ready(job, "trainjob")
     name = job.metadata.name
@@ -34,9 +38,6 @@ def render_trainjob(job: TrainingJob) -> list[Obj]:
     (container,) = pod["containers"]
     patch_pod = {k: pod[k] for k in _POD_PATCH if k in pod}
     patch_pod["containers"] = [{k: container[k] for k in _CONTAINER_PATCH}]
-    metrics = [p for p in container["ports"] if p["name"] == METRICS_PORT_NAME]
-    if metrics:  # the PodMonitor scrapes the port by this name
-        patch_pod["containers"][0]["ports"] = metrics
     trainer: Obj = {
         "image": container["image"],
         "command": container["command"],
