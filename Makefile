@@ -19,8 +19,9 @@ tools:
 	bash scripts/get-helm.sh $(TOOLS)
 	bash scripts/get-prometheus.sh
 
-# The local control plane (etcd, kube-*, kwok, Kueue, JobSet) built with Go from controlplane/
-# into .tools/controlplane (scripts/build-controlplane.sh: ~7 min cold on 2 cores, then cached).
+# The local control plane (etcd, kube-*, kwok, Kueue, JobSet, Kubeflow operators, Volcano) built
+# with Go from controlplane/ into .tools/controlplane (scripts/build-controlplane.sh: ~15 min cold
+# on 2 cores, then cached).
 controlplane:
 	bash scripts/build-controlplane.sh
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the local control plane's components from the pinned Go module in controlplane/ into
 # .tools/controlplane/ (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
-# Kueue, JobSet; the Kubeflow training-operator and the MPI operator from modules of their own,
-# controlplane/<name>/, because their Kubernetes libraries are older). A binary newer than go.mod and go.sum is kept; Go's build cache makes a
+# Kueue, JobSet; the Kubeflow training-operator, MPI operator and Trainer, and Volcano, from
+# modules of their own, controlplane/<name>/, because their Kubernetes libraries are older). A binary newer than go.mod and go.sum is kept; Go's build cache makes a
 # rebuild after a pin change incremental. Usage: scripts/build-controlplane.sh [NAME...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,15 +21,21 @@ declare -A PKGS=(
   [training-operator]=github.com/kubeflow/training-operator/cmd/training-operator.v1
   [mpi-operator]=github.com/kubeflow/mpi-operator/cmd/mpi-operator
   [trainer]=github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+  [vc-webhook-manager]=volcano.sh/volcano/cmd/webhook-manager
+  [vc-controller-manager]=volcano.sh/volcano/cmd/controller-manager
+  [vc-scheduler]=volcano.sh/volcano/cmd/scheduler
 )
 # name -> its Go module's directory, where it is not controlplane/ itself
 declare -A MODULES=(
   [training-operator]=controlplane/training-operator
   [mpi-operator]=controlplane/mpi-operator
   [trainer]=controlplane/trainer
+  [vc-webhook-manager]=controlplane/volcano
+  [vc-controller-manager]=controlplane/volcano
+  [vc-scheduler]=controlplane/volcano
 )
 ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset
-       training-operator mpi-operator trainer)
+       training-operator mpi-operator trainer vc-webhook-manager vc-controller-manager vc-scheduler)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ORDER[@]}")
 
@@ -126,6 +132,15 @@ if [ ! -s "$out" ] || [ ! -s "$manifests/trainer-runtimes.yaml" ] \
   mv "$out.tmp" "$out"
   echo "  trainer manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs," \
     "$(grep -c '^kind: ClusterTrainingRuntime' "$manifests/trainer-runtimes.yaml") runtimes"
+fi
+
+# Volcano's: the install manifest its module ships, rendered from its own Helm chart
+# (installer/volcano-development.yaml).
+out="$manifests/volcano.yaml"
+if [ ! -s "$out" ] || [ controlplane/volcano/go.sum -nt "$out" ] || [ controlplane/volcano/go.mod -nt "$out" ]; then
+  dir=$(cd controlplane/volcano && go list -m -f '{{.Dir}}' volcano.sh/volcano)
+  install -m 0644 "$dir/installer/volcano-development.yaml" "$out"
+  echo "  volcano manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs"
 fi
 
 # CRDs of components not run here (Prometheus Operator, Volcano, KEDA), from their modules at the

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.devcluster.addons import ADDONS
+from gpufleet.devcluster.addons import PROJECTS
 from gpufleet.devcluster.cluster import BASE, COMPONENTS, State, exit_with
 from tests.conftest import cluster_job, poll_until, processes_mentioning, run_cli, write_spec
 from tests.devcluster import (
@@ -33,7 +33,7 @@ from tests.devcluster import (
 )
 
 pytestmark = [pytest.mark.slow, needs_controlplane]
-CONTROLLERS = tuple(a.name for a in ADDONS)
+CONTROLLERS = PROJECTS
 
 
 def test_up_is_ready_secured_and_found_again(devcluster: DevCluster) -> None:
@@ -74,7 +74,12 @@ def test_controllers_crds_and_webhooks_come_from_their_modules(devcluster: DevCl
     assert {"clusterqueues.kueue.x-k8s.io", "workloads.kueue.x-k8s.io",
             "jobsets.jobset.x-k8s.io", "servicemonitors.monitoring.coreos.com",
             "queues.scheduling.volcano.sh", "scaledobjects.keda.sh",
-            "pytorchjobs.kubeflow.org", "mpijobs.kubeflow.org"} <= crds  # fmt: skip
+            "pytorchjobs.kubeflow.org", "mpijobs.kubeflow.org", "trainjobs.trainer.kubeflow.org",
+            "clustertrainingruntimes.trainer.kubeflow.org",
+            "jobs.batch.volcano.sh"} <= crds  # fmt: skip
+    runtimes = devcluster.custom.list_cluster_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")["items"]  # fmt: skip
+    assert "torch-distributed" in {r["metadata"]["name"] for r in runtimes}
     mpijobs = devcluster.typed("ApiextensionsV1Api").read_custom_resource_definition(
         "mpijobs.kubeflow.org")  # fmt: skip
     assert [v.name for v in mpijobs.spec.versions] == ["v2beta1"]

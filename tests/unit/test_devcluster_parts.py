@@ -231,3 +231,37 @@ def test_a_port_held_on_loopback_is_not_free_for_a_server_on_every_interface() -
         port = held.getsockname()[1]
         assert not port_free(port)
     assert port_free(port)
+
+
+def test_ports_chosen_together_are_distinct() -> None:
+    """Every listener of the cluster gets its own port: chosen while all are held (separate
+    free_port() calls once gave Volcano's controller the webhook's port)."""
+    from gpufleet.net import free_ports
+
+    ports = free_ports(40)
+    assert len(set(ports)) == 40
+
+
+def test_volcanos_processes_share_its_manifests_and_leave_together() -> None:
+    """Volcano runs as three processes installed from one manifest; `--without volcano` names
+    the project, and the scheduler's metrics listener is on loopback (its default is :8080 on
+    every interface, the MPI operator's fixed port)."""
+    from gpufleet.devcluster.addons import (
+        PROJECTS,
+        VOLCANO_ADMISSION,
+        VOLCANO_CONTROLLERS,
+        VOLCANO_SCHEDULER,
+        Ports,
+        argv,
+    )
+    from gpufleet.devcluster.cluster import manifests
+
+    where = Path("/bin")
+    for addon in (VOLCANO_ADMISSION, VOLCANO_CONTROLLERS, VOLCANO_SCHEDULER):
+        assert manifests(where, addon) == where / "manifests" / "volcano.yaml"
+        assert addon.project_name == "volcano"
+    assert "volcano" in PROJECTS and "vc-scheduler" not in PROJECTS
+    args = argv(VOLCANO_SCHEDULER, where / "vc-scheduler", None, Path("kc"), Ports(1, 2, 3),
+                Path("/w"), Path("ca.crt"))  # fmt: skip
+    assert "--listen-address=127.0.0.1:3" in args and "--healthz-address=127.0.0.1:2" in args
+    assert "--scheduler-conf=/w/vc-scheduler-files/volcano-scheduler.conf" in args

@@ -42,8 +42,8 @@ def up(
     without: Annotated[
         list[str] | None,
         typer.Option(
-            help="Leave a controller out (kueue, jobset, training-operator, mpi-operator, trainer; "
-            "repeatable)."
+            help="Leave a controller out (kueue, jobset, training-operator, mpi-operator, "
+            "trainer, volcano; repeatable)."
         ),
     ] = None,
     kueue_fair_sharing: Annotated[

@@ -87,6 +87,28 @@ class Addon:
     # Objects of its own kinds from its module, applied once its webhooks answer (the Trainer's
     # ClusterTrainingRuntimes): the name of a manifest file beside its own.
     after_ready: str | None = None
+    # Its install manifests (manifests/<manifest>.yaml); None: a process of a project whose
+    # first process installed them (Volcano's controllers and scheduler).
+    manifest: str | None = ""  # "": the addon's name
+    # What `--without` calls it: a project of several processes is left out whole.
+    project: str = ""  # "": the addon's name
+    # Files a flag-configured manager reads, from ConfigMaps of its manifests (ConfigMap name,
+    # key): written to {files}/<key>.
+    config_files: tuple[tuple[str, str], ...] = ()
+    # Its readiness endpoint on the health port: path, and whether it is served over TLS.
+    ready_path: str = "/readyz"
+    ready_tls: bool = False
+    # Kinds of its manifests that run in a cluster as workloads and are replaced here by the
+    # process (the Deployment always is): Volcano's certificate-making Job.
+    skip_kinds: tuple[str, ...] = ()
+
+    @property
+    def manifest_name(self) -> str | None:
+        return self.name if self.manifest == "" else self.manifest
+
+    @property
+    def project_name(self) -> str:
+        return self.project or self.name
 
     @property
     def user(self) -> str:
@@ -246,7 +268,91 @@ TRAINER = Addon(
     requires=("jobset",),
     after_ready="trainer-runtimes",
 )
-ADDONS = (KUEUE, JOBSET, TRAINING_OPERATOR, MPI_OPERATOR, TRAINER)
+# Volcano: its admission webhooks (which also install the project's manifests), controllers and
+# scheduler, three processes with the flags of their Deployments (installer/
+# volcano-development.yaml). Every listener on loopback: the scheduler's metrics listener
+# defaults to :8080 on every interface, the MPI operator's fixed port.
+VOLCANO = "volcano-system"
+VOLCANO_ADMISSION = Addon(
+    "vc-webhook-manager",
+    VOLCANO,
+    "volcano-admission",
+    "volcano-admission-service",
+    probe={
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": "gpufleet-webhook-probe"},
+        "spec": {"weight": 1},
+    },
+    flags=(
+        "--kubeconfig={kubeconfig}",
+        "--listen-address=127.0.0.1",
+        "--port={webhook}",
+        "--tls-cert-file={certs}/tls.crt",
+        "--tls-private-key-file={certs}/tls.key",
+        "--ca-cert-file={ca}",
+        "--admission-conf={files}/volcano-admission.conf",
+        f"--webhook-namespace={VOLCANO}",
+        "--webhook-service-name=volcano-admission-service",
+        "--enabled-admission=/jobs/mutate,/jobs/validate,/podgroups/mutate,/pods/validate,"
+        "/pods/mutate,/queues/mutate,/queues/validate",
+        "--enable-healthz=true",
+        "--healthz-address=127.0.0.1:{health}",
+        "--logtostderr",
+        "-v=2",
+    ),
+    manifest="volcano",
+    project="volcano",
+    config_files=(("volcano-admission-configmap", "volcano-admission.conf"),),
+    ready_path="/healthz",
+    ready_tls=True,  # its health server takes the serving certificate too
+    skip_kinds=("Job",),
+)
+VOLCANO_CONTROLLERS = Addon(
+    "vc-controller-manager",
+    VOLCANO,
+    "volcano-controllers",
+    None,
+    None,
+    flags=(
+        "--kubeconfig={kubeconfig}",
+        "--enable-healthz=true",
+        "--healthz-address=127.0.0.1:{health}",
+        "--leader-elect=false",
+        "--logtostderr",
+        "-v=2",
+    ),
+    manifest=None,
+    project="volcano",
+    ready_path="/healthz",
+)
+VOLCANO_SCHEDULER = Addon(
+    "vc-scheduler",
+    VOLCANO,
+    "volcano-scheduler",
+    None,
+    None,
+    flags=(
+        "--kubeconfig={kubeconfig}",
+        "--scheduler-conf={files}/volcano-scheduler.conf",
+        "--enable-healthz=true",
+        "--healthz-address=127.0.0.1:{health}",
+        "--enable-metrics=true",
+        "--listen-address=127.0.0.1:{metrics}",
+        "--leader-elect=false",
+        "--logtostderr",
+        "-v=2",
+    ),
+    manifest=None,
+    project="volcano",
+    config_files=(("volcano-scheduler-configmap", "volcano-scheduler.conf"),),
+    ready_path="/healthz",
+)
+ADDONS = (
+    KUEUE, JOBSET, TRAINING_OPERATOR, MPI_OPERATOR, TRAINER,
+    VOLCANO_ADMISSION, VOLCANO_CONTROLLERS, VOLCANO_SCHEDULER,
+)  # fmt: skip
+PROJECTS = tuple(dict.fromkeys(a.project_name for a in ADDONS))
 
 
 @dataclass(frozen=True)
@@ -309,7 +415,7 @@ def cluster_objects(addon: Addon, docs: list[Obj], ca_pem: bytes, webhook_port: 
     ca_bundle = None if addon.cert_secret else base64.b64encode(ca_pem).decode()
     for doc in docs:
         kind, name = doc["kind"], doc["metadata"]["name"]
-        if kind in ("Deployment", "APIService"):
+        if kind in ("Deployment", "APIService", *addon.skip_kinds):
             continue
         if kind == "ConfigMap" and "controller_manager_config.yaml" in doc.get("data", {}):
             continue
@@ -363,15 +469,39 @@ def cert_dir(addon: Addon, workdir: Path) -> Path:
 FIXED_CERT_CHECK = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
 
 
+def files_dir(addon: Addon, workdir: Path) -> Path:
+    return workdir / f"{addon.name}-files"
+
+
 def argv(
-    addon: Addon, binary: Path, config: Path | None, kubeconfig: Path, ports: Ports
+    addon: Addon,
+    binary: Path,
+    config: Path | None,
+    kubeconfig: Path,
+    ports: Ports,
+    workdir: Path | None = None,
+    ca: Path | None = None,
 ) -> list[str]:
     """The manager's command line: its configuration file, or its flags."""
     if addon.flags is None:
         return [str(binary), f"--config={config}", f"--kubeconfig={kubeconfig}"]
     values = {"webhook": ports.webhook, "health": ports.health, "metrics": ports.metrics,
-              "kubeconfig": kubeconfig}  # fmt: skip
+              "kubeconfig": kubeconfig, "ca": ca}  # fmt: skip
+    if workdir is not None:
+        values |= {"certs": cert_dir(addon, workdir), "files": files_dir(addon, workdir)}
     return [str(binary), *(flag.format(**values) for flag in addon.flags)]
+
+
+def write_config_files(addon: Addon, docs: list[Obj], workdir: Path) -> None:
+    """The files ``addon.config_files`` names, from its ConfigMaps, as a mounted ConfigMap."""
+    directory = files_dir(addon, workdir)
+    directory.mkdir(parents=True, exist_ok=True)
+    for configmap, key in addon.config_files:
+        found = [d for d in docs if d["kind"] == "ConfigMap"
+                 and d["metadata"]["name"] == configmap]  # fmt: skip
+        if not found or key not in found[0].get("data", {}):
+            raise ValueError(f"{addon.name}: no ConfigMap {configmap} with {key} in its manifests")
+        (directory / key).write_text(found[0]["data"][key])
 
 
 def environment(addon: Addon, workdir: Path, kubeconfig: Path) -> dict[str, str]:

@@ -36,7 +36,7 @@ from gpufleet.devcluster.components import (
 )
 from gpufleet.devcluster.pki import Pki, make_pki
 from gpufleet.errors import FieldError, GpufleetError, UserInputError
-from gpufleet.net import free_port, port_free
+from gpufleet.net import free_ports, port_free
 from gpufleet.procs import pid_alive
 
 DEFAULT_DIR = Path(".gpufleet/cluster")
@@ -55,6 +55,9 @@ RUN_FOR_A_DAY = {
     "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "24h",
 }
 
+
+# How often a controller's manager is started again when it exits before it is ready.
+ADDON_RESTARTS = 3
 
 NVIDIA_RUNTIME_CLASS: dict[str, Any] = {
     "apiVersion": "node.k8s.io/v1",
@@ -206,8 +209,10 @@ def ensure_built(log: Callable[[str], None]) -> Path:
 
 
 def manifests(binaries: Path, addon: addons.Addon) -> Path:
-    """The addon's install manifests, rendered from its module by the build."""
-    return binaries / "manifests" / f"{addon.name}.yaml"
+    """The install manifests of the addon's project, rendered from its module by the build."""
+    owner = next(a for a in addons.ADDONS
+                 if a.project_name == addon.project_name and a.manifest_name)  # fmt: skip
+    return binaries / "manifests" / f"{owner.manifest_name}.yaml"
 
 
 def require_extra() -> None:
@@ -307,11 +312,11 @@ class LocalCluster:
         ``without`` names controllers (kueue, jobset) to leave out, as on a cluster that lacks
         them; ``fair_sharing`` turns on Kueue's fair sharing. A running cluster in the same
         directory is found and returned as it is."""
-        unknown = sorted(set(without) - {a.name for a in addons.ADDONS})
+        unknown = sorted(set(without) - set(addons.PROJECTS))
         if unknown:
             raise UserInputError([FieldError("--without", (
                 f"unknown controller {', '.join(unknown)}; "
-                f"one of: {', '.join(a.name for a in addons.ADDONS)}"))])  # fmt: skip
+                f"one of: {', '.join(addons.PROJECTS)}"))])  # fmt: skip
         pools = nodes if isinstance(nodes, list) else [nodes]
         require_extra()
         running = self.state_if_running()
@@ -320,12 +325,14 @@ class LocalCluster:
             return running
         self.down(quiet=True)
         for addon in addons.ADDONS:  # before anything starts: fail fast, leave nothing behind
-            lacking = [r for r in addon.requires if addon.name not in without and r in without]
+            if addon.project_name in without:
+                continue
+            lacking = [r for r in addon.requires if r in without]
             if lacking:
                 raise UserInputError([FieldError("--without", (
                     f"{addon.name} needs {', '.join(lacking)}; leave {addon.name} out too "
                     f"(--without {addon.name})"))])  # fmt: skip
-            busy = [p for p in addon.fixed_ports if addon.name not in without and not port_free(p)]
+            busy = [p for p in addon.fixed_ports if not port_free(p)]
             if busy:
                 raise ClusterUpError(
                     f"{addon.name} always listens on port {', '.join(map(str, busy))} (fixed in "
@@ -335,15 +342,13 @@ class LocalCluster:
         binaries = ensure_built(self.log)
         pki = make_pki(self.dir / "pki")
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
-        ports = {
-            name: free_port()
-            for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager",
-                         "kube-scheduler")
-        }  # fmt: skip
-        for addon in addons.ADDONS:
-            ports |= {
-                f"{addon.name}-{use}": free_port() for use in ("webhook", "health", "metrics")
-            }
+        names = ["etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager",
+                 "kube-scheduler"]  # fmt: skip
+        names += [
+            f"{a.name}-{use}" for a in addons.ADDONS for use in ("webhook", "health", "metrics")
+        ]
+        # All held at once while chosen: one port never goes to two listeners.
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
         server = f"https://127.0.0.1:{ports['kube-apiserver']}"
         state = State(ports=ports, server=server, binaries=str(binaries))
         configs = {u: kubeconfig(self.dir / f"{u}.kubeconfig", server, pki, u)
@@ -377,7 +382,7 @@ class LocalCluster:
                 if component.name == "kwok":
                     self._create_nodes(pools)
                 self._start(component, state, timeout)
-            enabled = [a for a in addons.ADDONS if a.name not in without]
+            enabled = [a for a in addons.ADDONS if a.project_name not in without]
             for addon in enabled:
                 extra = addons.KUEUE_FAIR_SHARING if fair_sharing and addon is addons.KUEUE else {}
                 self._start_addon(addon, binaries, pki, server, state, timeout, extra, enabled)
@@ -389,22 +394,37 @@ class LocalCluster:
         state.write(self.dir)
         return state
 
-    def _start(self, component: Component, state: State, timeout: float) -> None:
+    def _start(self, component: Component, state: State, timeout: float, restarts: int = 0) -> None:
+        """Run ``component`` and wait until it is ready. ``restarts``: how often it is started
+        again when it exits before that, as the kubelet restarts a pod's container (a manager
+        whose webhook server starts before its own certificate rotation has filled the Secret
+        exits once, in a cluster too)."""
         started = time.monotonic()
         log_path = self.dir / "logs" / f"{component.name}.log"
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(
-                component.argv,
-                env={**os.environ, **dict(component.env)} if component.env else None,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # outlives `gpufleet cluster up`; `down` ends it
-            )
-        state.pids[component.name] = proc.pid
-        state.write(self.dir)
+
+        def launch() -> subprocess.Popen[bytes]:
+            with open(log_path, "ab") as out:
+                proc = subprocess.Popen(
+                    component.argv,
+                    env={**os.environ, **dict(component.env)} if component.env else None,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # outlives `gpufleet cluster up`; `down` ends it
+                )
+            state.pids[component.name] = proc.pid
+            state.write(self.dir)
+            return proc
+
+        proc = launch()
         while not component.ready():
             if proc.poll() is not None:
+                if restarts > 0:
+                    restarts -= 1
+                    self.log(f"  {component.name} exited with {proc.returncode} while starting; "
+                             "started again (as the kubelet would)")  # fmt: skip
+                    proc = launch()
+                    continue
                 raise ClusterUpError(
                     f"{component.name} exited with {proc.returncode} while starting; "
                     f"last lines of {log_path}:\n{tail(log_path)}"
@@ -431,16 +451,21 @@ class LocalCluster:
             *(state.ports[f"{addon.name}-{u}"] for u in ("webhook", "health", "metrics"))
         )
         config = addons.prepare(addon, pki, self.dir, docs, p, extra)
-        objects = addons.cluster_objects(addon, docs, pki.ca.read_bytes(), p.webhook)
-        self._create_all(objects)
-        self._wait(lambda: self._crds_established(list(addons.crd_names(objects))),
-                   f"{addon.name}'s CRDs Established", timeout)  # fmt: skip
+        if addon.config_files:
+            addons.write_config_files(addon, docs, self.dir)
+        if addon.manifest_name:  # the project's first process installs its manifests
+            objects = addons.cluster_objects(addon, docs, pki.ca.read_bytes(), p.webhook)
+            self._create_all(objects)
+            self._wait(lambda: self._crds_established(list(addons.crd_names(objects))),
+                       f"{addon.name}'s CRDs Established", timeout)  # fmt: skip
         kc = kubeconfig(self.dir / f"{addon.name}.kubeconfig", server, pki, addon.name)
         manager = controller_runtime_manager(
             addon.name,
-            addons.argv(addon, binaries / addon.name, config, kc, p),
+            addons.argv(addon, binaries / addon.name, config, kc, p, self.dir, pki.ca),
             p.health,
             addons.environment(addon, self.dir, kc),
+            path=addon.ready_path,
+            tls=addon.ready_tls,
         )
         if addon.ready_lease:
             lease = addon.ready_lease
@@ -450,13 +475,15 @@ class LocalCluster:
             ready, secret = manager.ready, addon.cert_secret
             certs = addons.cert_dir(addon, self.dir)
             fixed = addons.FIXED_CERT_CHECK if addon.tmpdir_certs else None
+            if fixed is not None:  # a previous cluster's would open the gate before ours exist
+                fixed.unlink(missing_ok=True)
             manager = Component(
                 manager.name,
                 manager.argv,
                 lambda: self._mount_secret(addon.namespace, secret, certs, fixed) and ready(),
                 manager.env,
             )
-        self._start(manager, state, timeout)
+        self._start(manager, state, timeout, restarts=ADDON_RESTARTS)
         if addon.probe is not None:
             probe = addon.probe
             self._wait(lambda: self._dry_run(probe), f"{addon.name}'s webhooks", timeout)
@@ -479,9 +506,15 @@ class LocalCluster:
     def _install_other_crds(self, binaries: Path, timeout: float) -> None:
         """The CRDs of projects a cluster of the chart's design has but that do not run here
         (Prometheus Operator, Volcano, KEDA: controlplane/crds.txt), from their modules."""
+        from kubernetes import client
+
+        ext = client.ApiextensionsV1Api(self._api())
+        served = {c.metadata.name for c in ext.list_custom_resource_definition().items
+                  if c.metadata}  # fmt: skip
         docs = [d for f in sorted((binaries / "crds").glob("*.yaml"))
                 for d in addons.load_manifests(f)]  # fmt: skip
-        self._create_all(docs)
+        # Those a running controller installed already (Volcano's, when it runs) stay its own.
+        self._create_all([d for d in docs if d["metadata"]["name"] not in served])
         self._wait(lambda: self._crds_established(list(addons.crd_names(docs))),
                    f"{len(docs)} CRDs of other projects Established", timeout)  # fmt: skip
 

@@ -163,9 +163,17 @@ def kwok(
 
 
 def controller_runtime_manager(
-    name: str, argv: list[str], health_port: int, env: dict[str, str] | None = None
+    name: str,
+    argv: list[str],
+    health_port: int,
+    env: dict[str, str] | None = None,
+    *,
+    path: str = "/readyz",
+    tls: bool = False,
 ) -> Component:
-    """A controller-runtime manager (Kueue, JobSet, training-operator); ready when its /readyz
-    answers (each reports ready only once its webhook server listens with its certificate)."""
-    url = f"http://127.0.0.1:{health_port}/readyz"
-    return Component(name, argv, lambda: _get(url), tuple((env or {}).items()))
+    """A controller's manager (Kueue, JobSet, the Kubeflow operators, Volcano's); ready when its
+    readiness endpoint answers (controller-runtime's /readyz reports ready only once the
+    webhook server listens with its certificate)."""
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{health_port}{path}"
+    context = _insecure() if tls else None  # our own CA's certificate, for another host name
+    return Component(name, argv, lambda: _get(url, context=context), tuple((env or {}).items()))
