@@ -15,8 +15,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,6 +296,7 @@ class LocalCluster:
     def __init__(self, directory: Path = DEFAULT_DIR, log: Callable[[str], None] | None = None):
         self.dir = directory.resolve()
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self._state_lock = threading.Lock()
 
     @property
     def kubeconfig(self) -> Path:
@@ -383,9 +386,20 @@ class LocalCluster:
                     self._create_nodes(pools)
                 self._start(component, state, timeout)
             enabled = [a for a in addons.ADDONS if a.project_name not in without]
-            for addon in enabled:
+
+            def start(addon: addons.Addon) -> None:
                 extra = addons.KUEUE_FAIR_SHARING if fair_sharing and addon is addons.KUEUE else {}
                 self._start_addon(addon, binaries, pki, server, state, timeout, extra, enabled)
+
+            # The controllers start side by side (each mostly waits: on its CRDs, certificates,
+            # readiness), in two waves: first those that install manifests and need no other
+            # controller, then the rest (the Trainer needs JobSet's kinds, Volcano's controllers
+            # and scheduler its CRDs).
+            first = [a for a in enabled if a.manifest_name and not a.requires]
+            for wave in (first, [a for a in enabled if a not in first]):
+                with ThreadPoolExecutor(max_workers=max(1, len(wave))) as pool:
+                    for done in [pool.submit(start, a) for a in wave]:
+                        done.result()  # the first failure, once every start has ended
             self._install_other_crds(binaries, timeout)
         except BaseException:
             state.write(self.dir)
@@ -412,8 +426,9 @@ class LocalCluster:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # outlives `gpufleet cluster up`; `down` ends it
                 )
-            state.pids[component.name] = proc.pid
-            state.write(self.dir)
+            with self._state_lock:  # controllers start from several threads
+                state.pids[component.name] = proc.pid
+                state.write(self.dir)
             return proc
 
         proc = launch()
