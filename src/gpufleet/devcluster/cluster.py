@@ -312,7 +312,7 @@ class LocalCluster:
         fair_sharing: bool = False,
     ) -> State:
         """Start every component in order, each once the one before is ready; create the nodes.
-        ``without`` names controllers (kueue, jobset) to leave out, as on a cluster that lacks
+        ``without`` names controllers (addons.PROJECTS) to leave out, as on a cluster that lacks
         them; ``fair_sharing`` turns on Kueue's fair sharing. A running cluster in the same
         directory is found and returned as it is."""
         unknown = sorted(set(without) - set(addons.PROJECTS))
