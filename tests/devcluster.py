@@ -107,6 +107,21 @@ class DevCluster:
             interval=1,
         )
 
+    def run_to_end(
+        self, name: str, namespace: str, timeout: float = 120
+    ) -> tuple[str, dict[str, dict[str, Any]]]:
+        """Wait for the job's verdict (Succeeded or Failed); also every pod of it seen bound to
+        a node meanwhile (some controllers remove their workers once the job ends)."""
+        pods: dict[str, dict[str, Any]] = {}
+
+        def verdict() -> str:
+            pods.update({p["metadata"]["name"]: p for p in self.pods(namespace, name)
+                         if p["spec"].get("nodeName")})  # fmt: skip
+            phase = self.phase(name, namespace)
+            return phase if phase in ("Succeeded", "Failed") else ""
+
+        return poll_until(verdict, what=f"{namespace}/{name} to end", timeout=timeout), pods
+
     def namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
         """Create a namespace (a test's own, so tests sharing the cluster do not meet)."""
         body = {"metadata": {"name": name, "labels": labels or {}}}

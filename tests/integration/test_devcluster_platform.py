@@ -265,17 +265,9 @@ def test_a_queued_mpijob_runs_its_launcher_beside_its_workers_and_cancels_clean(
     submit = lab.gpufleet("submit", str(path), "--target", "mpijob")
     assert submit.returncode == 0, submit.stderr[-2000:]
 
-    # Workers live until the launcher ends (then the operator removes them): keep every pod
-    # seen bound to a node while waiting for the verdict.
-    pods: dict[str, dict[str, Any]] = {}
-
-    def verdict() -> str:
-        pods.update({p["metadata"]["name"]: p for p in lab.pods(ns, name)
-                     if p["spec"].get("nodeName")})  # fmt: skip
-        phase = lab.phase(name, ns)
-        return phase if phase in ("Succeeded", "Failed") else ""
-
-    assert poll_until(verdict, what=f"{name} to end", timeout=120) == "Succeeded", pods.keys()
+    # Workers live until the launcher ends (then the operator removes them).
+    phase, pods = lab.run_to_end(name, ns)
+    assert phase == "Succeeded", pods.keys()
     launcher = next(p for n, p in pods.items() if n.startswith(f"{name}-launcher-"))
     workers = [pods[f"{name}-worker-{i}"] for i in range(2)]
     for worker in workers:

@@ -59,15 +59,8 @@ def test_a_volcano_gang_runs_whole_on_gpu_nodes_under_restricted_without_network
     path = write_spec(devcluster.root, gang(name, ns, nodes=2, gpus=2), f"{name}.yaml")
     submit = devcluster.gpufleet("submit", str(path), "--target", "volcano")
     assert submit.returncode == 0, submit.stderr[-2000:]
-    pods: dict[str, dict[str, Any]] = {}
-
-    def verdict() -> str:
-        pods.update({p["metadata"]["name"]: p for p in devcluster.pods(ns, name)
-                     if p["spec"].get("nodeName")})  # fmt: skip
-        phase = devcluster.phase(name, ns)
-        return phase if phase in ("Succeeded", "Failed") else ""
-
-    assert poll_until(verdict, what=f"{name} to end", timeout=120) == "Succeeded"
+    phase, pods = devcluster.run_to_end(name, ns)
+    assert phase == "Succeeded"
     assert sorted(pods) == [f"{name}-worker-0", f"{name}-worker-1"]
     for pod in pods.values():
         assert pod["spec"]["schedulerName"] == "volcano"

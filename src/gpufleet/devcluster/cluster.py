@@ -545,15 +545,21 @@ class LocalCluster:
         for obj in objects:
             utils.create_from_dict(api, obj)
 
-    def _create_custom(self, objects: list[dict[str, Any]]) -> None:
-        """Create cluster-scoped objects of custom kinds (the Trainer's runtimes)."""
+    def _create_custom(self, objects: list[dict[str, Any]], dry_run: str | None = None) -> None:
+        """Create objects of custom kinds (the Trainer's runtimes, webhook probes)."""
         from kubernetes import client
 
         custom = client.CustomObjectsApi(self._api())
         for obj in objects:
             group, version = obj["apiVersion"].split("/")
             plural = obj["kind"].lower() + "s"
-            custom.create_cluster_custom_object(group, version, plural, obj)
+            ns = obj["metadata"].get("namespace")
+            if ns:
+                custom.create_namespaced_custom_object(
+                    group, version, ns, plural, obj, dry_run=dry_run
+                )
+            else:
+                custom.create_cluster_custom_object(group, version, plural, obj, dry_run=dry_run)
 
     def _mount_secret(
         self, namespace: str, name: str, directory: Path, fixed: Path | None = None
@@ -594,20 +600,10 @@ class LocalCluster:
 
     def _dry_run(self, obj: dict[str, Any]) -> bool:
         """Create ``obj`` with dryRun=All; False while a webhook cannot be called."""
-        from kubernetes import client
-
         from gpufleet.cluster.client import api_errors
 
-        custom = client.CustomObjectsApi(self._api())
-        group, version = obj["apiVersion"].split("/")
-        plural = obj["kind"].lower() + "s"
-        ns = obj["metadata"].get("namespace")
         try:
-            if ns:
-                custom.create_namespaced_custom_object(group, version, ns, plural, obj,
-                                                       dry_run="All")  # fmt: skip
-            else:
-                custom.create_cluster_custom_object(group, version, plural, obj, dry_run="All")
+            self._create_custom([obj], dry_run="All")
         except api_errors():
             return False
         return True
