@@ -8,7 +8,9 @@ Exit codes mean the same thing locally and inside pods, so restart policies can 
 * ``EXIT_HUNG`` (3) - a worker's hang watchdog fired (no step progress within ``hangTimeout``);
   the launcher restarts the group, like any other worker failure.
 * ``EXIT_PREEMPTED`` (75, ``EX_TEMPFAIL``) - stopped by SIGTERM/SIGINT *after* a preemption
-  checkpoint was committed; running the same job again resumes from it. Retriable.
+  checkpoint was committed; running the same job again resumes from it. Retriable. A pod's
+  launcher also exits 75 when the rendezvous host (pod 0) is lost after the group formed
+  (gpufleet.launch.pod): the same retry resumes from the last checkpoint.
 
 The tree (every error gpufleet raises on purpose; anything else is a bug and keeps its
 traceback)::

@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 
 from gpufleet.devcluster.addons import PROJECTS
-from gpufleet.devcluster.cluster import BASE, COMPONENTS, State, exit_with
+from gpufleet.devcluster.cluster import (
+    BASE,
+    COMPONENTS,
+    RUN_FOR_A_DAY,
+    State,
+    exit_with,
+)
+from gpufleet.errors import EXIT_PREEMPTED
 from tests.conftest import cluster_job, poll_until, processes_mentioning, run_cli, write_spec
 from tests.devcluster import (
     CHART,
@@ -227,6 +234,58 @@ def test_failure_policy_on_the_real_job_controller(devcluster: DevCluster) -> No
     assert "Failed" in st.stdout, st.stdout + st.stderr
     for name in ("preempted", "crashing"):
         assert devcluster.gpufleet("cancel", name, "-n", ns).returncode == 0
+
+
+def test_a_lost_rendezvous_host_costs_no_restart(devcluster: DevCluster) -> None:
+    """Pod 0 of a 2-pod job (the c10d store's host) is evicted, as a drain or a lost node does;
+    pod 1's launcher then exits 75, as it does when its rendezvous host is gone
+    (test_pod_launcher runs that launcher). The real Job controller counts neither: both indexes
+    get a new pod and status.failed stays 0 (it was 1 per lost pod 0 when the launcher exited 1
+    there), so a lost pod 0 never spends spec.maxRestarts. The evicted pod ends Failed (exit 143)
+    as a kubelet ends it (gpufleet's pod-terminate Stage), carrying the DisruptionTarget
+    condition the Eviction API adds."""
+    from gpufleet.cluster import Cluster
+    from gpufleet.render import render
+    from gpufleet.spec import validate_training_job
+
+    ns = devcluster.namespace("lost-host")
+    doc = cluster_job(nodes=2, procsPerNode=1, resources={"gpu": 1}, maxRestarts=1,
+                      checkpoint={"dir": "s3://bucket/ckpt"}, volumes=[])  # fmt: skip
+    doc["metadata"] = {"name": "lost", "namespace": ns}
+    objects = render(validate_training_job(doc), "job")
+    template = objects[-1]["spec"]["template"]["metadata"]
+    template["annotations"] = {**template.get("annotations", {}), **RUN_FOR_A_DAY}
+    Cluster(devcluster.custom, devcluster.core, ns).submit(objects)
+    index = "batch.kubernetes.io/job-completion-index"
+
+    def running() -> dict[str, str] | None:
+        pods = devcluster.pods(ns, "lost")
+        live = [p for p in pods if p["status"].get("phase") == "Running"
+                and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+        up = {p["metadata"]["labels"][index]: p["metadata"]["name"] for p in live}
+        return up if set(up) == {"0", "1"} else None
+
+    first = poll_until(running, what="both pods Running", timeout=120, interval=1)
+    from kubernetes import client
+
+    devcluster.core.create_namespaced_pod_eviction(
+        first["0"], ns,
+        client.V1Eviction(metadata=client.V1ObjectMeta(name=first["0"], namespace=ns)),
+    )  # fmt: skip
+    devcluster.core.patch_namespaced_pod(
+        first["1"], ns,
+        {"metadata": {"annotations": exit_with(EXIT_PREEMPTED)}},
+    )  # fmt: skip
+
+    def replaced() -> dict[str, str] | None:
+        now = running()
+        return now if now and not set(now.values()) & set(first.values()) else None
+
+    poll_until(replaced, what="a new pod for both indexes", timeout=180, interval=1)
+    status = devcluster.typed("BatchV1Api").read_namespaced_job_status("lost", ns).status
+    assert not status.failed, status
+    assert not any(c.type == "Failed" and c.status == "True" for c in status.conditions or [])
+    assert devcluster.gpufleet("cancel", "lost", "-n", ns).returncode == 0
 
 
 def test_the_50_node_designs_flavors_and_topology_admit_and_place_a_job(tmp_path: Path) -> None:

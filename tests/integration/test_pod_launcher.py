@@ -4,7 +4,9 @@
 These tests take that command and env from the rendered Indexed Job, move the pod's paths and
 the rendezvous host onto this machine, and check what the kubelet and Prometheus will see: the
 job's metrics on the spec's port while it trains, exit 0 when done, 75 when SIGTERM arrives
-(after the preemption checkpoint), 1 when a worker fails past its restarts.
+(after the preemption checkpoint), 1 when a worker fails past its restarts, 75 on the other
+pods when pod 0 (the rendezvous host) is lost after the group formed, and 1 in one line when no
+rendezvous host was ever reachable.
 """
 
 from __future__ import annotations
@@ -29,29 +31,41 @@ pytestmark = pytest.mark.slow
 
 
 def pod_process(
-    workdir: Path, *, faults: str = "", **spec: Any
+    workdir: Path,
+    *,
+    faults: str = "",
+    node: int = 0,
+    here: str = "",
+    rdzv_conf: str = "",
+    **spec: Any,
 ) -> tuple[subprocess.Popen[str], int]:
-    """Start the rendered worker pod's command here; returns it and its metrics port."""
+    """Start the rendered worker pod ``node``'s command here; returns it and its metrics port.
+    Its rendezvous host is ``here`` (default: a free loopback port); ``rdzv_conf`` is passed
+    as torchrun's ``--rdzv-conf``. Each pod has its own run directory (an emptyDir) and all
+    share the checkpoint volume. The pod leads a process group of its own (a node)."""
     port = free_port()
     job = validate_training_job(
-        cluster_job(nodes=1, procsPerNode=2, metrics={"port": port}, **spec)
+        cluster_job(**{"nodes": 1, "procsPerNode": 2, "metrics": {"port": port}, **spec})
     )
     (_, indexed) = render(job, "job")
     (container,) = indexed["spec"]["template"]["spec"]["containers"]
     rdzv = f"{job.metadata.name}-0.{job.metadata.name}:29400"
-    here = f"127.0.0.1:{free_port()}"
+    here = here or f"127.0.0.1:{free_port()}"
     command = [
         sys.executable if a == "python" else a.replace(rdzv, here) for a in container["command"]
     ]
     assert command[1:3] == ["-m", "gpufleet.launch.pod"]
+    if rdzv_conf:
+        command.insert(3, f"--rdzv-conf={rdzv_conf}")
     env = {e["name"]: e["value"] for e in container["env"]}
     assert (
         env["GPUFLEET_METRICS_PORT"] == str(port) and env["GPUFLEET_METRICS_ADDRESS"] == "0.0.0.0"
     )
+    run = workdir / ("run" if node == 0 else f"run-{node}")
     # The pod's emptyDir and volume, moved here; listen on loopback only on a shared machine.
     env.update(
-        GPUFLEET_RUN_DIR=str(workdir / "run"),
-        PROMETHEUS_MULTIPROC_DIR=str(workdir / "run" / "metrics"),
+        GPUFLEET_RUN_DIR=str(run),
+        PROMETHEUS_MULTIPROC_DIR=str(run / "metrics"),
         GPUFLEET_CHECKPOINT_DIR=str(workdir / "ckpt"),
         GPUFLEET_METRICS_ADDRESS="127.0.0.1",
     )
@@ -59,15 +73,19 @@ def pod_process(
         env["GPUFLEET_FAULTS"] = faults
     proc = subprocess.Popen(
         command, cwd=workdir, env={**cli_env(), **env}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
     return proc, port
 
 
-def wait_for_steps(proc: subprocess.Popen[str], port: int, at_least: int) -> dict[str, float]:
+def wait_for_steps(
+    proc: subprocess.Popen[str], port: int, at_least: int, ranks: set[str] | None = None
+) -> dict[str, float]:
+    ranks = {"0", "1"} if ranks is None else ranks
+
     def stepped() -> dict[str, float] | None:
         steps = steps_by_rank(scrape_port(port)[1])
-        return steps if set(steps) == {"0", "1"} and min(steps.values()) >= at_least else None
+        return steps if set(steps) == ranks and min(steps.values()) >= at_least else None
 
     what = f"step {at_least} from both ranks on :{port}"
     return poll_until(stepped, what=what, alive=proc, retry_on=(OSError,))
@@ -111,3 +129,44 @@ def test_pod_worker_failure_past_restarts_exits_1(workdir: Path) -> None:
     code, out = finish(proc)
     assert code == EXIT_FAILED, out
     assert "gpufleet:" in out and "rank" in out.lower()
+
+
+def test_losing_the_rendezvous_host_exits_75_on_the_other_pods(workdir: Path) -> None:
+    """Two pods of one job; pod 0 (the c10d store's host) is killed as a lost node would be.
+    Pod 1 must exit 75 (retriable, free under the Job's pod failure policy) in one line that
+    names the host, not 1 with torchrun's traceback, which spent a restart per lost pod 0."""
+    here = f"127.0.0.1:{free_port()}"
+    spec: dict[str, Any] = {
+        "nodes": 2, "procsPerNode": 1, "here": here,
+        "workload": {"name": "digits", "steps": 100000, "logEvery": 50},
+    }  # fmt: skip
+    host, _ = pod_process(workdir, node=0, rdzv_conf="is_host=true", **spec)
+    other, other_port = pod_process(workdir, node=1, rdzv_conf="is_host=false", **spec)
+    try:
+        wait_for_steps(other, other_port, 5, ranks={"1"})  # the group formed and trains
+        os.killpg(host.pid, signal.SIGKILL)  # the node of pod 0 is gone
+        host.communicate(timeout=30)
+        code, out = finish(other)
+    finally:
+        for proc in (host, other):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate(timeout=30)
+    assert code == EXIT_PREEMPTED, out
+    (line,) = [x for x in out.splitlines() if x.startswith("gpufleet:")]
+    assert f"lost the rendezvous host {here} after the group formed" in line, out
+    assert "Traceback" not in out[out.index(line) :]
+
+
+def test_a_rendezvous_host_never_reached_exits_1_in_one_line(workdir: Path) -> None:
+    """No pod 0 ever answers (a wrong name, a network policy): that is a failure that counts
+    (exit 1), or a pod would retry forever for free; one line names the endpoint."""
+    here = f"127.0.0.1:{free_port()}"  # nothing listens there
+    proc, _ = pod_process(
+        workdir, here=here, nodes=2, procsPerNode=1, rdzv_conf="is_host=false,read_timeout=3",
+        workload={"name": "digits", "steps": 10},
+    )  # fmt: skip
+    code, out = finish(proc)
+    assert code == EXIT_FAILED, out
+    assert f"gpufleet: no rendezvous at {here}:" in out, out
+    assert "Traceback" not in out, out

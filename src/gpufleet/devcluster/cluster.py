@@ -45,7 +45,7 @@ DEFAULT_DIR = Path(".gpufleet/cluster")
 BASE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 COMPONENTS = (*BASE, *(a.name for a in addons.ADDONS))
 REPO = Path(__file__).resolve().parents[3]  # a checkout: where .tools/ and scripts/ are
-STAGES = Path(__file__).with_name("stages")  # gpufleet's own kwok Stages (exit codes)
+STAGES = Path(__file__).with_name("stages")  # gpufleet's own kwok Stages (exit codes, deletion)
 # Pod annotations for gpufleet's exit-code Stage (tests put them in pod templates).
 EXIT_CODE_ANNOTATION = "gpufleet.dev/exit-code"
 EXIT_AFTER_ANNOTATION = "gpufleet.dev/exit-after"  # a Go duration ("500ms"); kwok ignores "500"

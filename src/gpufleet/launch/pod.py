@@ -6,9 +6,22 @@ launcher. It is torchrun (``torch.distributed.run``, called in this process), pl
   ``spec.metrics.port``), it serves every local worker's metrics on that port for the pod's
   whole life, restarts included (address ``GPUFLEET_METRICS_ADDRESS``, default 127.0.0.1;
   the renderers set 0.0.0.0 so Prometheus can reach the pod).
-- **Exit codes**: 0 done, 1 failed (after torchrun's restarts), 75 preempted (SIGTERM, and
-  the workers confirmed a preemption checkpoint), 128+N another signal. Plain torchrun exits 1
-  for all of these, and the Job's podFailurePolicy could not tell a preemption from a crash.
+- **Exit codes**: 0 done, 1 failed (after torchrun's restarts, or no rendezvous ever formed),
+  75 retriable: preempted (SIGTERM, and the workers confirmed a preemption checkpoint) or the
+  rendezvous host was lost after the group had formed; 128+N another signal. Plain torchrun
+  exits 1 for all of these (a lost host with a traceback), and the Job's podFailurePolicy
+  could not tell a preemption or the loss of pod 0 from a crash.
+
+A lost rendezvous host: pod 0 hosts the c10d store. When it goes (node failure, eviction,
+preemption: the Job controller does not count it, it carries a DisruptionTarget condition),
+every other pod's agent loses the store and cannot rendezvous again; its replacement pod 0
+hosts a new store under the same name. Those pods exit 75, which the pod failure policy does
+not count either, and their replacements join the new pod 0 and resume from the last
+checkpoint: one lost pod costs no restart of ``spec.maxRestarts``. Only a loss *after* a
+rendezvous formed is retriable; a host that was never reachable (a wrong name, a network
+policy) exits 1, so a pod cannot retry forever without counting. With ``maxRestarts: 0``
+torchrun may report the lost host as a worker failure first (it has no restart in which to
+notice the store is gone), and that exits 1.
 """
 
 from __future__ import annotations
@@ -59,10 +72,39 @@ def rendezvous_conf(conf: str, endpoint: str, hostname: str) -> str:
     return ",".join([*items, f"is_host={'true' if first == hostname else 'false'}"])
 
 
+class _RendezvousWatch:
+    """Whether this pod's agent ever completed a rendezvous. torchelastic publishes it itself:
+    its ``@prof`` decorator emits ``<qualname>.success`` to the "torchelastic" metrics group
+    when ``SimpleElasticAgent._rendezvous`` returns; we listen on that public hook."""
+
+    METRIC = "SimpleElasticAgent._rendezvous.success"
+
+    def __init__(self) -> None:
+        from torch.distributed.elastic.metrics.api import MetricHandler, configure
+
+        watch = self
+
+        class Handler(MetricHandler):
+            def emit(self, metric_data: Any) -> None:
+                if metric_data.name == _RendezvousWatch.METRIC:
+                    watch.formed = True
+
+        self.formed = False
+        configure(Handler(), "torchelastic")
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost reason of a rendezvous error, on one line."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run torchrun with ``argv``; return gpufleet's exit code for the outcome."""
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.run import parse_args, run
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -72,9 +114,19 @@ def main(argv: list[str] | None = None) -> int:
         args.rdzv_conf = rendezvous_conf(args.rdzv_conf, args.rdzv_endpoint, socket.gethostname())
     run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
     (run_dir / PREEMPTED_FILE).unlink(missing_ok=True)
+    watch = _RendezvousWatch()
     with _metrics(dict(os.environ)):
         try:
             run(args)
+        except RendezvousError as exc:
+            where = args.rdzv_endpoint or "the rendezvous"
+            if watch.formed:
+                print(f"gpufleet: lost the rendezvous host {where} after the group formed "
+                      f"({_cause(exc)}); exit {EXIT_PREEMPTED}: retry, the job resumes from its "
+                      "last checkpoint", file=sys.stderr, flush=True)  # fmt: skip
+                return EXIT_PREEMPTED
+            print(f"gpufleet: no rendezvous at {where}: {_cause(exc)}", file=sys.stderr, flush=True)
+            return EXIT_FAILED
         except ChildFailedError as exc:
             print(f"gpufleet: {exc}", file=sys.stderr, flush=True)
             return EXIT_FAILED
