@@ -30,6 +30,9 @@ def _rendered(spec_file: Path, target: str) -> Callable[[], str]:
             # runtime's 30 s grace period, no metrics port
             doc["spec"]["preemption"]["gracePeriod"] = "30s"
             doc["spec"].pop("metrics")
+        if target == "kserve":  # KServe serves from a PVC only (render/serving.py kserve_errors)
+            pvc = {"claimName": "models", "subPath": "repository"}
+            doc["spec"]["model"] = {"name": doc["spec"]["model"]["name"], "pvc": pvc}
         spec = validate_spec(doc, str(spec_file))
         return yaml.safe_dump_all(render_spec(spec, target), sort_keys=False)
 

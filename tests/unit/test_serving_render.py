@@ -39,6 +39,9 @@ def service(**spec: Any) -> dict[str, Any]:
     }
 
 
+ON_PVC = {"name": "digits", "pvc": {"claimName": "models"}}
+
+
 def parsed(doc: dict[str, Any]) -> InferenceService:
     spec = validate_spec(doc)
     assert isinstance(spec, InferenceService)
@@ -93,6 +96,8 @@ MATRIX = [
 @pytest.mark.parametrize("spec", MATRIX)
 @pytest.mark.parametrize("target", ["triton", "kserve"])
 def test_matrix_renders_valid_restricted_objects(spec: dict[str, Any], target: str) -> None:
+    if target == "kserve":  # serves from a PVC only (test_kserve_refuses_a_cloud_repository)
+        spec = {**spec, "model": ON_PVC}
     svc = parsed(service(**spec))
     objects = render_spec(svc, target)
     for obj in objects:
@@ -112,6 +117,27 @@ def test_matrix_renders_valid_restricted_objects(spec: dict[str, Any], target: s
         assert not check_restricted(pod, "spec.predictor")
         assert predictor["minReplicas"] == svc.spec.replicas.min
         assert "--model-control-mode=none" in predictor["triton"]["args"]
+
+
+def test_kserve_refuses_a_cloud_repository_and_mounts_a_pvc() -> None:
+    """KServe fetches a cloud repository with its storage-initializer init container, which
+    has no securityContext of ours (Pod Security "restricted" refuses the pods) and ignores
+    model.credentialsSecret: refused in one line naming the field. A PVC is mounted directly
+    (pvc:// storageUri, no init container)."""
+    with pytest.raises(UserInputError) as refused:
+        render_spec(parsed(service()), "kserve")
+    (error,) = refused.value.errors
+    assert error.path == "spec.model.repository"
+    assert "storage-initializer" in error.message and "model.pvc" in error.message
+    assert "target triton" in error.message
+    svc = parsed(service(model={"name": "digits", "pvc": {"claimName": "models", "subPath": "r"}}))
+    (isvc,) = render_spec(svc, "kserve")
+    assert isvc["spec"]["predictor"]["triton"]["storageUri"] == "pvc://models/r"
+    cli = CliRunner().invoke(
+        app, ["render", str(REPO / "examples" / "digits-serving.yaml"), "--target", "kserve"]
+    )
+    assert cli.exit_code == EXIT_BAD_INPUT, cli.output
+    assert "spec.model.repository" in cli.output and "Traceback" not in cli.output
 
 
 def test_triton_deployment_is_locked_down_and_probed() -> None:
@@ -254,7 +280,8 @@ def test_submit_creates_every_object_through_its_client(engine: str) -> None:
     ]
     assert {ns for (_, _, ns, _, _) in kube.objects} == {"team-a"}
     kserve = FakeKube()
-    kserve.cluster("team-a").submit(render_spec(svc, "kserve"))
+    on_pvc = parsed(service(model=ON_PVC))
+    kserve.cluster("team-a").submit(render_spec(on_pvc, "kserve"))
     assert list(kserve.objects) == [
         ("serving.kserve.io", "v1beta1", "team-a", "inferenceservices", "digits")
     ]
@@ -265,7 +292,7 @@ def serving_cluster(
     events: list[dict[str, Any]] | None = None,
 ) -> tuple[Cluster, FakeKube]:  # fmt: skip
     """A namespace holding one rendered InferenceService, ``ready`` of its replicas ready."""
-    svc = parsed(service(replicas={"min": 2, "max": 4}, autoscaling={}))
+    svc = parsed(service(replicas={"min": 2, "max": 4}, autoscaling={}, model=ON_PVC))
     kube = FakeKube()
     for obj in render_spec(svc, target):
         if obj["kind"] == "Deployment":

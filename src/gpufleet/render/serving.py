@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import math
 
+from gpufleet.errors import FieldError, UserInputError
 from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER, Obj
 from gpufleet.render.meta import metadata, standard_labels
 from gpufleet.render.podspec import (
@@ -252,17 +253,39 @@ def _keda(svc: InferenceService, name: str) -> Obj:
     }
 
 
+def kserve_errors(svc: InferenceService) -> list[FieldError]:
+    """What target kserve cannot serve in a tenant namespace. For any storageUri but pvc://,
+    KServe's pod webhook adds a ``storage-initializer`` init container (pkg/webhook/admission/
+    pod/storage_initializer_injector.go) whose securityContext is only what the cluster's
+    ClusterStorageContainer sets (none in KServe's own default), so Pod Security "restricted"
+    refuses every pod (no allowPrivilegeEscalation: false, no capabilities drop ALL), and the
+    download reads KServe's storage credentials, not ``model.credentialsSecret``. A pvc://
+    source is mounted into the server container directly, with no init container."""
+    if svc.spec.model.pvc is not None:
+        return []
+    return [FieldError("spec.model.repository", (
+        "target kserve downloads a cloud repository with KServe's storage-initializer init "
+        "container, which Pod Security 'restricted' (every tenant namespace) refuses and which "
+        "ignores model.credentialsSecret; use model.pvc, or target triton (Triton reads "
+        f"{svc.spec.model.repository} itself)"))]  # fmt: skip
+
+
 def render_kserve(svc: InferenceService) -> list[Obj]:
-    """A KServe InferenceService (serving.kserve.io/v1beta1) with a Triton predictor."""
+    """A KServe InferenceService (serving.kserve.io/v1beta1) with a Triton predictor, serving a
+    repository on a PVC (kserve_errors says why only that)."""
+    errors = kserve_errors(svc)
+    if errors:
+        raise UserInputError(errors)
     s = svc.spec
     m = s.model
+    assert m.pvc is not None  # kserve_errors
     predictor: Obj = {
         "minReplicas": s.replicas.min,
         "maxReplicas": s.replicas.max,
         "securityContext": copy.deepcopy(POD_SECURITY),
         "automountServiceAccountToken": False,
         "triton": {
-            "storageUri": m.repository or f"pvc://{m.pvc.claim_name}/{m.pvc.sub_path}".rstrip("/"),  # type: ignore[union-attr]
+            "storageUri": f"pvc://{m.pvc.claim_name}/{m.pvc.sub_path}".rstrip("/"),
             "runtimeVersion": s.image.rsplit(":", 1)[-1],
             "args": ["--model-control-mode=none", "--strict-readiness=true"],
             "resources": _resources(svc),
