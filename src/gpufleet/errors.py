@@ -7,6 +7,9 @@ Exit codes mean the same thing locally and inside pods, so restart policies can 
 * ``EXIT_BAD_INPUT`` (2) - the spec or the command line is wrong; nothing was started.
 * ``EXIT_HUNG`` (3) - a worker's hang watchdog fired (no step progress within ``hangTimeout``);
   the launcher restarts the group, like any other worker failure.
+* ``EXIT_NO_CHECKPOINT`` (4) - checkpoints exist but none is usable (every complete one failed
+  its checksums and was set aside); nothing was trained. No restart can fix it: ``--fresh``
+  starts over, or restore a checkpoint.
 * ``EXIT_PREEMPTED`` (75, ``EX_TEMPFAIL``) - stopped by SIGTERM/SIGINT *after* a preemption
   checkpoint was committed; running the same job again resumes from it. Retriable. A pod's
   launcher also exits 75 when the rendezvous host (pod 0) is lost after the group formed
@@ -19,6 +22,7 @@ traceback)::
     ├── UserInputError            exit 2: a spec, file or option is wrong (FieldError paths)
     ├── JobConfigError            a job's runtime settings cannot work (also a ValueError)
     ├── CheckpointError           checkpoint storage refused what a save needs
+    │   └── NoUsableCheckpointError   exit 4, fatal: every complete checkpoint is corrupt
     ├── MetricsPortError          the metrics port cannot be opened (also an OSError)
     └── ClusterError              the cluster said no (gpufleet.cluster.client)
 """
@@ -31,6 +35,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_HUNG = 3
+EXIT_NO_CHECKPOINT = 4
 EXIT_PREEMPTED = 75
 
 
@@ -38,6 +43,9 @@ class GpufleetError(Exception):
     """Base of every error gpufleet raises on purpose."""
 
     exit_code: int = EXIT_FAILED
+    # Fatal: no restart can fix it. A worker that raises one records it (gpufleet.launch.fatal)
+    # and its agent stops restarting the group, so the job ends at once with this exit code.
+    fatal: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,14 @@ class JobConfigError(GpufleetError, ValueError):
 
 class CheckpointError(GpufleetError):
     """Checkpoint storage refused what a save needs (no unused directory name, ...)."""
+
+
+class NoUsableCheckpointError(CheckpointError):
+    """Checkpoints exist but every complete one is corrupt: resuming is impossible and
+    starting from step 0 would silently throw the training away."""
+
+    exit_code = EXIT_NO_CHECKPOINT
+    fatal = True
 
 
 class MetricsPortError(GpufleetError, OSError):

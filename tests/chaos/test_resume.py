@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.errors import EXIT_PREEMPTED
+from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json
 from tests.conftest import (
@@ -219,3 +219,63 @@ def test_resume_at_another_world_size(workdir: Path, first: int, second: int) ->
     s = summary_of(again)
     assert s["resumed_from"] == 20 and s["steps"] == STEPS
     assert f"checkpoint written by {first} processes, resuming with {second}" in again.stderr
+
+
+def interrupted_at_35(workdir: Path, name: str) -> tuple[Path, Path]:
+    """Run the digits job until a worker fails for good at step 35, after the checkpoints of
+    steps 10, 20 and 30; returns the spec to run it again (2 restarts allowed) and the
+    checkpoint directory."""
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = "exit@step=35,rank=0"
+    first = write_spec(workdir, digits_job(name, maxRestarts=0), "first.yaml")
+    proc = run_cli("run", str(first), "-o", "json", cwd=workdir, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    ckpts = workdir / ".gpufleet/runs" / name / "checkpoints"
+    assert sorted(int(p.name[5:14]) for p in ckpts.iterdir()) == [10, 20, 30]
+    return write_spec(workdir, digits_job(name)), ckpts
+
+
+def flip_newest_shard_bytes(directory: Path) -> Path:
+    """Invert 64 bytes in the middle of the largest .distcp shard (bit-rot, a bad copy)."""
+    shard = max(directory.glob("*.distcp"), key=lambda p: p.stat().st_size)
+    data = bytearray(shard.read_bytes())
+    mid = len(data) // 2
+    data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])
+    shard.write_bytes(bytes(data))
+    return shard
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_exactly(
+    workdir: Path, baseline: dict[str, Any]
+) -> None:
+    """The newest checkpoint's shard flipped: the resume sets it aside with a warning naming
+    the file, resumes from the one before, and ends with the uninterrupted run's weights (it
+    loaded the bad one silently and ended far from them)."""
+    spec, ckpts = interrupted_at_35(workdir, "rot")
+    newest = max(ckpts.iterdir())
+    shard = flip_newest_shard_bytes(newest)
+    proc = run_cli("run", str(spec), "-o", "json", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"checkpoint step 30 is corrupt ({shard.name}: expected sha256" in proc.stderr
+    logs = rank_logs(workdir, "rot")
+    assert "resumed from step 20" in logs and "resumed from step 30" not in logs
+    assert summary_of(proc)["state_digest"] == baseline["state_digest"]
+    assert (ckpts / f"{newest.name}.corrupt" / shard.name).is_file()  # set aside, kept
+
+
+def test_no_usable_checkpoint_exits_4_at_once(workdir: Path) -> None:
+    """Every complete checkpoint corrupt: one line and exit 4, no restart, no training from
+    step 0 (that is what --fresh is for)."""
+    spec, ckpts = interrupted_at_35(workdir, "allrot")
+    for step_dir in list(ckpts.iterdir()):
+        flip_newest_shard_bytes(step_dir)
+    proc = run_cli("run", str(spec), "-o", "json", cwd=workdir)
+    assert proc.returncode == EXIT_NO_CHECKPOINT, proc.stderr[-3000:]
+    s = summary_of(proc)
+    assert s["status"] == "Failed" and s["steps"] is None
+    assert "no usable checkpoint" in s["message"] and "--fresh" in s["message"]
+    assert "\n" not in s["message"]
+    assert "Traceback" not in proc.stderr
+    logs = rank_logs(workdir, "allrot")
+    assert "attempt_1" not in logs  # the group was never restarted
+    assert sorted(p.name.endswith(".corrupt") for p in ckpts.iterdir()) == [True] * 3

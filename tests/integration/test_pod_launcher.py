@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
+from gpufleet.errors import EXIT_FAILED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_PREEMPTED
 from gpufleet.net import free_port
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
@@ -170,3 +170,27 @@ def test_a_rendezvous_host_never_reached_exits_1_in_one_line(workdir: Path) -> N
     assert code == EXIT_FAILED, out
     assert f"gpufleet: no rendezvous at {here}:" in out, out
     assert "Traceback" not in out, out
+
+
+def test_no_usable_checkpoint_exits_4_without_restarts(workdir: Path) -> None:
+    """Every checkpoint on the volume corrupt: the pod exits 4 (a code its pod failure policy
+    can tell from a crash) with one line, and torchrun restarts nothing (it restarted the
+    group maxRestarts times on the same error, then exited 1)."""
+    spec: dict[str, Any] = {
+        "procsPerNode": 1, "maxRestarts": 2,
+        "workload": {"name": "digits", "steps": 20, "logEvery": 10},
+        "checkpoint": {"dir": "/ckpt/run", "everySteps": 10},
+    }  # fmt: skip
+    proc, _ = pod_process(workdir, **spec)
+    code, out = finish(proc)
+    assert code == EXIT_OK, out
+    for step_dir in (workdir / "ckpt").iterdir():
+        shard = max(step_dir.glob("*.distcp"), key=lambda p: p.stat().st_size)
+        data = bytearray(shard.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    proc, _ = pod_process(workdir, **spec)
+    code, out = finish(proc)
+    assert code == EXIT_NO_CHECKPOINT, out
+    assert out.count("gpufleet: no usable checkpoint") == 1, out
+    assert "Traceback" not in out and "restart" not in out.lower(), out

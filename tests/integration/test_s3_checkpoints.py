@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from gpufleet.runtime.checkpoint import MARKER, Checkpointer
+from gpufleet.runtime.checkpoint import Checkpointer
+from gpufleet.runtime.integrity import MARKER
 from tests.conftest import cli_env, digits_job, run_cli, summary_of, write_spec
 
 pytestmark = pytest.mark.slow

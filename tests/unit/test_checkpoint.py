@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from gpufleet.runtime.checkpoint import MARKER, Checkpointer
+from gpufleet.errors import CheckpointError
+from gpufleet.runtime.checkpoint import Checkpointer
+from gpufleet.runtime.integrity import MARKER
 
 
 def model_state(seed: int) -> dict[str, torch.Tensor]:
@@ -138,3 +142,122 @@ def test_marker_written_last(
         final = {n: os.path.getsize(os.path.join(path, n)) for n in os.listdir(path) if n != MARKER}
         assert ".metadata" in final and any(n.endswith(".distcp") for n in final), final
         assert at_commit[path] == final, "data written after the marker"
+
+
+def flip_middle_of_largest_shard(directory: Path, count: int = 64) -> Path:
+    """Bit-rot: invert ``count`` bytes in the middle of the directory's largest .distcp file."""
+    shard = max(directory.glob("*.distcp"), key=lambda p: p.stat().st_size)
+    data = bytearray(shard.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + count] = bytes(b ^ 0xFF for b in data[middle : middle + count])
+    shard.write_bytes(bytes(data))
+    return shard
+
+
+def checkpointer(root: Path, lines: list[str], keep: int = 5) -> Checkpointer:
+    """A Checkpointer whose messages land in ``lines``."""
+    return Checkpointer(str(root), log=lines.append, keep=keep)
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_marker_records_a_sha256_of_every_file(tmp_path: Path, async_save: bool) -> None:
+    ckpt = Checkpointer(str(tmp_path), async_save=async_save)
+    path = Path(ckpt.save(10, {"m": model_state(1)}))
+    ckpt.wait()
+    files = json.loads((path / MARKER).read_text())["files"]
+    on_disk = sorted(p.name for p in path.iterdir() if p.name != MARKER)
+    assert sorted(files) == on_disk and ".metadata" in files
+    for name, entry in files.items():
+        data = (path / name).read_bytes()
+        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    ckpt.close()
+
+
+def test_a_corrupt_checkpoint_is_set_aside_and_the_previous_one_loads(tmp_path: Path) -> None:
+    lines: list[str] = []
+    ckpt = checkpointer(tmp_path, lines)
+    ckpt.save(10, {"m": model_state(1)})
+    newest = Path(ckpt.save(20, {"m": model_state(2)}))
+    shard = flip_middle_of_largest_shard(newest)
+    into = {"m": model_state(99)}
+    ref = ckpt.load_latest(into)
+    assert ref is not None and ref.step == 10
+    assert torch.equal(into["m"]["w"], model_state(1)["w"])
+    aside = newest.with_name(newest.name + ".corrupt")
+    assert aside.is_dir() and not newest.exists()  # renamed, never deleted
+    (warning,) = [ln for ln in lines if "corrupt" in ln]
+    expected = json.loads((aside / MARKER).read_text())["files"][shard.name]["sha256"]
+    actual = hashlib.sha256((aside / shard.name).read_bytes()).hexdigest()
+    assert shard.name in warning and expected in warning and actual in warning
+    assert str(aside) in warning
+    # Retention never touches it: it is not a checkpoint directory any more.
+    for step in (30, 40, 50):
+        ckpt.save(step, {"m": model_state(step)})
+    assert aside.is_dir()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete-shard", "delete-metadata"])
+def test_missing_or_truncated_files_are_caught(tmp_path: Path, damage: str) -> None:
+    lines: list[str] = []
+    ckpt = checkpointer(tmp_path, lines)
+    ckpt.save(10, {"m": model_state(1)})
+    newest = Path(ckpt.save(20, {"m": model_state(2)}))
+    shard = max(newest.glob("*.distcp"), key=lambda p: p.stat().st_size)
+    if damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    elif damage == "delete-shard":
+        shard.unlink()
+    else:
+        (newest / ".metadata").unlink()
+    ref = ckpt.latest()
+    assert ref is not None and ref.step == 10
+    assert any("corrupt" in ln for ln in lines), lines
+
+
+def test_no_usable_checkpoint_is_an_error_not_a_fresh_start(tmp_path: Path) -> None:
+    lines: list[str] = []
+    ckpt = checkpointer(tmp_path, lines)
+    only = Path(ckpt.save(10, {"m": model_state(1)}))
+    flip_middle_of_largest_shard(only)
+    with pytest.raises(CheckpointError, match=r"no usable checkpoint.*--fresh"):
+        ckpt.latest()
+    assert only.with_name(only.name + ".corrupt").is_dir()
+
+
+def test_a_checkpoint_from_before_checksums_still_loads(tmp_path: Path) -> None:
+    lines: list[str] = []
+    ckpt = checkpointer(tmp_path, lines)
+    path = Path(ckpt.save(10, {"m": model_state(1)}))
+    marker = json.loads((path / MARKER).read_text())
+    del marker["files"]
+    (path / MARKER).write_text(json.dumps(marker))
+    into = {"m": model_state(99)}
+    ref = ckpt.load_latest(into)
+    assert ref is not None and ref.step == 10
+    assert torch.equal(into["m"]["w"], model_state(1)["w"])
+    (notice,) = [ln for ln in lines if "predates checksums" in ln]
+    assert "step 10" in notice
+
+
+def test_cli_verify_lists_ok_corrupt_and_torn(tmp_path: Path) -> None:
+    """`gpufleet checkpoints verify`: each checkpoint's status from reading every file; exit 1
+    when the newest is unusable, 0 when it is OK."""
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+
+    ckpt = Checkpointer(str(tmp_path / "run" / "checkpoints"), keep=5)
+    paths = [Path(ckpt.save(step, {"m": model_state(step)})) for step in (10, 20, 30)]
+    ok = CliRunner().invoke(app, ["checkpoints", "verify", str(tmp_path / "run"), "-o", "json"])
+    assert ok.exit_code == 0, ok.output
+    assert [c["status"] for c in json.loads(ok.stdout)["checkpoints"]] == ["OK"] * 3
+    shard = flip_middle_of_largest_shard(paths[1])
+    (paths[2] / MARKER).unlink()
+    bad = CliRunner().invoke(app, ["checkpoints", "verify", str(tmp_path / "run" / "checkpoints")])
+    assert bad.exit_code == 1, bad.output
+    rows = {ln.split()[0]: ln.split()[1] for ln in bad.stdout.splitlines()[1:4]}
+    assert rows == {"10": "OK", "20": "CORRUPT", "30": "TORN"}, bad.stdout
+    assert f"step 20: {shard.name}: expected sha256" in bad.stdout
+    assert (paths[1]).is_dir()  # verify only reads: nothing set aside
+    missing = CliRunner().invoke(app, ["checkpoints", "verify", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "no such directory" in missing.output

@@ -7,6 +7,7 @@ import typer
 from gpufleet import __version__
 from gpufleet.cli import cluster
 from gpufleet.cli.bench import bench
+from gpufleet.cli.checkpoints import checkpoints
 from gpufleet.cli.common import fail, internal_error
 from gpufleet.cli.devcluster import devcluster
 from gpufleet.cli.exporter import exporter
@@ -30,6 +31,7 @@ app.command(name="render")(render_cmd)
 app.command(name="export")(export_cmd)
 app.command()(serve)
 app.add_typer(bench, name="bench")
+app.add_typer(checkpoints, name="checkpoints")
 app.add_typer(devcluster, name="cluster")
 for command in (cluster.submit, cluster.status, cluster.logs, cluster.cancel, exporter):
     app.command()(command)

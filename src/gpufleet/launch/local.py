@@ -28,6 +28,7 @@ from gpufleet.errors import (
     MetricsPortError,
     UserInputError,
 )
+from gpufleet.launch.fatal import FATAL_FILE, read_fatal
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
@@ -109,7 +110,7 @@ def prepare_run_dir(run_root: Path, name: str, *, fresh: bool) -> Path:
         archive.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(run_dir), str(archive))
     run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("result.json", PREEMPTED_FILE, "progress.json"):
+    for stale in ("result.json", PREEMPTED_FILE, "progress.json", FATAL_FILE):
         (run_dir / stale).unlink(missing_ok=True)
     return run_dir
 
@@ -213,7 +214,11 @@ def _summarize(
     )
     failed = [(i, o) for i, o in enumerate(outcomes) if o.exit_code == EXIT_FAILED]
     signalled = [o for o in outcomes if o.signal is not None]
-    if failed:
+    fatal = read_fatal(run_dir)
+    if fatal is not None:  # a worker's error no restart could fix: no restart was made
+        summary.status, summary.exit_code = "Failed", int(fatal["exit_code"])
+        summary.message = f"job {job.metadata.name} failed: {fatal['message']}"
+    elif failed:
         node, o = failed[0]
         summary.status, summary.exit_code = "Failed", EXIT_FAILED
         summary.restarts = job.spec.max_restarts

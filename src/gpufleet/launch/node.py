@@ -19,7 +19,9 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
+from gpufleet.launch.fatal import no_restart_after_fatal
 from gpufleet.launch.orphans import ENV_AGENT_PID, die_with_parent
+from gpufleet.runtime.context import ENV_RUN_DIR
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +75,8 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
         shutdown_timeout=max(1, int(cfg.shutdown_timeout)),
     )
     try:
-        elastic_launch(config, entrypoint=cfg.argv[0])(*cfg.argv[1:])
+        with no_restart_after_fatal(Path(cfg.env[ENV_RUN_DIR])):
+            elastic_launch(config, entrypoint=cfg.argv[0])(*cfg.argv[1:])
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         return NodeOutcome(

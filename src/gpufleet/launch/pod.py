@@ -7,6 +7,8 @@ launcher. It is torchrun (``torch.distributed.run``, called in this process), pl
   whole life, restarts included (address ``GPUFLEET_METRICS_ADDRESS``, default 127.0.0.1;
   the renderers set 0.0.0.0 so Prometheus can reach the pod).
 - **Exit codes**: 0 done, 1 failed (after torchrun's restarts, or no rendezvous ever formed),
+  a fatal error's own code at once, with no restart (gpufleet.launch.fatal: 4 no usable
+  checkpoint),
   75 retriable: preempted (SIGTERM, and the workers confirmed a preemption checkpoint) or the
   rendezvous host was lost after the group had formed; 128+N another signal. Plain torchrun
   exits 1 for all of these (a lost host with a traceback), and the Job's podFailurePolicy
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
+from gpufleet.launch.fatal import FATAL_FILE, no_restart_after_fatal, read_fatal
 from gpufleet.runtime.context import ENV_METRICS_DIR, ENV_RUN_DIR, PREEMPTED_FILE
 
 ENV_METRICS_PORT = "GPUFLEET_METRICS_PORT"
@@ -113,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
 
         args.rdzv_conf = rendezvous_conf(args.rdzv_conf, args.rdzv_endpoint, socket.gethostname())
     run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
-    (run_dir / PREEMPTED_FILE).unlink(missing_ok=True)
+    for stale in (PREEMPTED_FILE, FATAL_FILE):
+        (run_dir / stale).unlink(missing_ok=True)
     watch = _RendezvousWatch()
-    with _metrics(dict(os.environ)):
+    with _metrics(dict(os.environ)), no_restart_after_fatal(run_dir):
         try:
             run(args)
         except RendezvousError as exc:
@@ -128,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpufleet: no rendezvous at {where}: {_cause(exc)}", file=sys.stderr, flush=True)
             return EXIT_FAILED
         except ChildFailedError as exc:
+            fatal = read_fatal(run_dir)
+            if fatal is not None:  # said once by the worker; no restart was made
+                return int(fatal["exit_code"])
             print(f"gpufleet: {exc}", file=sys.stderr, flush=True)
             return EXIT_FAILED
         except SignalException as exc:

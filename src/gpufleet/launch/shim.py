@@ -14,12 +14,15 @@ import runpy
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+from gpufleet.launch.fatal import write_fatal
 from gpufleet.launch.orphans import ENV_AGENT_PID, die_with_parent
+from gpufleet.runtime.context import ENV_RUN_DIR
 
 
-def _run(argv: list[str]) -> None:
+def _run_user(argv: list[str]) -> None:
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]  # run_module sets argv[0] to the module's file
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
@@ -28,6 +31,23 @@ def _run(argv: list[str]) -> None:
         sys.argv = list(argv)
         sys.path[0] = os.path.dirname(os.path.abspath(script))
         runpy.run_path(script, run_name="__main__")
+
+
+def _run(argv: list[str]) -> None:
+    """The command, with a fatal gpufleet error recorded for the launcher and turned into its
+    exit code and one line (rank 0's, or the first to record it), not a traceback."""
+    from gpufleet.errors import GpufleetError
+
+    try:
+        _run_user(argv)
+    except GpufleetError as exc:
+        run_dir = os.environ.get(ENV_RUN_DIR)
+        if not exc.fatal or not run_dir:
+            raise
+        rank = os.environ.get("RANK")
+        if write_fatal(Path(run_dir), exc.exit_code, str(exc), int(rank) if rank else None):
+            print(f"gpufleet: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
 
 
 @contextlib.contextmanager

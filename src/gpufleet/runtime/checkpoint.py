@@ -9,18 +9,26 @@ Layout under the checkpoint root (a local directory or an fsspec URI such as ``s
 A directory without ``COMPLETE.json`` is torn (its writer died) and is never loaded. Every save
 goes to a directory name no earlier attempt used (a fresh random suffix), so a retry never writes
 into a torn directory and never overwrites a complete one.
+
+The marker records a SHA-256 of every file (gpufleet.runtime.integrity). Before a resume, rank 0
+verifies the newest complete checkpoint in full; a mismatch or a missing file sets it aside
+(renamed ``<dir>.corrupt``, never deleted) with a warning naming the file, and the next older one
+is tried, so the resumed run still ends with an uninterrupted run's weights. Rank 0 checks every
+file rather than each rank its own: the choice of checkpoint must be one decision for all ranks
+(a rank that alone saw a bad shard would need a second agreement round), and a rank cannot know
+which files it will read before DCP plans the load (at another world size it reads pieces of
+other ranks' files). A resume is rare; one extra read of the checkpoint is its price.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,12 +43,12 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
-from gpufleet.errors import CheckpointError
-from gpufleet.runtime import faults
+from gpufleet.errors import CheckpointError, NoUsableCheckpointError
+from gpufleet.runtime import faults, integrity
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS
+from gpufleet.runtime.integrity import MARKER
 
-MARKER = "COMPLETE.json"
-_DIR_RE = re.compile(r"^step_(\d{9})-([0-9a-f]{6})$")
+_DIR_RE = integrity.STEP_DIR
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,7 @@ class CheckpointRef:
 
 @dataclass
 class _Pending:
-    future: Future[Any]
+    future: Future[Any]  # the commit: DCP's upload, then the checksums and the marker
     path: str
     step: int
     started: float
@@ -95,6 +103,9 @@ class Checkpointer:
         self._pending: _Pending | None = None
         self._staging: Future[None] | None = None
         self._default_stager: DefaultStager | None = None
+        # Commits of async saves (waiting for the upload, hashing every file, writing the
+        # marker) run here, off the training thread.
+        self._committer: ThreadPoolExecutor | None = None
         # Seconds the caller spent blocked on each step's checkpoint: the save call, the
         # staging fence and any wait for the upload. Benchmarks read it.
         self.blocking: dict[int, float] = {}
@@ -126,15 +137,47 @@ class Checkpointer:
         return [CheckpointRef(step, self._url(path)) for step, path, ok in self.list_dirs() if ok]
 
     def latest(self) -> CheckpointRef | None:
-        """The newest complete checkpoint, agreed by all ranks (rank 0 decides)."""
-        newest = None
+        """The newest complete checkpoint whose files all match their checksums, agreed by all
+        ranks (rank 0 decides). Corrupt ones on the way are set aside with a warning. Raises
+        NoUsableCheckpointError when checkpoints exist but none is usable: starting over from step 0
+        is what ``--fresh`` does, never a silent fallback."""
+        found: CheckpointRef | str | None = None
         if self._rank == 0:
-            found = self.complete()
-            if found:
-                marker = json.loads(self._fs.cat_file(self._join(found[-1].path, MARKER)))
-                newest = CheckpointRef(found[-1].step, found[-1].path, marker.get("world_size"))
-        ref: CheckpointRef | None = self._broadcast(newest)
-        return ref
+            try:
+                found = self._newest_usable()
+            except NoUsableCheckpointError as exc:
+                found = str(exc)
+        decided: CheckpointRef | str | None = self._broadcast(found)
+        if isinstance(decided, str):
+            raise NoUsableCheckpointError(decided)
+        return decided
+
+    def _newest_usable(self) -> CheckpointRef | None:
+        complete = self.complete()
+        set_aside = []
+        for ref in reversed(complete):
+            try:
+                marker = integrity.read_marker(self._fs, self._fs_path(ref.path))
+                problems = integrity.verify(self._fs, self._fs_path(ref.path), marker)
+            except (ValueError, KeyError, TypeError) as exc:  # an unreadable marker
+                marker, problems = {}, [integrity.Mismatch(MARKER, "a JSON marker", str(exc))]
+            if problems is None:
+                self._log(f"gpufleet: checkpoint step {ref.step} ({ref.path}) predates "
+                          "checksums: loading it unverified")  # fmt: skip
+            elif problems:
+                aside = self._url(integrity.set_aside(self._fs, self._fs_path(ref.path)))
+                set_aside.append(aside)
+                self._log(f"gpufleet: WARNING checkpoint step {ref.step} is corrupt ("
+                          f"{'; '.join(map(str, problems))}); set aside as {aside}, trying the "
+                          "previous one")  # fmt: skip
+                continue
+            return CheckpointRef(ref.step, ref.path, marker.get("world_size"))
+        if set_aside:
+            raise NoUsableCheckpointError(
+                f"no usable checkpoint in {self.root}: every complete one is corrupt (set aside: "
+                f"{', '.join(set_aside)}); run with --fresh to start over from step 0"
+            )
+        return None
 
     # ---- saving --------------------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any], *, force_sync: bool = False) -> str:
@@ -153,10 +196,13 @@ class Checkpointer:
             )
             if isinstance(result, AsyncSaveResponse):
                 self._staging = result.staging_completion
-                future: Future[Any] = result.upload_completion
+                upload: Future[Any] = result.upload_completion
             else:
-                future = result
-            self._pending = _Pending(future, path, step, started)
+                upload = result
+            if self._committer is None:
+                self._committer = ThreadPoolExecutor(1, thread_name_prefix="gpufleet-commit")
+            commit = self._committer.submit(self._finish, upload, path, step, started)
+            self._pending = _Pending(commit, path, step, started)
             self._blocked(step, time.perf_counter() - started)
         else:
             dcp_save(state, storage_writer=writer, process_group=self._pg)
@@ -165,6 +211,12 @@ class Checkpointer:
             self._blocked(step, time.perf_counter() - started)
             self._committed(step, started)
         return self._url(path)
+
+    def _finish(self, upload: Future[Any], path: str, step: int, started: float) -> None:
+        """An async save's end, in the committer thread: the upload, then the commit."""
+        upload.result()
+        faults.maybe_fire("checkpoint_written", step)
+        self._commit(path, step, started)
 
     def _committed(self, step: int, started: float) -> None:
         if self.on_commit is not None:
@@ -212,6 +264,9 @@ class Checkpointer:
         if self._default_stager is not None:
             self._default_stager.close()
             self._default_stager = None
+        if self._committer is not None:
+            self._committer.shutdown()
+            self._committer = None
 
     def poll(self) -> None:
         """Commit a finished async save, if any; raises if it failed. Cheap: call every step."""
@@ -227,8 +282,6 @@ class Checkpointer:
         started = time.perf_counter()
         pending.future.result()
         self._blocked(pending.step, time.perf_counter() - started)
-        faults.maybe_fire("checkpoint_written", pending.step)
-        self._commit(pending.path, pending.step, pending.started)
         self._committed(pending.step, pending.started)
 
     def _commit(self, path: str, step: int, started: float) -> None:
@@ -237,7 +290,9 @@ class Checkpointer:
         if self._rank != 0:
             return
         world = dist.get_world_size() if self._distributed else 1
-        marker = {"step": step, "world_size": world, "seconds": time.perf_counter() - started}
+        files = integrity.file_digests(self._fs, path)
+        marker = {"step": step, "world_size": world, "seconds": time.perf_counter() - started,
+                  "files": files}  # fmt: skip
         self._write_atomic(self._join(path, MARKER), json.dumps(marker).encode())
         self._purge(step)
 
@@ -282,6 +337,10 @@ class Checkpointer:
 
         reader: StorageReader = FsspecReader(self._url(path))
         return reader
+
+    def _fs_path(self, url: str) -> str:
+        """A path as the filesystem object names it (a ref's path may carry the scheme)."""
+        return url if self._local else str(self._fs._strip_protocol(url))
 
     def _url(self, path: str) -> str:
         """A path as users and DCP's fsspec reader name it: plain locally, with scheme else."""

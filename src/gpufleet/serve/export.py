@@ -8,7 +8,6 @@ TorchScript file. Output shapes and dtypes come from running the model once on z
 from __future__ import annotations
 
 import importlib
-import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -57,23 +56,35 @@ def _factory(model: str) -> tuple[Callable[[], Any], list[Tensor] | None]:
 
 def resolve_checkpoint(source: str) -> tuple[Checkpointer, CheckpointRef]:
     """The newest complete checkpoint that ``source`` names, and a Checkpointer to load it."""
-    from gpufleet.runtime.checkpoint import MARKER, Checkpointer, CheckpointRef
+    import fsspec
+
+    from gpufleet.errors import CheckpointError
+    from gpufleet.runtime import integrity
+    from gpufleet.runtime.checkpoint import Checkpointer, CheckpointRef
 
     local = "://" not in source or source.startswith("file://")
     path = Path(source.removeprefix("file://"))
     if local:
         if not path.exists():
             raise UserInputError([FieldError("CHECKPOINT", f"{source}: no such file or directory")])
-        if (path / MARKER).is_file():  # one step directory
-            step = int(json.loads((path / MARKER).read_text()).get("step", 0))
-            return Checkpointer(str(path.parent), log=lambda _: None), CheckpointRef(
-                step, str(path)
-            )
+        if (path / integrity.MARKER).is_file():  # one step directory: checked, never set aside
+            fs = fsspec.filesystem("file")
+            marker = integrity.read_marker(fs, str(path))
+            problems = integrity.verify(fs, str(path), marker)
+            if problems:
+                raise UserInputError([FieldError("CHECKPOINT", (
+                    f"{source} is corrupt ({'; '.join(map(str, problems))}); export an older "
+                    "checkpoint (`gpufleet checkpoints verify` lists them)"))])  # fmt: skip
+            step = int(marker.get("step", 0))
+            return Checkpointer(str(path.parent)), CheckpointRef(step, str(path))
         if (path / CHECKPOINTS_DIR).is_dir():  # a run directory
             path = path / CHECKPOINTS_DIR
         source = str(path)
-    checkpointer = Checkpointer(source, log=lambda _: None)
-    ref = checkpointer.latest()
+    checkpointer = Checkpointer(source)  # warns on stderr when it sets a corrupt one aside
+    try:
+        ref = checkpointer.latest()
+    except CheckpointError as exc:
+        raise UserInputError([FieldError("CHECKPOINT", str(exc))]) from exc
     if ref is None:
         raise UserInputError([FieldError("CHECKPOINT", f"{source}: no complete checkpoint in it")])
     return checkpointer, ref

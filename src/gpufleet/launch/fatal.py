@@ -1,0 +1,69 @@
+"""Fatal worker errors: recorded once, and no restart after them.
+
+torchrun restarts a failed worker group up to ``--max-restarts`` times whatever the cause. For
+an error no restart can fix (every checkpoint corrupt, ...) that only repeats the failure and
+hides its message under restarts. So a worker that raises a fatal ``GpufleetError`` (the
+``fatal`` attribute) writes ``fatal.json`` into its run directory - the first one wins - and exits
+with the error's own exit code; the agent, which PyTorch constructs inside
+``torch.distributed.launcher.api.launch_agent``, is our subclass that stops restarting once that
+file exists; the launcher (``gpufleet run`` or the pod's) reports its message in one line and
+exits with its code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+FATAL_FILE = "fatal.json"
+
+
+def write_fatal(run_dir: Path, exit_code: int, message: str, rank: int | None) -> bool:
+    """Record a fatal error; False when one was already there (another rank's), kept."""
+    data = json.dumps({"exit_code": exit_code, "message": message, "rank": rank}).encode()
+    try:
+        fd = os.open(run_dir / FATAL_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return True
+
+
+def read_fatal(run_dir: Path) -> dict[str, Any] | None:
+    """The recorded fatal error, if any (a half-written file counts as none)."""
+    try:
+        data = json.loads((run_dir / FATAL_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("exit_code"), int) else None
+
+
+@contextmanager
+def no_restart_after_fatal(run_dir: Path) -> Iterator[None]:
+    """While active, the elastic agents PyTorch's launcher creates do not restart a failed
+    worker group once ``run_dir`` holds a fatal error. PyTorch has no option for it; its
+    launcher names the agent class as a module global, which we swap for a subclass (torch
+    is pinned in constraints.txt; tests/integration/test_local_run.py covers it)."""
+    import torch.distributed.launcher.api as launcher_api
+    from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    class Agent(LocalElasticAgent):
+        def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+            result: RunResult = super()._monitor_workers(worker_group)
+            if result.is_failed() and (run_dir / FATAL_FILE).exists():
+                self._remaining_restarts = 0
+            return result
+
+    names = vars(launcher_api)  # the module's globals, where launch_agent looks the class up
+    original = names["LocalElasticAgent"]
+    names["LocalElasticAgent"] = Agent
+    try:
+        yield
+    finally:
+        names["LocalElasticAgent"] = original

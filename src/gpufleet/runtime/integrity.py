@@ -1,0 +1,142 @@
+"""Checkpoint integrity: a SHA-256 of every file, in the completion marker, checked on load.
+
+DCP writes no content hash (neither does torchtitan), so a shard flipped by bit-rot or cut by
+a bad copy loads silently. The Checkpointer records ``files`` in ``COMPLETE.json`` when it
+commits a save: ``{name: {"size": bytes, "sha256": hex}}`` for every file of the directory but
+the marker itself. Reading the files back (rather than hashing while DCP writes them) also
+proves they reached storage whole; it runs off the training thread for async saves.
+
+Importing this module does not import torch: ``gpufleet checkpoints verify`` uses it alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+MARKER = "COMPLETE.json"
+STEP_DIR = re.compile(r"^step_(\d{9})-([0-9a-f]{6})$")
+SET_ASIDE = ".corrupt"  # a set-aside directory's suffix; STEP_DIR never matches it again
+_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One file that is not what the marker recorded."""
+
+    file: str
+    expected: str
+    actual: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: expected {self.expected}, got {self.actual}"
+
+
+def join(a: str, b: str) -> str:
+    return f"{a.rstrip('/')}/{b}"
+
+
+def _name(entry: str) -> str:
+    return entry.rstrip("/").rsplit("/", 1)[-1]
+
+
+def sha256_of(fs: Any, path: str) -> str:
+    digest = hashlib.sha256()  # hashlib releases the GIL on large updates: threads overlap
+    with fs.open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_digests(fs: Any, directory: str) -> dict[str, dict[str, Any]]:
+    """``{name: {"size", "sha256"}}`` for every file in ``directory`` (DCP's shards and its
+    ``.metadata``) but the marker and the marker's temporary file."""
+    out = {}
+    for info in fs.ls(directory, detail=True):
+        name = _name(info["name"])
+        if info.get("type") == "directory" or name.startswith(MARKER):
+            continue
+        out[name] = {"size": int(info["size"]), "sha256": sha256_of(fs, info["name"])}
+    return dict(sorted(out.items()))
+
+
+def read_marker(fs: Any, directory: str) -> dict[str, Any]:
+    marker: dict[str, Any] = json.loads(fs.cat_file(join(directory, MARKER)))
+    return marker
+
+
+def verify(fs: Any, directory: str, marker: dict[str, Any]) -> list[Mismatch] | None:
+    """Every file the marker lists, checked: the mismatches ([] when all match), or None when
+    the marker predates checksums (nothing to check against)."""
+    files = marker.get("files")
+    if not isinstance(files, dict):
+        return None
+    problems = []
+    for name, want in files.items():
+        path = join(directory, name)
+        if not fs.exists(path):
+            problems.append(Mismatch(name, f"sha256 {want['sha256'][:16]}", "no such file"))
+            continue
+        size = int(fs.size(path))
+        if size != want["size"]:
+            problems.append(Mismatch(name, f"{want['size']} bytes", f"{size} bytes"))
+            continue
+        actual = sha256_of(fs, path)
+        if actual != want["sha256"]:
+            problems.append(Mismatch(name, f"sha256 {want['sha256']}", f"sha256 {actual}"))
+    return problems
+
+
+def set_aside(fs: Any, directory: str) -> str:
+    """Rename a corrupt checkpoint out of the way (never deleted: it is evidence, and may hold
+    what someone wants to salvage); returns its new path. Listing and retention skip it."""
+    target = directory.rstrip("/") + SET_ASIDE
+    if fs.exists(target):
+        target = f"{target}-{int(time.time())}"
+    fs.mv(directory, target, recursive=True)
+    return target
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One checkpoint directory as ``gpufleet checkpoints verify`` reports it."""
+
+    step: int
+    path: str
+    status: str  # OK, CORRUPT, TORN, UNVERIFIED (written before checksums)
+    size: int
+    world_size: int | None
+    problems: tuple[Mismatch, ...] = ()
+
+
+def survey(fs: Any, root: str) -> list[Entry]:
+    """Every step directory under ``root``, oldest first, each verified in full."""
+    try:
+        entries = fs.ls(root, detail=False)
+    except FileNotFoundError:
+        return []
+    out = []
+    for entry in entries:
+        match = STEP_DIR.match(_name(entry))
+        if not match:
+            continue
+        path = join(root, _name(entry))
+        size = sum(int(i["size"]) for i in fs.ls(path, detail=True) if i.get("type") != "directory")
+        if not fs.exists(join(path, MARKER)):
+            out.append(Entry(int(match.group(1)), path, "TORN", size, None))
+            continue
+        try:
+            marker = read_marker(fs, path)
+        except ValueError:
+            out.append(Entry(int(match.group(1)), path, "CORRUPT", size, None,
+                             (Mismatch(MARKER, "JSON", "unreadable"),)))  # fmt: skip
+            continue
+        problems = verify(fs, path, marker)
+        status = "UNVERIFIED" if problems is None else "CORRUPT" if problems else "OK"
+        out.append(Entry(int(match.group(1)), path, status, size, marker.get("world_size"),
+                         tuple(problems or ())))  # fmt: skip
+    return sorted(out, key=lambda e: (e.step, e.path))
