@@ -10,6 +10,8 @@ Exit codes mean the same thing locally and inside pods, so restart policies can 
 * ``EXIT_NO_CHECKPOINT`` (4) - checkpoints exist but none is usable (every complete one failed
   its checksums and was set aside); nothing was trained. No restart can fix it: ``--fresh``
   starts over, or restore a checkpoint.
+* ``EXIT_NON_FINITE`` (5) - the loss (or the weights about to be checkpointed) became NaN or
+  infinite; stopped before that state was checkpointed, the last good checkpoint kept.
 * ``EXIT_PREEMPTED`` (75, ``EX_TEMPFAIL``) - stopped by SIGTERM/SIGINT *after* a preemption
   checkpoint was committed; running the same job again resumes from it. Retriable. A pod's
   launcher also exits 75 when the rendezvous host (pod 0) is lost after the group formed
@@ -23,6 +25,7 @@ traceback)::
     ├── JobConfigError            a job's runtime settings cannot work (also a ValueError)
     ├── CheckpointError           checkpoint storage refused what a save needs
     │   └── NoUsableCheckpointError   exit 4, fatal: every complete checkpoint is corrupt
+    ├── NonFiniteError            exit 5, fatal: NaN/Inf loss or weights
     ├── MetricsPortError          the metrics port cannot be opened (also an OSError)
     └── ClusterError              the cluster said no (gpufleet.cluster.client)
 """
@@ -36,6 +39,7 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_HUNG = 3
 EXIT_NO_CHECKPOINT = 4
+EXIT_NON_FINITE = 5
 EXIT_PREEMPTED = 75
 
 
@@ -77,6 +81,14 @@ class NoUsableCheckpointError(CheckpointError):
     starting from step 0 would silently throw the training away."""
 
     exit_code = EXIT_NO_CHECKPOINT
+    fatal = True
+
+
+class NonFiniteError(GpufleetError):
+    """Training produced a NaN or infinite loss (or weights): going on would only train and
+    checkpoint garbage, and a restart from the last checkpoint would meet the same batch."""
+
+    exit_code = EXIT_NON_FINITE
     fatal = True
 
 

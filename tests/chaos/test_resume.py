@@ -7,6 +7,7 @@ Random choices print their seed; set GPUFLEET_CHAOS_SEED to replay one.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
+from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_NON_FINITE, EXIT_PREEMPTED
 from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json
 from tests.conftest import (
@@ -279,3 +280,40 @@ def test_no_usable_checkpoint_exits_4_at_once(workdir: Path) -> None:
     logs = rank_logs(workdir, "allrot")
     assert "attempt_1" not in logs  # the group was never restarted
     assert sorted(p.name.endswith(".corrupt") for p in ckpts.iterdir()) == [True] * 3
+
+
+def test_a_nan_stops_before_it_is_checkpointed_and_the_resume_is_exact(
+    workdir: Path, baseline: dict[str, Any]
+) -> None:
+    """A NaN enters rank 1's weights after step 15: the job stops with exit 5 and one line
+    naming the step and rank, before step 20's checkpoint (it trained on and checkpointed NaN,
+    rotating the good ones out); no restart is spent on it. Run again, it resumes from step 10
+    and ends with the uninterrupted run's weights."""
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = "nan@step=15,rank=1"
+    spec = write_spec(workdir, digits_job("nan"))
+    proc = run_cli("run", str(spec), "-o", "json", cwd=workdir, env=env)
+    assert proc.returncode == EXIT_NON_FINITE, proc.stderr[-3000:]
+    s = summary_of(proc)  # strict JSON: summary_of parses with json.loads
+    assert "became NaN or infinite at step 16 on rank 1" in s["message"], s["message"]
+    assert "step_000000010" in s["message"] and "\n" not in s["message"]
+    assert "Traceback" not in proc.stderr and "attempt_1" not in rank_logs(workdir, "nan")
+    ckpts = workdir / ".gpufleet/runs/nan/checkpoints"
+    assert [p.name[:14] for p in sorted(ckpts.iterdir())] == ["step_000000010"]
+    again = run_cli("run", str(spec), "-o", "json", cwd=workdir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert summary_of(again)["state_digest"] == baseline["state_digest"]
+
+
+def test_a_diverging_job_exits_5_with_strict_json(workdir: Path) -> None:
+    """lr 1e30: NaN from the first steps. Exit 5 at the first check, no checkpoint at all, and
+    a summary that is strict JSON (null, never a bare NaN)."""
+    doc = digits_job("diverge")
+    doc["spec"]["workload"]["lr"] = 1e30
+    proc = run_cli("run", str(write_spec(workdir, doc)), "-o", "json", cwd=workdir)
+    assert proc.returncode == EXIT_NON_FINITE, proc.stderr[-3000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert "NaN" not in line.replace("became NaN", "")
+    s = json.loads(line, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+    assert "no checkpoint was written" in s["message"]
+    assert not any((workdir / ".gpufleet/runs/diverge/checkpoints").glob("step_*"))

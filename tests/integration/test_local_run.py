@@ -176,3 +176,38 @@ def test_checkpoint_uri_without_filesystem_exits_2(workdir: Path, uri: str, want
     assert proc.returncode == EXIT_BAD_INPUT
     assert "spec.checkpoint.dir" in proc.stderr and want in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_second_run_of_a_job_is_refused_and_a_killed_ones_lock_is_free(workdir: Path) -> None:
+    """Two `gpufleet run` of one job would share its run and checkpoint directories: the
+    second exits 1 at once naming the holder's PID; a shared checkpoint.dir refuses another job
+    too. Once the first is SIGKILLed, its lock is gone and a new run starts."""
+    (workdir / "sleepy.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    shared = str(workdir / "shared-ckpt")
+    spec = write_spec(workdir, script_job("held", ["sleepy.py"], procsPerNode=1,
+                                          checkpoint={"dir": shared}))  # fmt: skip
+    first = subprocess.Popen(
+        gpufleet_cmd("run", str(spec)), cwd=workdir, env=cli_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        poll_until(lambda: [p for p in processes_mentioning("sleepy.py")
+                            if "gpufleet.launch.shim" in " ".join(p.cmdline())],
+                   what="the first run's worker", timeout=60, alive=first,
+                   retry_on=(psutil.NoSuchProcess,))  # fmt: skip
+        second = run_cli("run", str(spec), cwd=workdir, timeout=30)
+        assert second.returncode == EXIT_FAILED, second.stderr
+        assert f"job held is already running (pid {first.pid}, started" in second.stderr
+        assert "Traceback" not in second.stderr
+        doc = script_job("other", ["sleepy.py"], procsPerNode=1, checkpoint={"dir": shared})
+        other = write_spec(workdir, doc, "other.yaml")
+        refused = run_cli("run", str(other), cwd=workdir, timeout=30)
+        assert refused.returncode == EXIT_FAILED, refused.stderr
+        assert f"checkpoint directory {shared} is in use by job held" in refused.stderr
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+    assert not wait_no_processes("sleepy.py", timeout=15)
+    (workdir / "sleepy.py").write_text("print('done', flush=True)\n")
+    third = run_cli("run", str(spec), cwd=workdir, timeout=120)
+    assert third.returncode == 0, third.stderr[-2000:]

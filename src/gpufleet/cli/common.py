@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -68,7 +69,19 @@ def internal_error(exc: BaseException) -> NoReturn:
     sys.exit(EXIT_FAILED)
 
 
+def strict_json(data: Any) -> Any:
+    """``data`` with every NaN or infinite float replaced by None: strict JSON has no NaN,
+    and parsers other than Python's refuse Python's bare ``NaN``."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: strict_json(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [strict_json(v) for v in data]
+    return data
+
+
 def print_json(data: Any) -> None:
-    """One JSON object on stdout."""
-    sys.stdout.write(json.dumps(data, sort_keys=True) + "\n")
+    """One JSON object on stdout (strict JSON: ``null`` for NaN or Inf)."""
+    sys.stdout.write(json.dumps(strict_json(data), sort_keys=True, allow_nan=False) + "\n")
     sys.stdout.flush()

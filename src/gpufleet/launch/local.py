@@ -29,6 +29,7 @@ from gpufleet.errors import (
     UserInputError,
 )
 from gpufleet.launch.fatal import FATAL_FILE, read_fatal
+from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
@@ -151,12 +152,20 @@ def run_local(
     fresh: bool = False,
     echo: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr, flush=True),
 ) -> RunSummary:
-    """Run ``job`` to its end on this machine and return its summary (never raises for failure).
+    """Run ``job`` to its end on this machine and return its summary (never raises for failure;
+    raises JobLockedError at once when another run of the job holds its directories).
 
     Workers get torchrun's environment; their output is prefixed ``[rankN]:`` on the console and
     kept under ``<run dir>/logs``. Re-running a job resumes from its newest complete checkpoint.
     """
     check_checkpoint_storage(job)
+    with job_lock(run_root, job.metadata.name, job.spec.checkpoint.dir):
+        return _run_locked(job, run_root, fresh, echo)
+
+
+def _run_locked(
+    job: TrainingJob, run_root: Path, fresh: bool, echo: Callable[[str], None]
+) -> RunSummary:
     run_dir = prepare_run_dir(run_root, job.metadata.name, fresh=fresh)
     for note in local_notes(job):
         echo(note)

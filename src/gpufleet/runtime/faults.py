@@ -3,7 +3,9 @@
 ``GPUFLEET_FAULTS="kill@step=7,rank=1;hang@checkpoint_written=10"`` - each entry is
 ``action@point=N`` with optional ``rank=R`` (default 0) and ``restart=K`` (default 0: only the
 first attempt, so the restarted group can get past the point). Actions: ``kill`` (SIGKILL
-itself), ``hang`` (stop making progress), ``exit`` (exit code 1). Points: ``step`` (after step N's
+itself), ``hang`` (stop making progress), ``exit`` (exit code 1), ``nan`` (fill a weight of
+this rank with NaN, as a bad batch or a too-large learning rate would; only where the caller
+passes ``poison``). Points: ``step`` (after step N's
 optimizer update) and ``checkpoint_written`` (step N's checkpoint data is written, its
 completion marker is not).
 """
@@ -14,11 +16,12 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
 ENV_FAULTS = "GPUFLEET_FAULTS"
-_ACTIONS = ("kill", "hang", "exit")
+_ACTIONS = ("kill", "hang", "exit", "nan")
 _POINTS = ("step", "checkpoint_written")
 
 
@@ -62,7 +65,7 @@ def _active() -> tuple[Fault, ...]:
     return tuple(parse_faults(os.environ.get(ENV_FAULTS, "")))
 
 
-def maybe_fire(point: str, step: int) -> None:
+def maybe_fire(point: str, step: int, poison: Callable[[], None] | None = None) -> None:
     """Fire the faults configured for this point, step, rank and restart (no-op normally)."""
     faults = _active()
     if not faults:
@@ -78,6 +81,8 @@ def maybe_fire(point: str, step: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         elif f.action == "exit":
             os._exit(1)
+        elif f.action == "nan" and poison is not None:
+            poison()
         elif f.action == "hang":
             while True:  # a hung rank: alive, holding its peers in the next collective
                 time.sleep(3600)

@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from gpufleet.errors import EXIT_PREEMPTED, JobConfigError
+from gpufleet.errors import EXIT_PREEMPTED, JobConfigError, NonFiniteError
 from gpufleet.runtime import faults
 from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.runtime.context import PREEMPTED_FILE, JobContext
@@ -149,6 +149,9 @@ class Trainer:
         self.scheduler = scheduler
         self.step_fn = step_fn
         self.progress = _Progress()
+        # The first step whose loss was NaN/Inf on this rank (0: none), kept on the device and
+        # read only at log and checkpoint steps, so healthy steps add no host sync.
+        self._first_bad = torch.zeros((), dtype=torch.long, device=self.info.device)
         self._log = log or self._print
         self.sampler = ResumableDistributedSampler(
             data,  # type: ignore[arg-type]
@@ -262,13 +265,17 @@ class Trainer:
         """Everything between two steps; returns True when all ranks agreed to stop."""
         step = self.progress.step
         self.watchdog.beat(step)
-        faults.maybe_fire("step", step)
+        faults.maybe_fire("step", step, poison=self._poison)
         self.checkpointer.poll()
         preempted = self.guard.should_stop()
-        if step % self.config.log_every == 0 or step == self.config.steps:
-            self._report(step, loss, self._step_seconds)
         final = step >= self.config.steps
-        if preempted or final or step % self.context.checkpoint.every_steps == 0:
+        saving = preempted or final or step % self.context.checkpoint.every_steps == 0
+        logging = step % self.config.log_every == 0 or final
+        if saving or logging:
+            self._check_finite(step, weights=saving)  # before anything is saved or reported
+        if logging:
+            self._report(step, loss, self._step_seconds)
+        if saving:
             self._last_ckpt = self.checkpointer.save(step, state, force_sync=preempted or final)
             self.watchdog.beat(step)
         return preempted
@@ -278,6 +285,8 @@ class Trainer:
         self.ddp.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.step_fn(self.ddp, batch)
+        bad = ~torch.isfinite(loss.detach()) & (self._first_bad == 0)
+        self._first_bad = torch.where(bad, self.progress.step + 1, self._first_bad)
         loss.backward()  # type: ignore[no-untyped-call]
         # An async checkpoint may still be copying the weights and optimizer state: fence here,
         # so staging overlaps forward and backward but never sees a half-updated model.
@@ -286,6 +295,38 @@ class Trainer:
         if self.scheduler is not None:
             self.scheduler.step()
         return loss.detach()
+
+    def _poison(self) -> None:
+        """The ``nan`` fault: a NaN in this rank's weights (tests of the non-finite check)."""
+        with torch.no_grad():
+            next(self.model.parameters()).fill_(float("nan"))
+
+    def _check_finite(self, step: int, *, weights: bool) -> None:
+        """Raise NonFiniteError on every rank when any rank saw a NaN/Inf loss since the last
+        check, or (``weights``: a checkpoint is next) holds non-finite weights: a NaN gradient
+        with a finite loss poisons the weights one step before the loss shows it."""
+        first = int(self._first_bad.item())
+        if weights and first == 0:
+            params = [p.detach() for p in self.model.parameters()]
+            if params and not torch.isfinite(torch.nn.utils.get_total_norm(params)):
+                first = step
+        seen = [first]
+        if dist.is_initialized():
+            gathered = [torch.zeros(1, dtype=torch.long) for _ in range(self.info.world_size)]
+            dist.all_gather(gathered, torch.tensor([first]), group=control_group())
+            seen = [int(t.item()) for t in gathered]
+        bad = {rank: at for rank, at in enumerate(seen) if at}
+        if not bad:
+            return
+        at = min(bad.values())
+        ranks = ", ".join(str(r) for r, s in bad.items() if s == at)
+        last = f"the last good checkpoint, {self._last_ckpt}, is kept" if self._last_ckpt else (
+            "no checkpoint was written")  # fmt: skip
+        raise NonFiniteError(
+            f"the loss or weights became NaN or infinite at step {at} on rank {ranks} (checked "
+            f"at step {step}); stopped before checkpointing it, {last}; lower the learning rate "
+            "or check the data"
+        )
 
     def _advance(self) -> None:
         p = self.progress
