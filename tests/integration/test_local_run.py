@@ -211,3 +211,11 @@ def test_a_second_run_of_a_job_is_refused_and_a_killed_ones_lock_is_free(workdir
     (workdir / "sleepy.py").write_text("print('done', flush=True)\n")
     third = run_cli("run", str(spec), cwd=workdir, timeout=120)
     assert third.returncode == 0, third.stderr[-2000:]
+
+
+def test_a_missing_script_is_bad_input_before_any_worker_starts(workdir: Path) -> None:
+    spec = write_spec(workdir, script_job("noscript", ["nosuch.py", "--x"]))
+    proc = run_cli("run", str(spec), cwd=workdir, timeout=60)
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
+    assert "spec.command[0]: nosuch.py: no such file in" in proc.stderr
+    assert not (workdir / ".gpufleet/runs/noscript/logs").exists()  # nothing started

@@ -64,6 +64,26 @@ def test_defaults() -> None:
         ({"workload": None}, "spec.command", "set either spec.command"),
         ({"command": []}, "spec.command", "empty command"),
         ({"command": ["-m"]}, "spec.command", "module name"),
+        (
+            {"command": ["python", "t.py", "-x"], "workload": None},
+            "spec.command",
+            "write command: ['t.py', '-x']",
+        ),
+        (
+            {"command": ["/usr/bin/python3.11", "-m", "pkg"], "workload": None},
+            "spec.command",
+            "write command: ['-m', 'pkg']",
+        ),
+        (
+            {"command": ["torchrun", "--nproc-per-node=2", "t.py"], "workload": None},
+            "spec.command",
+            "write command: ['t.py']",
+        ),
+        (
+            {"command": ["python", "-c", "print(1)"], "workload": None},
+            "spec.command",
+            "starts with 'python'",
+        ),
         ({"command": ["t.py"]}, "spec.workload", "exclusive"),
         (
             {"volumes": [{"name": "d", "mountPath": "rel", "claimName": "c"}]},

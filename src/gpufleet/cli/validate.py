@@ -51,7 +51,7 @@ def validate(
         f"{file}: valid TrainingJob {job.metadata.name!r}: {what} on {s.nodes} node(s) x "
         f"{s.procs_per_node} process(es)"
     )
-    from gpufleet.launch.local import local_notes  # imports torch
+    from gpufleet.launch.worker import local_notes
 
     for note in local_notes(job):
         err_console.print(note)

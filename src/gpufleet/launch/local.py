@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
-import torch
 
 from gpufleet.errors import (
     EXIT_FAILED,
@@ -33,7 +32,7 @@ from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
-from gpufleet.launch.worker import DEFAULT_RUN_ROOT, job_context, worker_module_args
+from gpufleet.launch.worker import DEFAULT_RUN_ROOT, job_context, local_notes, worker_module_args
 from gpufleet.net import free_port
 from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json, write_json_atomic
@@ -116,6 +115,17 @@ def prepare_run_dir(run_root: Path, name: str, *, fresh: bool) -> Path:
     return run_dir
 
 
+def check_script(job: TrainingJob) -> None:
+    """A script command names a file here: fail before starting anything when it is missing
+    (every worker would fail with FileNotFoundError and the group restart for nothing)."""
+    command = job.spec.command
+    if not command or command[0] == "-m" or Path(command[0]).is_file():
+        return
+    raise UserInputError([FieldError("spec.command[0]", (
+        f"{command[0]}: no such file in {Path.cwd()} (workers run the script from the directory "
+        "`gpufleet run` runs in)"))])  # fmt: skip
+
+
 def check_checkpoint_storage(job: TrainingJob) -> None:
     """Fail before starting anything when the checkpoint URI's filesystem is not installed."""
     uri = job.spec.checkpoint.dir
@@ -128,21 +138,6 @@ def check_checkpoint_storage(job: TrainingJob) -> None:
         hint = " (pip install 'gpufleet[s3]')" if scheme in ("s3", "s3a") else ""
         msg = f"no fsspec filesystem for {scheme}://: {exc}{hint}"
         raise UserInputError([FieldError("spec.checkpoint.dir", msg)]) from None
-
-
-def local_notes(job: TrainingJob) -> list[str]:
-    """One-line notes about spec fields that do not apply on this machine."""
-    notes = []
-    ignored = job.spec.cluster_only_fields()
-    if job.spec.resources.cpu or job.spec.resources.memory:
-        ignored.append("resources.cpu/memory")
-    if ignored:
-        notes.append(f"note: cluster-only fields ignored locally: {', '.join(ignored)}")
-    if job.spec.resources.gpu and not torch.cuda.is_available():
-        notes.append(
-            "note: spec.resources.gpu is set but no CUDA device is here; using gloo on CPU"
-        )
-    return notes
 
 
 def run_local(
@@ -159,6 +154,7 @@ def run_local(
     kept under ``<run dir>/logs``. Re-running a job resumes from its newest complete checkpoint.
     """
     check_checkpoint_storage(job)
+    check_script(job)
     with job_lock(run_root, job.metadata.name, job.spec.checkpoint.dir):
         return _run_locked(job, run_root, fresh, echo)
 

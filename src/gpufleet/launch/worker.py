@@ -35,3 +35,22 @@ def job_context(job: TrainingJob, run_dir: Path, metrics_dir: str | None = None)
         workload=s.workload.model_dump(by_alias=True) if s.workload else {},
         metrics_dir=metrics_dir if s.metrics.port else None,
     )
+
+
+def local_notes(job: TrainingJob) -> list[str]:
+    """One-line notes about spec fields that do not apply on this machine. Imports torch only
+    when the spec asks for GPUs (``gpufleet validate`` stays fast)."""
+    notes = []
+    ignored = job.spec.cluster_only_fields()
+    if job.spec.resources.cpu or job.spec.resources.memory:
+        ignored.append("resources.cpu/memory")
+    if ignored:
+        notes.append(f"note: cluster-only fields ignored locally: {', '.join(ignored)}")
+    if job.spec.resources.gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            notes.append(
+                "note: spec.resources.gpu is set but no CUDA device is here; using gloo on CPU"
+            )
+    return notes

@@ -294,6 +294,11 @@ class Volume(SpecModel):
         return value
 
 
+# Programs that are not a training script: an interpreter or a launcher in command[0] would be
+# run *by* torchrun's Python as if it were the script (FileNotFoundError '.../python').
+_LAUNCHER = re.compile(r"^(python|pypy|ipython)[0-9.]*$|^(torchrun|bash|sh|env|uv|conda)$")
+
+
 class TrainingJobSpec(CrossFieldModel):
     """What to run, how wide, and how it survives failures."""
 
@@ -346,6 +351,17 @@ class TrainingJobSpec(CrossFieldModel):
             raise ValueError("must name a script or '-m module', got an empty command")
         if value[0] == "-m" and (len(value) < 2 or not value[1].strip()):
             raise ValueError("'-m' must be followed by a module name")
+        program = value[0].rsplit("/", 1)[-1]
+        if _LAUNCHER.match(program):
+            rest = value[1:]
+            while rest and rest[0].startswith("--"):  # torchrun's own options: the spec's job
+                rest = rest[1:]
+            fix = repr(rest) if rest and rest[0] != "-c" else "['train.py', '--lr', '0.1']"
+            raise ValueError(
+                f"starts with {value[0]!r}, but gpufleet runs every worker with torchrun's own "
+                f"Python: write command: {fix} (torchrun's positional form: a script and its "
+                "arguments, or ['-m', 'pkg.train'])"
+            )
         return value
 
     @field_validator("env")
