@@ -219,3 +219,27 @@ def test_a_missing_script_is_bad_input_before_any_worker_starts(workdir: Path) -
     assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
     assert "spec.command[0]: nosuch.py: no such file in" in proc.stderr
     assert not (workdir / ".gpufleet/runs/noscript/logs").exists()  # nothing started
+
+
+def test_hang_timeout_watches_a_scripts_output_and_heartbeats(workdir: Path) -> None:
+    """A command job with hangTimeout: a script that stops writing is declared hung (stacks in
+    its log, exit 3) and restarted, then the job fails naming it; a script silent on stdout
+    but calling gpufleet.runtime.heartbeat() is left alone (it was never watched before)."""
+    (workdir / "stuck.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    spec = write_spec(workdir, script_job("stuck", ["stuck.py"], procsPerNode=1,
+                                          hangTimeout="3s", maxRestarts=1))  # fmt: skip
+    proc = run_cli("run", str(spec), "-o", "json", cwd=workdir, timeout=120)
+    assert proc.returncode == EXIT_FAILED, proc.stderr[-2000:]
+    s = summary_of(proc)
+    assert "rank 0 ended with exit code 3" in s["message"], s["message"]
+    assert "made no output or heartbeat for" in proc.stderr
+    logs = list((workdir / ".gpufleet/runs/stuck/logs").glob("node0/*/attempt_1"))
+    assert logs, "the hung group was not restarted"
+    (workdir / "quiet.py").write_text(
+        "import time\nfrom gpufleet.runtime import heartbeat\n"
+        "for _ in range(12):\n    time.sleep(0.5)\n    heartbeat()\n"
+    )
+    doc = script_job("quiet", ["quiet.py"], procsPerNode=1, hangTimeout="2s", maxRestarts=0)
+    spec = write_spec(workdir, doc, "quiet.yaml")
+    quiet = run_cli("run", str(spec), cwd=workdir, timeout=120)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]

@@ -19,7 +19,7 @@ from typing import Any
 
 from gpufleet.launch.fatal import write_fatal
 from gpufleet.launch.orphans import ENV_AGENT_PID, die_with_parent
-from gpufleet.runtime.context import ENV_RUN_DIR
+from gpufleet.runtime.context import ENV_OUTPUT_HANG_TIMEOUT, ENV_RUN_DIR
 
 
 def _run_user(argv: list[str]) -> None:
@@ -104,6 +104,12 @@ def main() -> None:
     # Imported after die_with_parent: importing torch takes seconds, time in which an agent
     # SIGKILLed would leave this process behind.
     from torch.distributed.elastic.multiprocessing.errors import record
+
+    timeout = float(os.environ.get(ENV_OUTPUT_HANG_TIMEOUT, "0"))
+    if timeout > 0:  # a command job with a hangTimeout: its output or heartbeat is progress
+        from gpufleet.runtime.watchdog import watch_output
+
+        watch_output(timeout, rank=int(os.environ.get("RANK", "0")))
 
     with _safe_group_teardown():
         record(_run)(sys.argv[1:])

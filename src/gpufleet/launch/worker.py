@@ -27,11 +27,15 @@ def job_context(job: TrainingJob, run_dir: Path, metrics_dir: str | None = None)
     """The runtime settings workers read from GPUFLEET_* variables. The checkpoint directory
     is the spec's, else <run_dir>/checkpoints, named explicitly so every worker agrees."""
     s = job.spec
+    # A script has no steps gpufleet can see: its watchdog counts from its last output or
+    # heartbeat, which a script silent for minutes by design would trip, so only when asked.
+    explicit = "hang_timeout" in s.model_fields_set
     return JobContext(
         name=job.metadata.name,
         run_dir=run_dir,
         checkpoint=s.checkpoint.settings(run_dir),
         hang_timeout=s.hang_timeout,
+        output_hang_timeout=s.hang_timeout if s.command and explicit else 0.0,
         workload=s.workload.model_dump(by_alias=True) if s.workload else {},
         metrics_dir=metrics_dir if s.metrics.port else None,
     )

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gpufleet.runtime.preemption import PreemptionGuard
     from gpufleet.runtime.rng import capture_rng, restore_rng, seed_everything
     from gpufleet.runtime.trainer import Trainer, TrainerConfig, TrainResult
-    from gpufleet.runtime.watchdog import HangWatchdog
+    from gpufleet.runtime.watchdog import HangWatchdog, heartbeat
 
 _WHERE = {
     "CheckpointRef": "checkpoint",
@@ -40,6 +40,7 @@ _WHERE = {
     "TrainerConfig": "trainer",
     "barrier": "distributed",
     "capture_rng": "rng",
+    "heartbeat": "watchdog",
     "init_distributed": "distributed",
     "restore_rng": "rng",
     "seed_everything": "rng",
@@ -61,6 +62,7 @@ __all__ = [
     "TrainerConfig",
     "barrier",
     "capture_rng",
+    "heartbeat",
     "init_distributed",
     "restore_rng",
     "seed_everything",

@@ -24,6 +24,9 @@ ENV_CHECKPOINT_EVERY = "GPUFLEET_CHECKPOINT_EVERY"
 ENV_CHECKPOINT_KEEP = "GPUFLEET_CHECKPOINT_KEEP"
 ENV_CHECKPOINT_ASYNC = "GPUFLEET_CHECKPOINT_ASYNC"
 ENV_HANG_TIMEOUT = "GPUFLEET_HANG_TIMEOUT"
+# Set for command jobs with an explicit hangTimeout: the worker shim's watchdog then counts
+# from the worker's last output or gpufleet.runtime.heartbeat() (gpufleet.runtime.watchdog).
+ENV_OUTPUT_HANG_TIMEOUT = "GPUFLEET_OUTPUT_HANG_TIMEOUT"
 ENV_WORKLOAD = "GPUFLEET_WORKLOAD"
 # prometheus_client's multiprocess mode: each worker writes its metrics into files there, and
 # one server (the launcher, locally) serves the sum of all of them.
@@ -56,6 +59,7 @@ class JobContext:
     run_dir: Path = field(default_factory=lambda: Path(".gpufleet/runs/job"))
     checkpoint: CheckpointSettings = CHECKPOINT_DEFAULTS
     hang_timeout: float = 0.0
+    output_hang_timeout: float = 0.0
     workload: dict[str, object] = field(default_factory=dict)
     metrics_dir: str | None = None
 
@@ -77,6 +81,7 @@ class JobContext:
             run_dir=run_dir,
             checkpoint=checkpoint,
             hang_timeout=float(e.get(ENV_HANG_TIMEOUT, "0")),
+            output_hang_timeout=float(e.get(ENV_OUTPUT_HANG_TIMEOUT, "0")),
             workload=json.loads(e.get(ENV_WORKLOAD, "{}")),
             metrics_dir=e.get(ENV_METRICS_DIR) or None,
         )
@@ -96,6 +101,8 @@ class JobContext:
             ENV_CHECKPOINT_ASYNC: "1" if self.checkpoint.async_save else "0",
             ENV_HANG_TIMEOUT: str(self.hang_timeout),
         }
+        if self.output_hang_timeout > 0:
+            env[ENV_OUTPUT_HANG_TIMEOUT] = str(self.output_hang_timeout)
         if self.checkpoint.dir:
             env[ENV_CHECKPOINT_DIR] = self.checkpoint.dir
         if self.workload:

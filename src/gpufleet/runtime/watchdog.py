@@ -1,4 +1,9 @@
-"""Hang watchdog: no step progress within the timeout -> dump every thread's stack, exit."""
+"""Hang watchdog: no progress within the timeout -> dump every thread's stack, exit.
+
+Progress is a Trainer step, or for a ``command:`` job with an explicit ``hangTimeout`` any line
+the worker writes to stdout/stderr or a call of ``heartbeat()`` (``watch_output``, started by
+the worker shim): gpufleet cannot see a script's steps.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 from gpufleet.errors import EXIT_HUNG
 
@@ -19,9 +25,10 @@ class HangWatchdog:
     the elastic agent restarts the group from the last checkpoint. ``timeout <= 0`` disables it.
     """
 
-    def __init__(self, timeout: float, *, rank: int = 0) -> None:
+    def __init__(self, timeout: float, *, rank: int = 0, what: str = "step progress") -> None:
         self.timeout = timeout
         self.rank = rank
+        self.what = what
         self._last = time.monotonic()
         self._step = 0
         self._stop = threading.Event()
@@ -39,6 +46,8 @@ class HangWatchdog:
         """Record progress (call after each step and around long operations)."""
         self._step = step
         self._last = time.monotonic()
+        if _output_watchdog is not None and _output_watchdog is not self:
+            _output_watchdog.beat(step)  # a Trainer in a script: its steps are progress too
 
     def stop(self) -> None:
         """Stop watching."""
@@ -53,10 +62,46 @@ class HangWatchdog:
 
     def _fire(self, idle: float) -> None:
         sys.stderr.write(
-            f"gpufleet: rank {self.rank} made no step progress for {idle:.1f}s "
+            f"gpufleet: rank {self.rank} made no {self.what} for {idle:.1f}s "
             f"(hangTimeout {self.timeout:g}s, last step {self._step}); stacks follow\n"
         )
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()
         os._exit(EXIT_HUNG)  # not sys.exit: the main thread is the one that is stuck
+
+
+_output_watchdog: HangWatchdog | None = None
+
+
+class _Beating:
+    """A text stream that counts every write as progress and is otherwise the stream."""
+
+    def __init__(self, stream: Any, watchdog: HangWatchdog) -> None:
+        self._stream = stream
+        self._watchdog = watchdog
+
+    def write(self, text: str) -> int:
+        self._watchdog._last = time.monotonic()
+        return int(self._stream.write(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def watch_output(timeout: float, *, rank: int = 0) -> HangWatchdog:
+    """Start this process's output watchdog: it fires when nothing is written to stdout or
+    stderr and ``heartbeat()`` is not called for ``timeout`` seconds."""
+    global _output_watchdog
+    watchdog = HangWatchdog(timeout, rank=rank, what="output or heartbeat")
+    _output_watchdog = watchdog
+    sys.stdout = _Beating(sys.stdout, watchdog)
+    sys.stderr = _Beating(sys.stderr, watchdog)
+    return watchdog.start()
+
+
+def heartbeat() -> None:
+    """Tell gpufleet's hang watchdog that this worker is alive, for a script that is silent
+    for longer than its ``hangTimeout`` (no-op when no watchdog watches this process)."""
+    if _output_watchdog is not None:
+        _output_watchdog._last = time.monotonic()

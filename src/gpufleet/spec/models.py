@@ -324,7 +324,9 @@ class TrainingJobSpec(CrossFieldModel):
         default=300.0,
         description=(
             "Seconds without step progress before a worker is declared hung (0: off); "
-            "must exceed the slowest step, a synchronous checkpoint save included."
+            "must exceed the slowest step, a synchronous checkpoint save included. For a "
+            "command job, set explicitly: progress is then any output line of the worker or "
+            "a call of gpufleet.runtime.heartbeat()."
         ),
     )
     preemption: Preemption = Field(default_factory=Preemption, description="Preemption.")
