@@ -24,7 +24,8 @@ traceback)::
     ├── UserInputError            exit 2: a spec, file or option is wrong (FieldError paths)
     ├── JobConfigError            a job's runtime settings cannot work (also a ValueError)
     ├── CheckpointError           checkpoint storage refused what a save needs
-    │   └── NoUsableCheckpointError   exit 4, fatal: every complete checkpoint is corrupt
+    │   ├── NoUsableCheckpointError   exit 4, fatal: every complete checkpoint is corrupt
+    │   └── CheckpointMismatchError   exit 2, fatal: the checkpoint is another job's or model's
     ├── NonFiniteError            exit 5, fatal: NaN/Inf loss or weights
     ├── MetricsPortError          the metrics port cannot be opened (also an OSError)
     └── ClusterError              the cluster said no (gpufleet.cluster.client)
@@ -89,6 +90,15 @@ class NonFiniteError(GpufleetError):
     checkpoint garbage, and a restart from the last checkpoint would meet the same batch."""
 
     exit_code = EXIT_NON_FINITE
+    fatal = True
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The newest checkpoint in the job's checkpoint directory belongs to another job, or was
+    written by another model: resuming from it would train the wrong thing, or crash every
+    rank on a missing key. Bad input (the spec's checkpoint.dir), exit 2."""
+
+    exit_code = EXIT_BAD_INPUT
     fatal = True
 
 

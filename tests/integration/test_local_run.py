@@ -243,3 +243,33 @@ def test_hang_timeout_watches_a_scripts_output_and_heartbeats(workdir: Path) -> 
     spec = write_spec(workdir, doc, "quiet.yaml")
     quiet = run_cli("run", str(spec), cwd=workdir, timeout=120)
     assert quiet.returncode == 0, quiet.stderr[-2000:]
+
+
+def test_a_checkpoint_dir_knows_its_job_and_fresh_starts_over(workdir: Path) -> None:
+    """A relative checkpoint.dir is relative to the spec file (said once); another job pointed
+    at it exits 2 naming both, before loading or deleting anything (it resumed from the first
+    job's checkpoints and rotated them out); --fresh moves the job's own checkpoints aside
+    and trains from step 0 (it resumed at the last step and trained nothing)."""
+    specs = workdir / "specs"
+    specs.mkdir()
+    a = write_spec(specs, digits_job("job-a", checkpoint={"dir": "../ckpt", "everySteps": 20}),
+                   "a.yaml")  # fmt: skip
+    first = run_cli("run", str(a), "-o", "json", cwd=workdir)
+    assert first.returncode == 0, first.stderr[-2000:]
+    ckpt = (workdir / "ckpt").resolve()
+    assert f"checkpoints: {ckpt} (spec.checkpoint.dir '../ckpt'" in first.stderr
+    before = sorted(p.name for p in ckpt.glob("step_*"))
+    assert before
+    b = write_spec(specs, digits_job("job-b", checkpoint={"dir": "../ckpt"}), "b.yaml")
+    other = run_cli("run", str(b), "-o", "json", cwd=workdir)
+    assert other.returncode == EXIT_BAD_INPUT, other.stderr[-2000:]
+    message = summary_of(other)["message"]
+    assert "belongs to job job-a, not job-b" in message and "\n" not in message
+    assert "Traceback" not in other.stderr
+    assert sorted(p.name for p in ckpt.glob("step_*")) == before  # nothing loaded or deleted
+    fresh = run_cli("run", str(a), "--fresh", "-o", "json", cwd=workdir)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    s = summary_of(fresh)
+    assert s["resumed_from"] is None and s["steps"] == 40
+    assert f"--fresh moved {len(before)} checkpoint(s) of job-a" in fresh.stderr
+    assert sorted(p.name for p in (ckpt / ".archive").glob("job-a-*/step_*")) == before

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpufleet.errors import CheckpointError
+from gpufleet.errors import CheckpointError, CheckpointMismatchError
 from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.runtime.integrity import MARKER
 
@@ -261,3 +261,25 @@ def test_cli_verify_lists_ok_corrupt_and_torn(tmp_path: Path) -> None:
     assert (paths[1]).is_dir()  # verify only reads: nothing set aside
     missing = CliRunner().invoke(app, ["checkpoints", "verify", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "no such directory" in missing.output
+
+
+def identity(job: str, model: str = "m1") -> dict[str, str]:
+    return {"job": job, "workload": "digits", "model": model}
+
+
+def test_another_jobs_or_models_checkpoint_is_refused_and_never_deleted(tmp_path: Path) -> None:
+    """Two jobs on one checkpoint directory: the second neither resumes from the first's
+    checkpoints (exit 2 naming both) nor rotates them out; another model is refused too."""
+    a = Checkpointer(str(tmp_path), keep=1, identity=identity("job-a"))
+    a_dirs = [Path(a.save(step, {"m": model_state(step)})) for step in (10, 20)]
+    assert not a_dirs[0].exists() and a_dirs[1].exists()  # a's own rotation works
+    b = Checkpointer(str(tmp_path), keep=1, identity=identity("job-b"))
+    with pytest.raises(CheckpointMismatchError, match="belongs to job job-a, not job-b"):
+        b.latest()
+    b.save(30, {"m": model_state(30)})
+    b.save(40, {"m": model_state(40)})
+    assert a_dirs[1].exists()  # b's rotation kept a's checkpoint
+    other_model = Checkpointer(str(tmp_path), identity=identity("job-b", model="m2"))
+    with pytest.raises(CheckpointMismatchError, match=r"another model .*fingerprint m1.*m2"):
+        other_model.latest()
+    assert CheckpointMismatchError.exit_code == 2 and CheckpointMismatchError.fatal

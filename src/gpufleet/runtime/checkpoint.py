@@ -22,6 +22,7 @@ other ranks' files). A resume is rare; one extra read of the checkpoint is its p
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -43,7 +44,7 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
-from gpufleet.errors import CheckpointError, NoUsableCheckpointError
+from gpufleet.errors import CheckpointError, CheckpointMismatchError, NoUsableCheckpointError
 from gpufleet.runtime import faults, integrity
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS
 from gpufleet.runtime.integrity import MARKER
@@ -68,6 +69,15 @@ class _Pending:
     started: float
 
 
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """A short hash of a model's state dict keys, shapes and dtypes: two models with the same
+    fingerprint can load each other's checkpoints."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+    return digest.hexdigest()[:16]
+
+
 def _is_local(root: str) -> bool:
     return "://" not in root or root.startswith("file://")
 
@@ -87,7 +97,12 @@ class Checkpointer:
         keep: int = CHECKPOINT_DEFAULTS.keep,
         async_save: bool = CHECKPOINT_DEFAULTS.async_save,
         log: Callable[[str], None] | None = None,
+        identity: dict[str, str] | None = None,
     ) -> None:
+        # Who writes here: {"job": name, "workload": what it trains, "model": fingerprint}.
+        # Recorded in every marker; a checkpoint of another job or model is never loaded, and
+        # retention deletes only this job's checkpoints.
+        self.identity = identity or {}
         self._local = _is_local(root)
         self.root = root.removeprefix("file://").rstrip("/") if self._local else root
         self.keep = keep
@@ -141,15 +156,16 @@ class Checkpointer:
         ranks (rank 0 decides). Corrupt ones on the way are set aside with a warning. Raises
         NoUsableCheckpointError when checkpoints exist but none is usable: starting over from step 0
         is what ``--fresh`` does, never a silent fallback."""
-        found: CheckpointRef | str | None = None
+        found: CheckpointRef | tuple[str, str] | None = None
         if self._rank == 0:
             try:
                 found = self._newest_usable()
-            except NoUsableCheckpointError as exc:
-                found = str(exc)
-        decided: CheckpointRef | str | None = self._broadcast(found)
-        if isinstance(decided, str):
-            raise NoUsableCheckpointError(decided)
+            except (NoUsableCheckpointError, CheckpointMismatchError) as exc:
+                found = (type(exc).__name__, str(exc))
+        decided: CheckpointRef | tuple[str, str] | None = self._broadcast(found)
+        if isinstance(decided, tuple):
+            kind = {e.__name__: e for e in (NoUsableCheckpointError, CheckpointMismatchError)}
+            raise kind[decided[0]](decided[1])
         return decided
 
     def _newest_usable(self) -> CheckpointRef | None:
@@ -171,6 +187,7 @@ class Checkpointer:
                           f"{'; '.join(map(str, problems))}); set aside as {aside}, trying the "
                           "previous one")  # fmt: skip
                 continue
+            self._check_identity(ref, marker)
             return CheckpointRef(ref.step, ref.path, marker.get("world_size"))
         if set_aside:
             raise NoUsableCheckpointError(
@@ -178,6 +195,38 @@ class Checkpointer:
                 f"{', '.join(set_aside)}); run with --fresh to start over from step 0"
             )
         return None
+
+    def _check_identity(self, ref: CheckpointRef, marker: dict[str, Any]) -> None:
+        """Refuse a checkpoint of another job or another model (markers before identities
+        carry none: nothing to compare)."""
+        mine, theirs = self.identity, marker.get("identity") or {}
+        job, other = mine.get("job"), theirs.get("job")
+        if job and other and job != other:
+            raise CheckpointMismatchError(
+                f"the newest checkpoint in {self.root} (step {ref.step}) belongs to job {other}, "
+                f"not {job}: resuming from it would continue another job's training; give each "
+                "job its own spec.checkpoint.dir"
+            )
+        model, written = mine.get("model"), theirs.get("model")
+        if model and written and model != written:
+            raise CheckpointMismatchError(
+                f"the newest checkpoint in {self.root} (step {ref.step}) was written by another "
+                f"model ({theirs.get('workload', '?')}, fingerprint {written}) than this job's "
+                f"({mine.get('workload', '?')}, fingerprint {model}): it cannot be loaded; use a "
+                "new spec.checkpoint.dir, or run with --fresh to move the old ones aside"
+            )
+
+    def _mine(self, path: str) -> bool:
+        """Whether the complete checkpoint at ``path`` is this job's (unknown counts as mine:
+        markers before identities, and Checkpointers without one)."""
+        job = self.identity.get("job")
+        if not job:
+            return True
+        try:
+            other = (integrity.read_marker(self._fs, path).get("identity") or {}).get("job")
+        except (OSError, ValueError):
+            return True
+        return other in (None, job)
 
     # ---- saving --------------------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any], *, force_sync: bool = False) -> str:
@@ -292,13 +341,13 @@ class Checkpointer:
         world = dist.get_world_size() if self._distributed else 1
         files = integrity.file_digests(self._fs, path)
         marker = {"step": step, "world_size": world, "seconds": time.perf_counter() - started,
-                  "files": files}  # fmt: skip
+                  "identity": self.identity, "files": files}  # fmt: skip
         self._write_atomic(self._join(path, MARKER), json.dumps(marker).encode())
         self._purge(step)
 
     def _purge(self, newest: int) -> None:
         dirs = self.list_dirs()
-        complete = [p for _, p, ok in dirs if ok]
+        complete = [p for _, p, ok in dirs if ok and self._mine(p)]  # never another job's
         doomed = complete[: max(0, len(complete) - self.keep)]
         # Torn directories at or below the newest commit can never complete; newer ones may
         # belong to a save still being written, so they stay.

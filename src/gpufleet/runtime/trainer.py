@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from gpufleet.errors import EXIT_PREEMPTED, JobConfigError, NonFiniteError
 from gpufleet.runtime import faults
-from gpufleet.runtime.checkpoint import Checkpointer
+from gpufleet.runtime.checkpoint import Checkpointer, model_fingerprint
 from gpufleet.runtime.context import PREEMPTED_FILE, JobContext
 from gpufleet.runtime.data import ResumableDistributedSampler
 from gpufleet.runtime.digest import state_digest
@@ -176,11 +176,17 @@ class Trainer:
                 f"batch size {config.batch_size} is larger than this rank's share of the data "
                 f"({self.sampler.samples_per_epoch()} samples)"
             )
+        workload = self.context.workload.get("name")
         self.checkpointer = Checkpointer(
             self.context.checkpoint_root,
             keep=self.context.checkpoint.keep,
             async_save=self.context.checkpoint.async_save,
             log=self._log,
+            identity={
+                "job": self.context.name,
+                "workload": str(workload) if workload else type(model).__name__,
+                "model": model_fingerprint(model),
+            },
         )
         self.guard = PreemptionGuard(control_group())
         self.watchdog = HangWatchdog(self.context.hang_timeout, rank=self.info.rank)
