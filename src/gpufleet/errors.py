@@ -12,6 +12,8 @@ Exit codes mean the same thing locally and inside pods, so restart policies can 
   starts over, or restore a checkpoint.
 * ``EXIT_NON_FINITE`` (5) - the loss (or the weights about to be checkpointed) became NaN or
   infinite; stopped before that state was checkpointed, the last good checkpoint kept.
+* ``EXIT_STORAGE`` (6) - checkpoint storage refused a save (disk full, quota, read-only,
+  permission): no restart can fix it; the complete checkpoints stay loadable.
 * ``EXIT_PREEMPTED`` (75, ``EX_TEMPFAIL``) - stopped by SIGTERM/SIGINT *after* a preemption
   checkpoint was committed; running the same job again resumes from it. Retriable. A pod's
   launcher also exits 75 when the rendezvous host (pod 0) is lost after the group formed
@@ -25,7 +27,8 @@ traceback)::
     ├── JobConfigError            a job's runtime settings cannot work (also a ValueError)
     ├── CheckpointError           checkpoint storage refused what a save needs
     │   ├── NoUsableCheckpointError   exit 4, fatal: every complete checkpoint is corrupt
-    │   └── CheckpointMismatchError   exit 2, fatal: the checkpoint is another job's or model's
+    │   ├── CheckpointMismatchError   exit 2, fatal: the checkpoint is another job's or model's
+    │   └── CheckpointStorageError    exit 6, fatal: disk full, quota, read-only, permission
     ├── NonFiniteError            exit 5, fatal: NaN/Inf loss or weights
     ├── MetricsPortError          the metrics port cannot be opened (also an OSError)
     └── ClusterError              the cluster said no (gpufleet.cluster.client)
@@ -41,6 +44,7 @@ EXIT_BAD_INPUT = 2
 EXIT_HUNG = 3
 EXIT_NO_CHECKPOINT = 4
 EXIT_NON_FINITE = 5
+EXIT_STORAGE = 6
 EXIT_PREEMPTED = 75
 
 
@@ -99,6 +103,14 @@ class CheckpointMismatchError(CheckpointError):
     rank on a missing key. Bad input (the spec's checkpoint.dir), exit 2."""
 
     exit_code = EXIT_BAD_INPUT
+    fatal = True
+
+
+class CheckpointStorageError(CheckpointError):
+    """Storage refused a checkpoint save for a reason no restart fixes (ENOSPC, EDQUOT,
+    EROFS, EACCES, EPERM). Transient errors (a flaky object store request) are not this."""
+
+    exit_code = EXIT_STORAGE
     fatal = True
 
 

@@ -12,12 +12,13 @@ import os
 import random
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_NON_FINITE, EXIT_PREEMPTED
+from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_NON_FINITE, EXIT_PREEMPTED, EXIT_STORAGE
 from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json
 from tests.conftest import (
@@ -317,3 +318,60 @@ def test_a_diverging_job_exits_5_with_strict_json(workdir: Path) -> None:
     s = json.loads(line, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
     assert "no checkpoint was written" in s["message"]
     assert not any((workdir / ".gpufleet/runs/diverge/checkpoints").glob("step_*"))
+
+
+@pytest.fixture
+def tiny_disk(workdir: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs: a disk that fills up."""
+    mount = workdir / "tiny"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"needs mount(2) for a small tmpfs (root or CAP_SYS_ADMIN): {done.stderr}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk is full; returns it."""
+    filler = disk / "filler"
+    with filler.open("wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_ends_in_one_line_and_resumes_exactly_once_freed(
+    workdir: Path, baseline: dict[str, Any], tiny_disk: Path
+) -> None:
+    """The checkpoint disk fills up: the save of step 20 fails with ENOSPC; the job exits 6
+    at once (no futile restarts) naming the directory, the error and the free space, the torn
+    directory is gone, step 10's checkpoint is intact. Space freed, the run resumes from it
+    and ends with the uninterrupted run's weights."""
+    ckpt = tiny_disk / "ckpt"
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = "exit@step=15,rank=0"
+    first = write_spec(workdir, digits_job("full", maxRestarts=0, checkpoint={
+        "dir": str(ckpt), "everySteps": 10}), "first.yaml")  # fmt: skip
+    assert run_cli("run", str(first), cwd=workdir, env=env).returncode == 1
+    assert [p.name[:14] for p in ckpt.glob("step_*")] == ["step_000000010"]
+    filler = fill(tiny_disk)
+    spec = write_spec(workdir, digits_job("full", checkpoint={"dir": str(ckpt), "everySteps": 10}))
+    proc = run_cli("run", str(spec), "-o", "json", cwd=workdir)
+    assert proc.returncode == EXIT_STORAGE, proc.stderr[-3000:]
+    message = summary_of(proc)["message"]
+    assert f"could not be written to {ckpt}: [Errno 28] No space left on device" in message
+    assert "MiB free of" in message and "newest: step 10" in message and "\n" not in message
+    assert "Traceback" not in proc.stderr and "attempt_1" not in rank_logs(workdir, "full")
+    assert [p.name[:14] for p in ckpt.glob("step_*")] == ["step_000000010"]  # no torn dir
+    filler.unlink()
+    again = run_cli("run", str(spec), "-o", "json", cwd=workdir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert summary_of(again)["state_digest"] == baseline["state_digest"]

@@ -184,7 +184,7 @@ def set_checkpoints_aside(job: TrainingJob, echo: Callable[[str], None]) -> None
         if not integrity.STEP_DIR.match(step_dir.name):
             continue
         try:
-            owner = (json.loads((step_dir / integrity.MARKER).read_text()).get("identity") or {})
+            owner = json.loads((step_dir / integrity.MARKER).read_text()).get("identity") or {}
         except (OSError, ValueError):
             owner = {}  # torn, or written before identities: unattributed, moved with ours
         if owner.get("job") not in (None, job.metadata.name):

@@ -57,9 +57,10 @@ def _flock(path: Path, job: str) -> Iterator[None]:
                 f"job {job}: checkpoint directory {path.parent} is in use by job {holder} "
                 f"({who}; lock {path}); give each job its own spec.checkpoint.dir"
             ) from None
-        os.ftruncate(fd, 0)
         info = {"job": job, "pid": os.getpid(), "started": time.time()}
-        os.write(fd, json.dumps(info).encode())
+        with contextlib.suppress(OSError):  # a full disk must not stop the run here
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps(info).encode())
         yield
     finally:
         os.close(fd)  # releases the lock; the file stays (removing it would race a new holder)

@@ -22,10 +22,13 @@ other ranks' files). A resume is rare; one extra read of the checkpoint is its p
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import secrets
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +39,7 @@ from typing import Any
 import fsspec
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -44,7 +48,12 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
-from gpufleet.errors import CheckpointError, CheckpointMismatchError, NoUsableCheckpointError
+from gpufleet.errors import (
+    CheckpointError,
+    CheckpointMismatchError,
+    CheckpointStorageError,
+    NoUsableCheckpointError,
+)
 from gpufleet.runtime import faults, integrity
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS
 from gpufleet.runtime.integrity import MARKER
@@ -76,6 +85,29 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     for name, tensor in model.state_dict().items():
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
     return digest.hexdigest()[:16]
+
+
+# Errors of the storage itself, which a restart cannot fix (a transient object store error is
+# not among them and keeps its retries).
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def storage_error(exc: BaseException) -> OSError | None:
+    """The storage OSError behind ``exc``, if any: through causes, contexts and the per-rank
+    failures of DCP's CheckpointException."""
+    stack, seen = [exc], set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
+            return e
+        if isinstance(e, CheckpointException):
+            failures: list[Any] = list(e.failures.values())  # (exception, traceback) pairs
+            stack.extend(f[0] if isinstance(f, tuple) else f for f in failures)
+        stack.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    return None
 
 
 def _is_local(root: str) -> bool:
@@ -254,9 +286,13 @@ class Checkpointer:
             self._pending = _Pending(commit, path, step, started)
             self._blocked(step, time.perf_counter() - started)
         else:
-            dcp_save(state, storage_writer=writer, process_group=self._pg)
-            faults.maybe_fire("checkpoint_written", step)
-            self._commit(path, step, started)
+            try:
+                dcp_save(state, storage_writer=writer, process_group=self._pg)
+                faults.maybe_fire("checkpoint_written", step)
+                self._commit(path, step, started)
+            except BaseException as exc:
+                self._storage_failure(exc, path, step)
+                raise
             self._blocked(step, time.perf_counter() - started)
             self._committed(step, started)
         return self._url(path)
@@ -266,6 +302,30 @@ class Checkpointer:
         upload.result()
         faults.maybe_fire("checkpoint_written", step)
         self._commit(path, step, started)
+
+    def _storage_failure(self, exc: BaseException, path: str, step: int) -> None:
+        """Raise CheckpointStorageError when ``exc`` is the storage refusing the save: the
+        torn directory is removed (rank 0) and the message says where, why and how much
+        space is left. Anything else returns (the caller re-raises it)."""
+        error = storage_error(exc)
+        if error is None:
+            return
+        if self._rank == 0:  # on failure retention removes it later (torn, older)
+            with contextlib.suppress(OSError):
+                self._fs.rm(path, recursive=True)
+        free = ""
+        if self._local:
+            with contextlib.suppress(OSError):
+                usage = shutil.disk_usage(self.root)
+                free = f"; {usage.free / 2**20:.1f} MiB free of {usage.total / 2**20:.1f} MiB"
+        newest = [r.step for r in self.complete()] if self._rank == 0 else []
+        kept = f"newest: step {newest[-1]}" if newest else "none yet"
+        raise CheckpointStorageError(
+            f"the checkpoint of step {step} could not be written to {self.root}: "
+            f"[Errno {error.errno}] {os.strerror(error.errno or 0)}{free}; its torn directory "
+            f"was removed and the complete checkpoints stay loadable ({kept}): free space or "
+            "fix the permissions, then run again to resume"
+        ) from None
 
     def _committed(self, step: int, started: float) -> None:
         if self.on_commit is not None:
@@ -329,7 +389,11 @@ class Checkpointer:
         if pending is None:
             return
         started = time.perf_counter()
-        pending.future.result()
+        try:
+            pending.future.result()
+        except BaseException as exc:
+            self._storage_failure(exc, pending.path, pending.step)
+            raise
         self._blocked(pending.step, time.perf_counter() - started)
         self._committed(pending.step, pending.started)
 
