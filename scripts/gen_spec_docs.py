@@ -16,7 +16,16 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from gpufleet.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_HUNG, EXIT_OK, EXIT_PREEMPTED
+from gpufleet.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_HUNG,
+    EXIT_NO_CHECKPOINT,
+    EXIT_NON_FINITE,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_STORAGE,
+)
 from gpufleet.spec.inference import InferenceService
 from gpufleet.spec.models import TrainingJob
 
@@ -42,10 +51,13 @@ EXIT_CODES = f"""
 | code | meaning |
 | --- | --- |
 | {EXIT_OK} | the job succeeded |
-| {EXIT_FAILED} | the job failed: a worker failed after `spec.maxRestarts` restarts |
-| {EXIT_BAD_INPUT} | bad input: the spec or the command line; nothing was started |
+| {EXIT_FAILED} | the job failed: a worker failed after `spec.maxRestarts` restarts, or the job is already running |
+| {EXIT_BAD_INPUT} | bad input: the spec or the command line (nothing was started), or the checkpoint directory holds another job's or model's checkpoints |
 | {EXIT_HUNG} | (a worker's own code) its hang watchdog fired; the launcher restarts the group |
-| {EXIT_PREEMPTED} | preempted after a checkpoint (SIGTERM/SIGINT); run again to resume |
+| {EXIT_NO_CHECKPOINT} | no usable checkpoint: every complete one failed its checksums (set aside); no restart |
+| {EXIT_NON_FINITE} | the loss or weights became NaN/Inf; stopped before checkpointing them; no restart |
+| {EXIT_STORAGE} | checkpoint storage full or refused (ENOSPC, EDQUOT, EROFS, EACCES, EPERM); no restart |
+| {EXIT_PREEMPTED} | preempted after a checkpoint (SIGTERM/SIGINT), or (a pod) its rendezvous host was lost; run again to resume |
 | 128+N | stopped by signal N before a preemption checkpoint was confirmed |
 """
 

@@ -40,8 +40,9 @@ def run(
     """Run a TrainingJob locally with PyTorch's elastic launcher.
 
     Exit codes: 0 succeeded, 1 failed (or the job is already running), 2 bad input, 4 no
-    usable checkpoint, 5 NaN/Inf loss, 75 preempted after a checkpoint (run again to resume),
-    128+N stopped by signal N before a checkpoint was confirmed.
+    usable checkpoint, 5 NaN/Inf loss, 6 checkpoint storage full or refused, 75 preempted after
+    a checkpoint (run again to resume), 128+N stopped by signal N before a checkpoint was
+    confirmed.
     """
     from gpufleet.launch.local import run_local  # imports torch: only when a job runs
 
