@@ -45,21 +45,26 @@ Kubernetes quantities (`2`, `500m`, `4Gi`). *Cluster only* fields are validated 
 ignored by `gpufleet run` with a one-line note.
 """
 
-EXIT_CODES = f"""
-## Exit codes
-
-| code | meaning |
-| --- | --- |
-| {EXIT_OK} | the job succeeded |
-| {EXIT_FAILED} | the job failed: a worker failed after `spec.maxRestarts` restarts, or the job is already running |
-| {EXIT_BAD_INPUT} | bad input: the spec or the command line (nothing was started), or the checkpoint directory holds another job's or model's checkpoints |
-| {EXIT_HUNG} | (a worker's own code) its hang watchdog fired; the launcher restarts the group |
-| {EXIT_NO_CHECKPOINT} | no usable checkpoint: every complete one failed its checksums (set aside); no restart |
-| {EXIT_NON_FINITE} | the loss or weights became NaN/Inf; stopped before checkpointing them; no restart |
-| {EXIT_STORAGE} | checkpoint storage full or refused (ENOSPC, EDQUOT, EROFS, EACCES, EPERM); no restart |
-| {EXIT_PREEMPTED} | preempted after a checkpoint (SIGTERM/SIGINT), or (a pod) its rendezvous host was lost; run again to resume |
-| 128+N | stopped by signal N before a preemption checkpoint was confirmed |
-"""
+EXIT_MEANINGS = [
+    (EXIT_OK, "the job succeeded"),
+    (EXIT_FAILED, "the job failed: a worker failed after `spec.maxRestarts` restarts, or the "
+     "job is already running"),
+    (EXIT_BAD_INPUT, "bad input: the spec or the command line (nothing was started), or the "
+     "checkpoint directory holds another job's or model's checkpoints"),
+    (EXIT_HUNG, "(a worker's own code) its hang watchdog fired; the launcher restarts the group"),
+    (EXIT_NO_CHECKPOINT, "no usable checkpoint: every complete one failed its checksums (set "
+     "aside); no restart"),
+    (EXIT_NON_FINITE, "the loss or weights became NaN/Inf; stopped before checkpointing them; "
+     "no restart"),
+    (EXIT_STORAGE, "checkpoint storage full or refused (ENOSPC, EDQUOT, EROFS, EACCES, EPERM); "
+     "no restart"),
+    (EXIT_PREEMPTED, "preempted after a checkpoint (SIGTERM/SIGINT), or (a pod) its rendezvous "
+     "host was lost; run again to resume"),
+    ("128+N", "stopped by signal N before a preemption checkpoint was confirmed"),
+]  # fmt: skip
+EXIT_CODES = "\n## Exit codes\n\n| code | meaning |\n| --- | --- |\n" + "".join(
+    f"| {code} | {meaning} |\n" for code, meaning in EXIT_MEANINGS
+)
 
 
 def type_name(annotation: object) -> str:
