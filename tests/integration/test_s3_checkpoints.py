@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,3 +73,36 @@ def test_job_resumes_from_s3(workdir: Path, s3_env: dict[str, str]) -> None:
     assert sb["restarts"] == 1
     assert sb["checkpoint"].startswith("s3://ckpt/b/step_000000040-")
     assert sa["state_digest"] == sb["state_digest"]
+
+
+def test_a_corrupt_s3_checkpoint_is_set_aside_and_verify_reads_the_bucket(
+    s3_env: dict[str, str],
+) -> None:
+    """Checksums on S3 as on disk: a changed object makes the resume set that checkpoint aside
+    (copied under `.corrupt`, never deleted) and load the previous one; `gpufleet checkpoints
+    verify s3://...` reads every object and says which is CORRUPT."""
+    import s3fs
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+
+    lines: list[str] = []
+    ckpt = Checkpointer("s3://ckpt/rot", keep=5, log=lines.append)
+    for step in (5, 10):
+        ckpt.save(step, {"m": {"w": torch.full((64, 64), float(step))}})
+    fs = s3fs.S3FileSystem()
+    newest = ckpt.complete()[-1].path.removeprefix("s3://")
+    shard = max(fs.ls(newest, detail=True), key=lambda i: i["size"])["name"]
+    data = bytearray(fs.cat_file(shard))
+    data[len(data) // 2] ^= 0xFF
+    fs.pipe_file(shard, bytes(data))
+    verify = CliRunner().invoke(app, ["checkpoints", "verify", "s3://ckpt/rot", "-o", "json"])
+    assert verify.exit_code == 1, verify.output
+    statuses = [c["status"] for c in json.loads(verify.stdout)["checkpoints"]]
+    assert statuses == ["OK", "CORRUPT"]
+    into: dict[str, Any] = {"m": {"w": torch.zeros(64, 64)}}
+    ref = ckpt.load_latest(into)
+    assert ref is not None and ref.step == 5
+    assert torch.equal(into["m"]["w"], torch.full((64, 64), 5.0))
+    assert fs.exists(newest + ".corrupt") and not fs.exists(newest)
+    assert any("is corrupt" in ln and shard.rsplit("/", 1)[-1] in ln for ln in lines), lines

@@ -94,10 +94,18 @@ def verify(fs: Any, directory: str, marker: dict[str, Any]) -> list[Mismatch] | 
 def set_aside(fs: Any, directory: str) -> str:
     """Rename a corrupt checkpoint out of the way (never deleted: it is evidence, and may hold
     what someone wants to salvage); returns its new path. Listing and retention skip it."""
-    target = directory.rstrip("/") + SET_ASIDE
+    directory = directory.rstrip("/")
+    target = directory + SET_ASIDE
     if fs.exists(target):
         target = f"{target}-{int(time.time())}"
-    fs.mv(directory, target, recursive=True)
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if "file" in protocols or "local" in protocols:
+        fs.mv(directory, target, recursive=True)  # one rename
+        return target
+    # An object store has no rename and no directories: copy each object, then delete.
+    for path in fs.find(directory):
+        fs.copy(path, target + path[len(directory) :])
+    fs.rm(directory, recursive=True)
     return target
 
 
