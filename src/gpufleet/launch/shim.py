@@ -33,6 +33,26 @@ def _run_user(argv: list[str]) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
+# What the collectives' transports say when the process at the other end is gone (gloo raises a
+# plain RuntimeError; c10d's own errors are DistError): the consequence of another rank's
+# crash, whose own output says why. Anything else keeps its traceback.
+_PEER_GONE = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "gloo/transport/tcp",
+    "NCCL communicator was aborted",
+)
+
+
+def _peer_lost(exc: BaseException) -> bool:
+    try:
+        from torch.distributed import DistError
+    except ImportError:
+        return False
+    return isinstance(exc, DistError) or any(s in str(exc) for s in _PEER_GONE)
+
+
 def _run(argv: list[str]) -> None:
     """The command, with a fatal gpufleet error recorded for the launcher and turned into its
     exit code and one line (rank 0's, or the first to record it), not a traceback."""
@@ -40,6 +60,14 @@ def _run(argv: list[str]) -> None:
 
     try:
         _run_user(argv)
+    except RuntimeError as exc:  # a peer's death seen from here: one line, not a traceback
+        if not _peer_lost(exc):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"gpufleet: rank {os.environ.get('RANK', '?')} lost a peer in a collective "
+              f"({type(exc).__name__}: {first[:300]}); the launcher restarts the group from the "
+              "last checkpoint", file=sys.stderr, flush=True)  # fmt: skip
+        sys.exit(1)
     except GpufleetError as exc:
         run_dir = os.environ.get(ENV_RUN_DIR)
         if not exc.fatal or not run_dir:

@@ -318,7 +318,10 @@ class Checkpointer:
             with contextlib.suppress(OSError):
                 usage = shutil.disk_usage(self.root)
                 free = f"; {usage.free / 2**20:.1f} MiB free of {usage.total / 2**20:.1f} MiB"
-        newest = [r.step for r in self.complete()] if self._rank == 0 else []
+        try:  # every rank says the same: the first one to record the error is reported
+            newest = [r.step for r in self.complete()]
+        except OSError:
+            newest = []
         kept = f"newest: step {newest[-1]}" if newest else "none yet"
         raise CheckpointStorageError(
             f"the checkpoint of step {step} could not be written to {self.root}: "
