@@ -26,7 +26,7 @@ from gpufleet.devcluster.cluster import (
     State,
     exit_with,
 )
-from gpufleet.errors import EXIT_PREEMPTED
+from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 from tests.conftest import cluster_job, poll_until, processes_mentioning, run_cli, write_spec
 from tests.devcluster import (
     CHART,
@@ -188,8 +188,10 @@ def test_a_cluster_without_kueue_then_down_stops_everything(tmp_path: Path) -> N
     assert status.returncode == 1
 
 
-def submit_exiting(cluster: DevCluster, ns: str, name: str, code: int, restarts: int) -> None:
-    """Submit a 1-node GPU job (target job) whose pods end with exit ``code`` (kwok Stage)."""
+def submit_exiting(
+    cluster: DevCluster, ns: str, name: str, code: int, restarts: int, target: str = "job"
+) -> None:
+    """Submit a 1-node GPU job whose pods end with exit ``code`` (kwok Stage)."""
     from gpufleet.cluster import Cluster
     from gpufleet.render import render
     from gpufleet.spec import validate_training_job
@@ -197,8 +199,11 @@ def submit_exiting(cluster: DevCluster, ns: str, name: str, code: int, restarts:
     doc = cluster_job(nodes=1, procsPerNode=1, resources={"gpu": 1}, maxRestarts=restarts,
                       checkpoint={"dir": "s3://bucket/ckpt"}, volumes=[])  # fmt: skip
     doc["metadata"] = {"name": name, "namespace": ns}
-    objects = render(validate_training_job(doc), "job")
-    template = objects[-1]["spec"]["template"]["metadata"]
+    objects = render(validate_training_job(doc), target)
+    spec = objects[-1]["spec"]
+    if target == "jobset":
+        spec = spec["replicatedJobs"][0]["template"]["spec"]
+    template = spec["template"]["metadata"]
     template["annotations"] = {**template.get("annotations", {}), **exit_with(code)}
     Cluster(cluster.custom, cluster.core, ns).submit(objects)
 
@@ -233,6 +238,26 @@ def test_failure_policy_on_the_real_job_controller(devcluster: DevCluster) -> No
     st = devcluster.gpufleet("status", "crashing", "-n", ns)
     assert "Failed" in st.stdout, st.stdout + st.stderr
     for name in ("preempted", "crashing"):
+        assert devcluster.gpufleet("cancel", name, "-n", ns).returncode == 0
+
+
+def test_a_fatal_exit_code_fails_the_job_and_jobset_at_once(devcluster: DevCluster) -> None:
+    """Exit 4 (no usable checkpoint; likewise 2, 5, 6) cannot be fixed by a restart: the Job
+    fails on the first such pod although maxRestarts allows 3 (it used all of them), and the
+    JobSet fails without restarting (its preemption rule would have restarted it for ever)."""
+    ns = devcluster.namespace("fatal")
+    submit_exiting(devcluster, ns, "fatal-job", EXIT_NO_CHECKPOINT, restarts=3)
+    submit_exiting(devcluster, ns, "fatal-set", EXIT_NO_CHECKPOINT, restarts=3, target="jobset")
+    assert devcluster.wait_phase("fatal-job", ns, "Failed", "Succeeded", timeout=180) == "Failed"
+    job = devcluster.typed("BatchV1Api").read_namespaced_job_status("fatal-job", ns).status
+    assert job.failed == 1, job
+    assert {c.reason for c in job.conditions if c.type == "Failed"} == {"PodFailurePolicy"}
+    assert devcluster.wait_phase("fatal-set", ns, "Failed", "Succeeded", timeout=180) == "Failed"
+    jobset = devcluster.custom.get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", "fatal-set"
+    )
+    assert not jobset["status"].get("restarts"), jobset["status"]
+    for name in ("fatal-job", "fatal-set"):
         assert devcluster.gpufleet("cancel", name, "-n", ns).returncode == 0
 
 

@@ -3,7 +3,13 @@ Indexed JobSpec with gpufleet's pod failure policy."""
 
 from __future__ import annotations
 
-from gpufleet.errors import EXIT_PREEMPTED
+from gpufleet.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_NO_CHECKPOINT,
+    EXIT_NON_FINITE,
+    EXIT_PREEMPTED,
+    EXIT_STORAGE,
+)
 from gpufleet.kube import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, Obj
 from gpufleet.render.meta import labels
 from gpufleet.render.podspec import pod_metadata
@@ -29,10 +35,19 @@ def kubeflow_run_policy(job: TrainingJob, clean_pod_policy: str) -> Obj:
     return policy
 
 
+# Exit codes no restart can fix (gpufleet.launch.fatal): bad input (also another job's
+# checkpoints), no usable checkpoint, NaN/Inf, checkpoint storage full or refused. Rule 0 of the
+# pod failure policy fails the Job at once on them; JobSet's failure policy matches the Job
+# controller's message for that rule ("... matching FailJob rule at index 0").
+FATAL_EXIT_CODES = [EXIT_BAD_INPUT, EXIT_NO_CHECKPOINT, EXIT_NON_FINITE, EXIT_STORAGE]
+FATAL_RULE_MESSAGE = "matching FailJob rule at index 0"
+
+
 def indexed_job_spec(job: TrainingJob, pod: Obj, *, backoff_limit: int, on_preempted: str) -> Obj:
     """An Indexed JobSpec with one pod per node; ``on_preempted`` is the pod failure policy's
     action for the "preempted" exit code (Ignore: retry free; FailJob: let the parent decide).
-    Disruptions (node drain, Kueue preemption) never count against the restart budget."""
+    Disruptions (node drain, Kueue preemption) never count against the restart budget; a fatal
+    exit code fails the Job at once (no futile restarts)."""
     return {
         "completionMode": "Indexed",
         "completions": job.spec.nodes,
@@ -40,6 +55,10 @@ def indexed_job_spec(job: TrainingJob, pod: Obj, *, backoff_limit: int, on_preem
         "backoffLimit": backoff_limit,
         "podFailurePolicy": {
             "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {"operator": "In", "values": FATAL_EXIT_CODES},
+                },
                 {
                     "action": on_preempted,
                     "onExitCodes": {"operator": "In", "values": [EXIT_PREEMPTED]},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpufleet.kube import Obj
 from gpufleet.render.checks import require_cluster_ready
-from gpufleet.render.jobparts import indexed_job_spec, queued_labels
+from gpufleet.render.jobparts import FATAL_RULE_MESSAGE, indexed_job_spec, queued_labels
 from gpufleet.render.meta import metadata
 from gpufleet.render.podspec import WorkerPod, pod_spec
 from gpufleet.spec.models import TrainingJob
@@ -19,7 +19,8 @@ def render_jobset(job: TrainingJob) -> list[Obj]:
     ``<name>-worker-0-<i>.<name>`` and pod 0 hosts the c10d rendezvous. A failed pod fails the
     child Job (backoffLimit 0) and the JobSet restarts all workers together, up to
     ``spec.maxRestarts`` times; a preempted worker (exit code 75, after its checkpoint) fails its
-    Job through the pod failure policy, and that restart does not count.
+    Job through the pod failure policy, and that restart does not count. A fatal exit code
+    (2, 4, 5, 6: no restart can fix it) fails the JobSet at once.
     """
     require_cluster_ready(job, "jobset")
     name = job.metadata.name
@@ -37,11 +38,19 @@ def render_jobset(job: TrainingJob) -> list[Obj]:
                 "maxRestarts": s.max_restarts,
                 "rules": [
                     {
+                        # A fatal exit code (no usable checkpoint, NaN, storage full, bad
+                        # input): no restart can fix it.
+                        "name": "fatal",
+                        "action": "FailJobSet",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                        "onJobFailureMessagePatterns": [FATAL_RULE_MESSAGE],
+                    },
+                    {
                         # A preemption ends in a checkpoint: restart, free of the budget.
                         "name": "preempted",
                         "action": "RestartJobSetAndIgnoreMaxRestarts",
                         "onJobFailureReasons": ["PodFailurePolicy"],
-                    }
+                    },
                 ],
             },
             "replicatedJobs": [
