@@ -31,7 +31,10 @@ import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' job and helpers
 from common import environment, result_path
+from tests.conftest import digits_job as job  # the chaos tests' job: same reference digest
+from tests.conftest import fill_disk
 
 from gpufleet.errors import EXIT_NON_FINITE, EXIT_PREEMPTED, EXIT_STORAGE
 
@@ -47,24 +50,6 @@ COUNTS = {  # trials per fault class at --scale 1 (the issue's minimums)
     "hang": 2,
     "nan-loss": 2,
 }
-
-
-def job(name: str, **spec: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "apiVersion": "gpufleet.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "workload": {"name": "digits", "steps": STEPS, "batchSize": 32, "logEvery": 5},
-            "procsPerNode": 2,
-            "checkpoint": {"everySteps": 10, "keep": 3},
-            "maxRestarts": 2,
-            "hangTimeout": "60s",
-            "preemption": {"gracePeriod": "20s"},
-        },
-    }
-    doc["spec"].update(spec)
-    return doc
 
 
 @dataclass
@@ -244,17 +229,11 @@ def full_disk(r: Runner, digest: str) -> tuple[str, list[int]]:
         ckpt = {"dir": str(disk / "ckpt"), "everySteps": 10}
         first = r.spec(job(r.name, maxRestarts=0, checkpoint=ckpt), "first.yaml")
         assert r.run(first, "exit@step=15,rank=0")[0] == 1
-        with (disk / "filler").open("wb") as fh:
-            try:
-                while True:
-                    fh.write(b"\0" * 65536)
-                    fh.flush()
-            except OSError:
-                pass
+        filler = fill_disk(disk)
         spec = r.spec(job(r.name, checkpoint=ckpt))
         code, s = r.run(spec)
         clear = code == EXIT_STORAGE and "No space left on device" in s.get("message", "")
-        (disk / "filler").unlink()
+        filler.unlink()
         code2, s2 = r.run(spec)
         exact = code2 == 0 and s2.get("state_digest") == digest
         return ("exact" if clear and exact else "WRONG"), [code, code2]

@@ -81,6 +81,19 @@ def cluster_job(**spec: Any) -> dict[str, Any]:
     return digits_job("train", **base)
 
 
+def fill_disk(disk: Path) -> Path:
+    """Write a file into ``disk`` until it is full (ENOSPC); returns the file."""
+    filler = disk / "filler"
+    with filler.open("wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+    return filler
+
+
 def write_spec(directory: Path, doc: dict[str, Any], filename: str = "job.yaml") -> Path:
     """Write a spec document as YAML and return its path."""
     path = directory / filename

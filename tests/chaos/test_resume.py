@@ -24,6 +24,7 @@ from gpufleet.runtime.files import read_json
 from tests.conftest import (
     cli_env,
     digits_job,
+    fill_disk,
     gpufleet_cmd,
     poll_until,
     processes_mentioning,
@@ -335,19 +336,6 @@ def tiny_disk(workdir: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def fill(disk: Path) -> Path:
-    """Write a file until the disk is full; returns it."""
-    filler = disk / "filler"
-    with filler.open("wb") as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 65536)
-                fh.flush()
-        except OSError:
-            pass
-    return filler
-
-
 def test_a_full_disk_ends_in_one_line_and_resumes_exactly_once_freed(
     workdir: Path, baseline: dict[str, Any], tiny_disk: Path
 ) -> None:
@@ -362,7 +350,7 @@ def test_a_full_disk_ends_in_one_line_and_resumes_exactly_once_freed(
         "dir": str(ckpt), "everySteps": 10}), "first.yaml")  # fmt: skip
     assert run_cli("run", str(first), cwd=workdir, env=env).returncode == 1
     assert [p.name[:14] for p in ckpt.glob("step_*")] == ["step_000000010"]
-    filler = fill(tiny_disk)
+    filler = fill_disk(tiny_disk)
     spec = write_spec(workdir, digits_job("full", checkpoint={"dir": str(ckpt), "everySteps": 10}))
     proc = run_cli("run", str(spec), "-o", "json", cwd=workdir)
     assert proc.returncode == EXIT_STORAGE, proc.stderr[-3000:]

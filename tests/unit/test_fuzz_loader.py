@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gpufleet.errors import UserInputError
 from gpufleet.kube import LABEL_JOB
-from gpufleet.render import SERVING_TARGETS, TARGETS, render, render_spec
+from gpufleet.render import SERVING_TARGETS, TARGETS, render_spec
 from gpufleet.spec import (
     InferenceService,
     TrainingJob,
@@ -69,12 +69,15 @@ def _inside(doc: Any, path: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z]+", name)) and paths.get(parent, False)
 
 
-def check(doc: Any) -> bool:
-    """Validate ``doc``. Valid: it survives a dump/validate round trip and renders to every
-    target (or is refused with spec paths, e.g. no image). Invalid: only UserInputError comes
-    out, each error with a message and a path inside the document. Returns validity."""
+def check(doc: Any, *, service: bool = False) -> bool:
+    """Validate ``doc`` (a TrainingJob, or with ``service`` an InferenceService). Valid: it
+    survives a dump/validate round trip and renders to every target of its kind (or is refused
+    with spec paths, e.g. no image, a cloud repository under kserve). Invalid: only
+    UserInputError comes out, each error with a message and a path inside the document.
+    Returns validity."""
+    validate = validate_spec if service else validate_training_job
     try:
-        job = validate_training_job(doc)
+        job = validate(doc)
     except UserInputError as exc:
         assert exc.errors
         for e in exc.errors:
@@ -82,10 +85,11 @@ def check(doc: Any) -> bool:
             assert _inside(doc, e.path), f"{e.path!r} is not in the document: {e}"
         str(exc)
         return False
-    assert validate_training_job(job.model_dump(mode="json", by_alias=True)) == job
-    for target in TARGETS:
+    assert isinstance(job, InferenceService if service else TrainingJob)
+    assert validate(job.model_dump(mode="json", by_alias=True)) == job
+    for target in SERVING_TARGETS if service else TARGETS:
         try:
-            objects = render(job, target)
+            objects = render_spec(job, target)
         except UserInputError as exc:
             assert all(e.path.startswith("spec.") for e in exc.errors), exc
             continue
@@ -177,30 +181,6 @@ def inference_service(**spec: Any) -> dict[str, Any]:
             "metadata": {"name": "digits", "namespace": "team-a"}, "spec": base}  # fmt: skip
 
 
-def check_service(doc: Any) -> bool:
-    """check() for the other kind: only UserInputError, paths inside the document; what
-    validates round-trips and renders to every serving target (or is refused with spec
-    paths, e.g. a cloud repository under kserve)."""
-    try:
-        svc = validate_spec(doc)
-    except UserInputError as exc:
-        assert exc.errors
-        for e in exc.errors:
-            assert e.message, e
-            assert _inside(doc, e.path), f"{e.path!r} is not in the document: {e}"
-        return False
-    assert isinstance(svc, InferenceService)
-    assert validate_spec(svc.model_dump(mode="json", by_alias=True)) == svc
-    for target in SERVING_TARGETS:
-        try:
-            objects = render_spec(svc, target)
-        except UserInputError as exc:
-            assert all(e.path.startswith("spec.") for e in exc.errors), exc
-            continue
-        assert objects and all(o["metadata"]["labels"][LABEL_JOB] == "digits" for o in objects)
-    return True
-
-
 @settings(max_examples=300, deadline=None)
 @given(
     field=st.sampled_from(sorted(ISVC_FIELDS)).flatmap(
@@ -211,7 +191,7 @@ def check_service(doc: Any) -> bool:
 )
 def test_any_inference_service_field(field: tuple[str, Any]) -> None:
     name, value = field
-    check_service(inference_service(**{name: value}))
+    check(inference_service(**{name: value}), service=True)
 
 
 @settings(max_examples=150, deadline=None)
@@ -219,4 +199,4 @@ def test_any_inference_service_field(field: tuple[str, Any]) -> None:
 def test_any_inference_service_document(doc: Any) -> None:
     if isinstance(doc, dict):
         doc["kind"] = "InferenceService"  # validate_spec reads the kind: make it this one
-    check_service(doc)
+    check(doc, service=True)
