@@ -285,6 +285,8 @@ def write_report(trials: list[Trial], args: argparse.Namespace, digest: str) -> 
         totals["tracebacks"] += sum(t.tracebacks for t in ts)
         totals["orphans"] += sum(t.orphans for t in ts)
     env = environment()
+    env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                   text=True, check=False).stdout.strip() or "unknown"  # fmt: skip
     md = [
         f"# Chaos matrix ({env['date']})",
         "",
