@@ -407,8 +407,12 @@ def every_client_object(ns: str) -> list[Obj]:
     serving["metadata"]["namespace"] = ns
     for engine in ("hpa", "keda"):
         serving["spec"]["autoscaling"]["engine"] = engine
-        spec = validate_spec(serving)
-        objects += [o for target in SERVING_TARGETS for o in render_spec(spec, target)]
+        for target in SERVING_TARGETS:
+            doc = serving
+            if target == "kserve":  # KServe serves from a PVC only (render/serving.py)
+                model = {"name": serving["spec"]["model"]["name"], "pvc": {"claimName": "models"}}
+                doc = {**serving, "spec": {**serving["spec"], "model": model}}
+            objects += render_spec(validate_spec(doc), target)
     return objects
 
 

@@ -237,9 +237,9 @@ def test_hang_timeout_watches_a_scripts_output_and_heartbeats(workdir: Path) -> 
     assert logs, "the hung group was not restarted"
     (workdir / "quiet.py").write_text(
         "import time\nfrom gpufleet.runtime import heartbeat\n"
-        "for _ in range(12):\n    time.sleep(0.5)\n    heartbeat()\n"
-    )
-    doc = script_job("quiet", ["quiet.py"], procsPerNode=1, hangTimeout="2s", maxRestarts=0)
+        "for _ in range(16):\n    time.sleep(0.5)\n    heartbeat()\n"
+    )  # silent for 8 s, longer than its hangTimeout: only the heartbeats keep it alive
+    doc = script_job("quiet", ["quiet.py"], procsPerNode=1, hangTimeout="5s", maxRestarts=0)
     spec = write_spec(workdir, doc, "quiet.yaml")
     quiet = run_cli("run", str(spec), cwd=workdir, timeout=120)
     assert quiet.returncode == 0, quiet.stderr[-2000:]
