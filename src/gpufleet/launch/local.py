@@ -165,6 +165,8 @@ def set_checkpoints_aside(job: TrainingJob, echo: Callable[[str], None]) -> None
     """``--fresh`` with a checkpoint directory outside the run directory: move this job's
     checkpoints there into ``.archive/`` (never deleted; another job's stay), so the run
     really starts over. A remote directory is refused: moving objects is not ours to do."""
+    import fsspec
+
     from gpufleet.runtime import integrity
 
     uri = job.spec.checkpoint.dir
@@ -180,14 +182,12 @@ def set_checkpoints_aside(job: TrainingJob, echo: Callable[[str], None]) -> None
         return
     archive = root / ".archive" / f"{job.metadata.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     moved = 0
+    fs = fsspec.filesystem("file")
     for step_dir in sorted(root.iterdir()):
         if not integrity.STEP_DIR.match(step_dir.name):
             continue
-        try:
-            owner = json.loads((step_dir / integrity.MARKER).read_text()).get("identity") or {}
-        except (OSError, ValueError):
-            owner = {}  # torn, or written before identities: unattributed, moved with ours
-        if owner.get("job") not in (None, job.metadata.name):
+        # Torn, or written before identities: unattributed, moved with ours.
+        if integrity.owner(fs, str(step_dir)) not in (None, job.metadata.name):
             continue
         archive.mkdir(parents=True, exist_ok=True)
         shutil.move(str(step_dir), str(archive / step_dir.name))

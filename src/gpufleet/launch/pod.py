@@ -7,8 +7,7 @@ launcher. It is torchrun (``torch.distributed.run``, called in this process), pl
   whole life, restarts included (address ``GPUFLEET_METRICS_ADDRESS``, default 127.0.0.1;
   the renderers set 0.0.0.0 so Prometheus can reach the pod).
 - **Exit codes**: 0 done, 1 failed (after torchrun's restarts, or no rendezvous ever formed),
-  a fatal error's own code at once, with no restart (gpufleet.launch.fatal: 4 no usable
-  checkpoint),
+  a fatal error's own code at once, with no restart (gpufleet.launch.fatal: 2, 4, 5, 6),
   75 retriable: preempted (SIGTERM, and the workers confirmed a preemption checkpoint) or the
   rendezvous host was lost after the group had formed; 128+N another signal. Plain torchrun
   exits 1 for all of these (a lost host with a traceback), and the Job's podFailurePolicy

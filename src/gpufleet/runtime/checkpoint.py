@@ -188,16 +188,15 @@ class Checkpointer:
         ranks (rank 0 decides). Corrupt ones on the way are set aside with a warning. Raises
         NoUsableCheckpointError when checkpoints exist but none is usable: starting over from step 0
         is what ``--fresh`` does, never a silent fallback."""
-        found: CheckpointRef | tuple[str, str] | None = None
+        found: CheckpointRef | CheckpointError | None = None
         if self._rank == 0:
             try:
                 found = self._newest_usable()
             except (NoUsableCheckpointError, CheckpointMismatchError) as exc:
-                found = (type(exc).__name__, str(exc))
-        decided: CheckpointRef | tuple[str, str] | None = self._broadcast(found)
-        if isinstance(decided, tuple):
-            kind = {e.__name__: e for e in (NoUsableCheckpointError, CheckpointMismatchError)}
-            raise kind[decided[0]](decided[1])
+                found = exc  # every rank raises rank 0's verdict
+        decided: CheckpointRef | CheckpointError | None = self._broadcast(found)
+        if isinstance(decided, CheckpointError):
+            raise decided
         return decided
 
     def _newest_usable(self) -> CheckpointRef | None:
@@ -252,13 +251,7 @@ class Checkpointer:
         """Whether the complete checkpoint at ``path`` is this job's (unknown counts as mine:
         markers before identities, and Checkpointers without one)."""
         job = self.identity.get("job")
-        if not job:
-            return True
-        try:
-            other = (integrity.read_marker(self._fs, path).get("identity") or {}).get("job")
-        except (OSError, ValueError):
-            return True
-        return other in (None, job)
+        return not job or integrity.owner(self._fs, path) in (None, job)
 
     # ---- saving --------------------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any], *, force_sync: bool = False) -> str:
@@ -478,9 +471,7 @@ class Checkpointer:
         else:
             self._fs.pipe_file(path, data)  # one PUT: object stores make it visible atomically
 
-    @staticmethod
-    def _join(a: str, b: str) -> str:
-        return f"{a.rstrip('/')}/{b}"
+    _join = staticmethod(integrity.join)
 
     def _broadcast(self, obj: Any) -> Any:
         if not self._distributed:

@@ -69,6 +69,17 @@ def read_marker(fs: Any, directory: str) -> dict[str, Any]:
     return marker
 
 
+def owner(fs: Any, directory: str) -> str | None:
+    """The job that wrote the checkpoint in ``directory``; None when unknown (torn, or its
+    marker predates identities)."""
+    try:
+        identity = read_marker(fs, directory).get("identity") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    job = identity.get("job") if isinstance(identity, dict) else None
+    return str(job) if job else None
+
+
 def verify(fs: Any, directory: str, marker: dict[str, Any]) -> list[Mismatch] | None:
     """Every file the marker lists, checked: the mismatches ([] when all match), or None when
     the marker predates checksums (nothing to check against)."""

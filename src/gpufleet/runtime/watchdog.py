@@ -45,9 +45,13 @@ class HangWatchdog:
     def beat(self, step: int) -> None:
         """Record progress (call after each step and around long operations)."""
         self._step = step
-        self._last = time.monotonic()
+        self.alive()
         if _output_watchdog is not None and _output_watchdog is not self:
             _output_watchdog.beat(step)  # a Trainer in a script: its steps are progress too
+
+    def alive(self) -> None:
+        """Record progress that has no step (an output line, a heartbeat)."""
+        self._last = time.monotonic()
 
     def stop(self) -> None:
         """Stop watching."""
@@ -82,7 +86,7 @@ class _Beating:
         self._watchdog = watchdog
 
     def write(self, text: str) -> int:
-        self._watchdog._last = time.monotonic()
+        self._watchdog.alive()
         return int(self._stream.write(text))
 
     def __getattr__(self, name: str) -> Any:
@@ -104,4 +108,4 @@ def heartbeat() -> None:
     """Tell gpufleet's hang watchdog that this worker is alive, for a script that is silent
     for longer than its ``hangTimeout`` (no-op when no watchdog watches this process)."""
     if _output_watchdog is not None:
-        _output_watchdog._last = time.monotonic()
+        _output_watchdog.alive()
