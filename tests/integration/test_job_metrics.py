@@ -49,7 +49,10 @@ def test_running_job_exposes_progress_throughput_and_checkpoints(workdir: Path) 
                                    alive=proc)  # fmt: skip
         later = steps_by_rank(samples)
         assert samples["gpufleet_job_restarts"][0][1] == 0
-        assert sum(v for _, v in samples["gpufleet_job_samples_total"]) >= 16 * sum(later.values())
+        # One scrape reads each rank's files as they are: its samples counter may still be one
+        # step behind its step gauge (seen once in a fresh-clone run: 13 steps' samples, step 7+7).
+        counted = sum(v for _, v in samples["gpufleet_job_samples_total"])
+        assert counted >= 16 * (sum(later.values()) - len(later))
         assert sum(v for _, v in samples["gpufleet_job_step_duration_seconds_count"]) > 0
         assert samples["gpufleet_job_last_progress_timestamp_seconds"][0][1] > time.time() - 60
         if shutil.which("promtool"):
