@@ -96,6 +96,10 @@ class NonFiniteError(GpufleetError):
     exit_code = EXIT_NON_FINITE
     fatal = True
 
+    def __init__(self, message: str, *, step: int | None = None) -> None:
+        super().__init__(message)
+        self.step = step  # the first step whose loss or weights were not finite
+
 
 class CheckpointMismatchError(CheckpointError):
     """The newest checkpoint in the job's checkpoint directory belongs to another job, or was

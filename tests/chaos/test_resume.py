@@ -307,6 +307,79 @@ def test_a_nan_stops_before_it_is_checkpointed_and_the_resume_is_exact(
     assert summary_of(again)["state_digest"] == baseline["state_digest"]
 
 
+ROLLBACK_FAULT = "nan@batch=16,rank=1"  # a bad batch: step 16's loss on rank 1 is NaN
+
+
+@pytest.fixture(scope="module")
+def rolled_back(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """An otherwise uninterrupted run with onNonFinite rollback over one bad batch."""
+    wd = tmp_path_factory.mktemp("rollback")
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = ROLLBACK_FAULT
+    spec = write_spec(wd, digits_job("rollback", onNonFinite="rollback"))
+    proc = run_cli("run", str(spec), "-o", "json", cwd=wd, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    # Found at step 20's check, before its checkpoint: back to step 10, batch 16 skipped.
+    assert "became NaN or infinite at step 16; rolled back to step 10" in out, out[-3000:]
+    assert "skipping the batch of step 16 (rollback 1 of at most 3)" in out
+    assert "Traceback" not in proc.stderr
+    return summary_of(proc)
+
+
+def test_rollback_skips_the_bad_batch_and_trains_on(
+    rolled_back: dict[str, Any], baseline: dict[str, Any]
+) -> None:
+    """spec.onNonFinite rollback: the job succeeds, with a finite loss close to the clean
+    run's, and weights that are not the clean run's (a batch was skipped: proof that the
+    rollback really dropped it rather than, say, retrying it)."""
+    assert rolled_back["steps"] == STEPS and rolled_back["restarts"] == 0
+    loss, clean = rolled_back["final_loss"], baseline["final_loss"]
+    assert loss is not None and abs(loss - clean) < 0.5, (loss, clean)
+    assert rolled_back["state_digest"] != baseline["state_digest"]
+
+
+def test_a_rollback_is_exact_across_crashes(workdir: Path, rolled_back: dict[str, Any]) -> None:
+    """Killed at step 18 (the bad batch trained, not yet seen), the restart resumes from step
+    10, meets the bad batch again and rolls back; killed again at step 25, the next restart
+    resumes from step 20's checkpoint, written after the rollback. The final weights equal the
+    uninterrupted rollback run's, bit for bit."""
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = (f"{ROLLBACK_FAULT};{ROLLBACK_FAULT},restart=1;"
+                              "kill@step=18,rank=0;kill@step=25,rank=1,restart=1")  # fmt: skip
+    spec = write_spec(workdir, digits_job("rollback-crash", onNonFinite="rollback"))
+    proc = run_cli("run", str(spec), "-o", "json", cwd=workdir, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = summary_of(proc)
+    assert s["restarts"] == 2, s
+    assert s["state_digest"] == rolled_back["state_digest"]
+
+
+def test_rollback_gives_up_after_three(workdir: Path) -> None:
+    """Four bad batches: three rollbacks, then exit 5 naming the skipped steps, with the last
+    good checkpoint (step 10) kept and nothing non-finite committed."""
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = ";".join(f"nan@batch={n},rank=0" for n in (12, 13, 14, 17))
+    spec = write_spec(workdir, digits_job("giveup", onNonFinite="rollback"))
+    proc = run_cli("run", str(spec), "-o", "json", cwd=workdir, env=env)
+    assert proc.returncode == EXIT_NON_FINITE, proc.stderr[-3000:]
+    message = summary_of(proc)["message"]
+    assert "at step 17 on rank 0" in message, message
+    assert "rolled back 3 times already, skipping the batches of steps 12, 13, 14" in message
+    assert "Traceback" not in proc.stderr and "attempt_1" not in rank_logs(workdir, "giveup")
+    ckpts = workdir / ".gpufleet/runs/giveup/checkpoints"
+    assert [p.name[:14] for p in sorted(ckpts.iterdir())] == ["step_000000010"]
+
+
+def test_rollback_without_a_checkpoint_fails_clearly(workdir: Path) -> None:
+    """lr 1e30 diverges before the first checkpoint: nothing to roll back to, exit 5."""
+    doc = digits_job("diverge-rollback", onNonFinite="rollback")
+    doc["spec"]["workload"]["lr"] = 1e30
+    proc = run_cli("run", str(write_spec(workdir, doc)), "-o", "json", cwd=workdir)
+    assert proc.returncode == EXIT_NON_FINITE, proc.stderr[-3000:]
+    assert "no checkpoint to roll back to" in summary_of(proc)["message"]
+
+
 def test_a_diverging_job_exits_5_with_strict_json(workdir: Path) -> None:
     """lr 1e30: NaN from the first steps. Exit 5 at the first check, no checkpoint at all, and
     a summary that is strict JSON (null, never a bare NaN)."""

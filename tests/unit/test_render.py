@@ -231,6 +231,22 @@ def test_cli_render_exit_2_with_field_paths(tmp_path: Path) -> None:
     assert bad_target.exit_code == EXIT_BAD_INPUT and "--target" in bad_target.output
 
 
+def test_cli_render_warns_of_a_script_missing_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script that is not here renders (the image may hold it) with a warning naming it;
+    one that is here renders silently. `gpufleet run` refuses the first (test_local_run)."""
+    monkeypatch.chdir(tmp_path)
+    path = write_spec(tmp_path, cluster_job(command=["train.py", "--lr", "0.1"], workload=None))
+    result = CliRunner().invoke(app, ["render", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "warning: spec.command[0]: train.py: no such file in" in result.output
+    assert "the image must hold it" in result.output
+    (tmp_path / "train.py").write_text("print(1)\n")
+    result = CliRunner().invoke(app, ["render", str(path)])
+    assert result.exit_code == 0 and "warning" not in result.output, result.output
+
+
 def test_cli_render_writes_files(tmp_path: Path) -> None:
     path = write_spec(tmp_path, cluster_job())
     result = CliRunner().invoke(app, ["render", str(path), "--out", str(tmp_path / "out")])

@@ -76,6 +76,7 @@ def test_context_round_trips_through_env(tmp_path: Path) -> None:
         run_dir=tmp_path,
         checkpoint=CheckpointSettings(dir="s3://b/p", every_steps=7, keep=2, async_save=True),
         hang_timeout=12.5,
+        on_non_finite="rollback",
         workload={"name": "digits", "steps": 3},
     )
     assert JobContext.from_env(ctx.to_env()) == ctx

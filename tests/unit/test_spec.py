@@ -91,6 +91,7 @@ def test_defaults() -> None:
             "absolute",
         ),
         ({"image": 3}, "spec.image", "valid string"),
+        ({"onNonFinite": "skip"}, "spec.onNonFinite", "'fail' or 'rollback'"),
     ],
 )
 def test_bad_spec_field_paths(spec: dict[str, Any], want_path: str, want_text: str) -> None:

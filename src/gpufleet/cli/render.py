@@ -12,8 +12,9 @@ import yaml
 from gpufleet.cli.common import err_console, fail, load_any
 from gpufleet.cli.validate import SetOption
 from gpufleet.errors import FieldError, UserInputError
+from gpufleet.launch.worker import missing_script
 from gpufleet.render import SERVING_TARGETS, TARGETS, Obj, render_spec, targets_for
-from gpufleet.spec import Spec
+from gpufleet.spec import Spec, TrainingJob
 
 TargetOption = Annotated[
     str | None,
@@ -34,9 +35,14 @@ def load_and_render(
         msg = f"unknown target {target!r} for a {spec.kind}; choose one of: {', '.join(allowed)}"
         fail(UserInputError([FieldError("--target", msg)], file))
     try:
-        return spec, render_spec(spec, target)
+        objects = render_spec(spec, target)
     except UserInputError as exc:
         fail(UserInputError(exc.errors, file))
+    if isinstance(spec, TrainingJob) and (missing := missing_script(spec)):
+        # Not an error here: the image may hold the script (an error for `gpufleet run`).
+        note = "the image must hold it (pods run it from the container's working directory)"
+        err_console.print(f"warning: spec.command[0]: {missing}; {note}", markup=False)
+    return spec, objects
 
 
 def render_cmd(

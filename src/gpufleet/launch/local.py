@@ -32,7 +32,13 @@ from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
-from gpufleet.launch.worker import DEFAULT_RUN_ROOT, job_context, local_notes, worker_module_args
+from gpufleet.launch.worker import (
+    DEFAULT_RUN_ROOT,
+    job_context,
+    local_notes,
+    missing_script,
+    worker_module_args,
+)
 from gpufleet.net import free_port
 from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json, write_json_atomic
@@ -118,12 +124,10 @@ def prepare_run_dir(run_root: Path, name: str, *, fresh: bool) -> Path:
 def check_script(job: TrainingJob) -> None:
     """A script command names a file here: fail before starting anything when it is missing
     (every worker would fail with FileNotFoundError and the group restart for nothing)."""
-    command = job.spec.command
-    if not command or command[0] == "-m" or Path(command[0]).is_file():
-        return
-    raise UserInputError([FieldError("spec.command[0]", (
-        f"{command[0]}: no such file in {Path.cwd()} (workers run the script from the directory "
-        "`gpufleet run` runs in)"))])  # fmt: skip
+    missing = missing_script(job)
+    if missing:
+        where = "workers run the script from the directory `gpufleet run` runs in"
+        raise UserInputError([FieldError("spec.command[0]", f"{missing} ({where})")])
 
 
 def check_checkpoint_storage(job: TrainingJob) -> None:

@@ -36,9 +36,19 @@ def job_context(job: TrainingJob, run_dir: Path, metrics_dir: str | None = None)
         checkpoint=s.checkpoint.settings(run_dir),
         hang_timeout=s.hang_timeout,
         output_hang_timeout=s.hang_timeout if s.command and explicit else 0.0,
+        on_non_finite=s.on_non_finite,
         workload=s.workload.model_dump(by_alias=True) if s.workload else {},
         metrics_dir=metrics_dir if s.metrics.port else None,
     )
+
+
+def missing_script(job: TrainingJob) -> str | None:
+    """``<script>: no such file in <cwd>`` when the job's command names a script that is not
+    here (None for workloads, ``-m`` modules and scripts that exist)."""
+    command = job.spec.command
+    if not command or command[0] == "-m" or Path(command[0]).is_file():
+        return None
+    return f"{command[0]}: no such file in {Path.cwd()}"
 
 
 def local_notes(job: TrainingJob) -> list[str]:

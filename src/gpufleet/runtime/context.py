@@ -28,6 +28,11 @@ ENV_HANG_TIMEOUT = "GPUFLEET_HANG_TIMEOUT"
 # from the worker's last output or gpufleet.runtime.heartbeat() (gpufleet.runtime.watchdog).
 ENV_OUTPUT_HANG_TIMEOUT = "GPUFLEET_OUTPUT_HANG_TIMEOUT"
 ENV_WORKLOAD = "GPUFLEET_WORKLOAD"
+# spec.onNonFinite: "fail" (the default, unset) or "rollback" (gpufleet.runtime.trainer).
+ENV_ON_NON_FINITE = "GPUFLEET_ON_NON_FINITE"
+# How often one run may roll back over a non-finite loss before it fails after all: a NaN
+# that a skipped batch does not cure (a too-large learning rate) must still end the job.
+MAX_ROLLBACKS = 3
 # prometheus_client's multiprocess mode: each worker writes its metrics into files there, and
 # one server (the launcher, locally) serves the sum of all of them.
 ENV_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
@@ -60,6 +65,7 @@ class JobContext:
     checkpoint: CheckpointSettings = CHECKPOINT_DEFAULTS
     hang_timeout: float = 0.0
     output_hang_timeout: float = 0.0
+    on_non_finite: str = "fail"
     workload: dict[str, object] = field(default_factory=dict)
     metrics_dir: str | None = None
 
@@ -82,6 +88,7 @@ class JobContext:
             checkpoint=checkpoint,
             hang_timeout=float(e.get(ENV_HANG_TIMEOUT, "0")),
             output_hang_timeout=float(e.get(ENV_OUTPUT_HANG_TIMEOUT, "0")),
+            on_non_finite=e.get(ENV_ON_NON_FINITE, "fail"),
             workload=json.loads(e.get(ENV_WORKLOAD, "{}")),
             metrics_dir=e.get(ENV_METRICS_DIR) or None,
         )
@@ -103,6 +110,8 @@ class JobContext:
         }
         if self.output_hang_timeout > 0:
             env[ENV_OUTPUT_HANG_TIMEOUT] = str(self.output_hang_timeout)
+        if self.on_non_finite != "fail":
+            env[ENV_ON_NON_FINITE] = self.on_non_finite
         if self.checkpoint.dir:
             env[ENV_CHECKPOINT_DIR] = self.checkpoint.dir
         if self.workload:

@@ -6,8 +6,9 @@ first attempt, so the restarted group can get past the point). Actions: ``kill``
 itself), ``hang`` (stop making progress), ``exit`` (exit code 1), ``nan`` (fill a weight of
 this rank with NaN, as a bad batch or a too-large learning rate would; only where the caller
 passes ``poison``). Points: ``step`` (after step N's
-optimizer update) and ``checkpoint_written`` (step N's checkpoint data is written, its
-completion marker is not).
+optimizer update), ``batch`` (step N's loss, before its backward: ``nan@batch=N`` is a bad
+batch, met again whenever step N's batch is trained) and ``checkpoint_written`` (step N's
+checkpoint data is written, its completion marker is not).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from functools import cache
 
 ENV_FAULTS = "GPUFLEET_FAULTS"
 _ACTIONS = ("kill", "hang", "exit", "nan")
-_POINTS = ("step", "checkpoint_written")
+_POINTS = ("step", "batch", "checkpoint_written")
 
 
 @dataclass(frozen=True)

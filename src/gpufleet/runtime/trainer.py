@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from gpufleet.errors import EXIT_PREEMPTED, JobConfigError, NonFiniteError
 from gpufleet.runtime import faults
 from gpufleet.runtime.checkpoint import Checkpointer, model_fingerprint
-from gpufleet.runtime.context import PREEMPTED_FILE, JobContext
+from gpufleet.runtime.context import MAX_ROLLBACKS, PREEMPTED_FILE, JobContext
 from gpufleet.runtime.data import ResumableDistributedSampler
 from gpufleet.runtime.digest import state_digest
 from gpufleet.runtime.distributed import DistInfo, control_group, init_distributed
@@ -152,6 +152,9 @@ class Trainer:
         # The first step whose loss was NaN/Inf on this rank (0: none), kept on the device and
         # read only at log and checkpoint steps, so healthy steps add no host sync.
         self._first_bad = torch.zeros((), dtype=torch.long, device=self.info.device)
+        # spec.onNonFinite rollback: steps whose batch is skipped, and rollbacks so far.
+        self._skip: set[int] = set()
+        self._rollbacks = 0
         self._log = log or self._print
         self.sampler = ResumableDistributedSampler(
             data,  # type: ignore[arg-type]
@@ -238,9 +241,18 @@ class Trainer:
                 self.sampler.set_epoch(p.epoch, p.batch_in_epoch * cfg.batch_size)
                 for batch in self.loader:
                     data_wait = time.perf_counter() - mark
-                    last_loss = self._train_step(batch)
+                    if self.progress.step + 1 in self._skip:
+                        step = self.progress.step + 1
+                        self._log_main(f"gpufleet: skipping the batch of step {step}")
+                    else:
+                        last_loss = self._train_step(batch)
                     self._advance()
-                    preempted = self._step_boundary(last_loss, state)
+                    try:
+                        preempted = self._step_boundary(last_loss, state)
+                    except NonFiniteError as exc:
+                        self._roll_back(exc, state)  # raises unless spec.onNonFinite allows it
+                        mark = time.perf_counter()
+                        break  # the sampler starts again at the checkpoint's position
                     # A step's time is boundary to boundary: data, compute and any checkpoint
                     # blocking, so overheads show up in step times.
                     now = time.perf_counter()
@@ -267,7 +279,11 @@ class Trainer:
             self._finish_preempted(result)
         return result
 
-    def _step_boundary(self, loss: torch.Tensor, state: dict[str, Any]) -> bool:
+    def _log_main(self, msg: str) -> None:
+        if self.info.is_main:
+            self._log(msg)
+
+    def _step_boundary(self, loss: torch.Tensor | None, state: dict[str, Any]) -> bool:
         """Everything between two steps; returns True when all ranks agreed to stop."""
         step = self.progress.step
         self.watchdog.beat(step)
@@ -276,7 +292,7 @@ class Trainer:
         preempted = self.guard.should_stop()
         final = step >= self.config.steps
         saving = preempted or final or step % self.context.checkpoint.every_steps == 0
-        logging = step % self.config.log_every == 0 or final
+        logging = (step % self.config.log_every == 0 or final) and loss is not None
         if saving or logging:
             self._check_finite(step, weights=saving)  # before anything is saved or reported
         if logging:
@@ -291,6 +307,10 @@ class Trainer:
         self.ddp.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.step_fn(self.ddp, batch)
+        bad_batch: list[bool] = []  # the ``nan@batch=N`` fault: this batch's loss is NaN
+        faults.maybe_fire("batch", self.progress.step + 1, poison=lambda: bad_batch.append(True))
+        if bad_batch:
+            loss = loss * float("nan")
         bad = ~torch.isfinite(loss.detach()) & (self._first_bad == 0)
         self._first_bad = torch.where(bad, self.progress.step + 1, self._first_bad)
         loss.backward()  # type: ignore[no-untyped-call]
@@ -330,8 +350,40 @@ class Trainer:
             "no checkpoint was written")  # fmt: skip
         raise NonFiniteError(
             f"the loss or weights became NaN or infinite at step {at} on rank {ranks} (checked "
-            f"at step {step}); stopped before checkpointing it, {last}; lower the learning rate "
-            "or check the data"
+            f"at step {step}); stopped before checkpointing it, {last}; lower the learning rate, "
+            "check the data, or set spec.onNonFinite: rollback to skip bad batches",
+            step=at,
+        )
+
+    def _roll_back(self, exc: NonFiniteError, state: dict[str, Any]) -> None:
+        """spec.onNonFinite rollback: every rank (they all saw the same verdict) reloads the
+        newest checkpoint, which holds only finite state (each save is checked first), and
+        marks the bad step's batch to be skipped: the replay is deterministic, so it would
+        meet the same batch again. Re-raises ``exc`` when not asked to, when there is nothing
+        to roll back to, or after MAX_ROLLBACKS (a NaN no skipped batch cures)."""
+        if self.context.on_non_finite != "rollback" or exc.step is None:
+            raise exc
+        if self._rollbacks >= MAX_ROLLBACKS:
+            raise NonFiniteError(
+                f"{exc} (spec.onNonFinite rollback gave up: rolled back {self._rollbacks} "
+                f"times already, skipping the batches of steps "
+                f"{', '.join(map(str, sorted(self._skip)))})",
+                step=exc.step,
+            ) from None
+        self.checkpointer.wait()  # an async save in flight is finite: checked before it began
+        ref = self.checkpointer.latest()
+        if ref is None:
+            raise NonFiniteError(f"{exc} (spec.onNonFinite rollback: no checkpoint to roll back "
+                                 "to)", step=exc.step) from None  # fmt: skip
+        self.checkpointer.load(ref, state)
+        self._first_bad.zero_()
+        self._skip.add(exc.step)
+        self._rollbacks += 1
+        self._last_ckpt = ref.path
+        self._log_main(
+            f"gpufleet: WARNING the loss or weights became NaN or infinite at step {exc.step}; "
+            f"rolled back to step {ref.step} ({ref.path}), skipping the batch of step "
+            f"{exc.step} (rollback {self._rollbacks} of at most {MAX_ROLLBACKS})"
         )
 
     def _advance(self) -> None:

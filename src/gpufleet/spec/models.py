@@ -20,7 +20,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, CheckpointSettings
+from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, MAX_ROLLBACKS, CheckpointSettings
 from gpufleet.spec.units import parse_duration, parse_quantity
 
 API_VERSION = "gpufleet.dev/v1alpha1"
@@ -327,6 +327,14 @@ class TrainingJobSpec(CrossFieldModel):
             "must exceed the slowest step, a synchronous checkpoint save included. For a "
             "command job, set explicitly: progress is then any output line of the worker or "
             "a call of gpufleet.runtime.heartbeat()."
+        ),
+    )
+    on_non_finite: Literal["fail", "rollback"] = Field(
+        default="fail",
+        description=(
+            "Trainer jobs: what a NaN/Inf loss or weight does. fail: stop with exit 5 before it "
+            "is checkpointed. rollback: reload the last checkpoint, skip the batch whose loss "
+            f"went bad, and go on (at most {MAX_ROLLBACKS} times per run, then fail)."
         ),
     )
     preemption: Preemption = Field(default_factory=Preemption, description="Preemption.")
