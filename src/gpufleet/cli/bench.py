@@ -100,7 +100,7 @@ def inference(
         ]
         for k, v in rows:
             table.add_row(k, v)
-        Console(file=sys.stdout).print(table)
+        Console(file=sys.stdout, markup=False).print(table)
         if result.first_error:
             err_console.print(f"first error: {result.first_error}")
     if not result.valid:

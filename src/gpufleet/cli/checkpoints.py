@@ -79,7 +79,7 @@ def verify(
         for e in entries:  # Text: a path is never read as rich markup
             cells = (str(e.step), e.status, _size(e.size), str(e.world_size or "-"), e.path)
             table.add_row(*map(Text, cells))
-        console = Console(highlight=False, soft_wrap=True)
+        console = Console(highlight=False, soft_wrap=True, markup=False)
         console.print(table)
         for e in entries:
             for problem in e.problems:

@@ -12,11 +12,14 @@ from enum import StrEnum
 from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.text import Text
 
 from gpufleet.errors import EXIT_FAILED, GpufleetError, UserInputError
 from gpufleet.spec import Spec, TrainingJob, load_spec, load_training_job
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+# markup=False: what is printed holds user text (a job named "[/x]", a field "[a]"), which rich
+# would read as markup and fail on (MarkupError) or swallow; styles come as Text spans instead.
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
 class Output(StrEnum):
@@ -53,7 +56,7 @@ def load_job(path: str, overrides: list[str] | None) -> TrainingJob:
 
 def fail(exc: GpufleetError) -> NoReturn:
     """Print a gpufleet error without a traceback and exit with its code."""
-    err_console.print(f"[bold red]error:[/] {exc}", markup=True)
+    err_console.print(Text.assemble(("error:", "bold red"), f" {exc}"))
     sys.exit(exc.exit_code)
 
 
@@ -62,9 +65,11 @@ def internal_error(exc: BaseException) -> NoReturn:
     if os.environ.get("GPUFLEET_DEBUG"):
         raise exc
     err_console.print(
-        f"[bold red]internal error:[/] {type(exc).__name__}: {exc}\n"
-        "set GPUFLEET_DEBUG=1 for the traceback, and please report it",
-        markup=True,
+        Text.assemble(
+            ("internal error:", "bold red"),
+            f" {type(exc).__name__}: {exc}\n",
+            "set GPUFLEET_DEBUG=1 for the traceback, and please report it",
+        )
     )
     sys.exit(EXIT_FAILED)
 

@@ -77,7 +77,7 @@ def resolve_checkpoint_dir(job: TrainingJob, spec_file: Path) -> TrainingJob:
 @contextlib.contextmanager
 def _progress(run_dir: Path, total: int | None) -> Iterator[None]:
     """A progress bar (step, loss, samples/s) fed by rank 0's progress.json, on a terminal."""
-    console = Console()
+    console = Console(markup=False)
     if total is None or not console.is_terminal:
         yield
         return

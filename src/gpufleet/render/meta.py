@@ -13,6 +13,8 @@ def standard_labels(
     """The labels of every object gpufleet renders, for jobs and services alike: the GPU
     exporter attributes GPUs by gpufleet.dev/job and tenant."""
     return {
+        # The user's first: gpufleet's own keys below always win (validation refuses them too).
+        **meta.labels,
         "app.kubernetes.io/name": "gpufleet",
         "app.kubernetes.io/instance": meta.name,
         "app.kubernetes.io/component": component,
@@ -22,7 +24,6 @@ def standard_labels(
         LABEL_TENANT: meta.namespace or "default",
         LABEL_ROLE: role,
         **(extra or {}),
-        **meta.labels,
     }
 
 

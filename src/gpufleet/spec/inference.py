@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field
 
 from gpufleet.spec.models import (
     API_VERSION,
+    INT32_MAX,
     CrossFieldModel,
     DnsLabel,
     Duration,
@@ -85,8 +86,8 @@ class ModelSource(CrossFieldModel):
 class Replicas(SpecModel):
     """How many Triton pods: autoscaling moves between min and max."""
 
-    min: int = Field(default=1, ge=1, description="Fewest replicas.")
-    max: int = Field(default=1, ge=1, description="Most replicas.")
+    min: int = Field(default=1, ge=1, le=INT32_MAX, description="Fewest replicas.")
+    max: int = Field(default=1, ge=1, le=INT32_MAX, description="Most replicas.")
 
 
 class ServingBatching(SpecModel):

@@ -33,6 +33,12 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 Quantity = Annotated[str, BeforeValidator(parse_quantity)]
 
 
+# Bounds of numbers that end up in Kubernetes objects (int32 fields such as backoffLimit and
+# replicas; an Indexed Job has at most 100000 completions) or in a worker's command line.
+INT32_MAX = 2**31 - 1
+MAX_NODES = 100_000
+MAX_PROCS_PER_NODE = 1024  # torchrun's --nproc-per-node; the largest GPU servers have 16
+
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -160,7 +166,59 @@ class Metadata(SpecModel):
     namespace: DnsLabel | None = Field(
         default=None, description="Cluster only: the tenant namespace to submit to."
     )
-    labels: dict[str, str] = Field(default_factory=dict, description="Extra labels.")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Extra labels on every object rendered. Keys gpufleet or a controller sets are "
+            "refused: gpufleet.dev, kubernetes.io, k8s.io, x-k8s.io, kubeflow.org and "
+            "volcano.sh domains (app.kubernetes.io/version and other keys gpufleet does not "
+            "set are free); they select pods and attribute GPUs."
+        ),
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _label_syntax(cls, value: dict[str, str]) -> dict[str, str]:
+        problems = [p for key, v in value.items() if (p := label_problem(key, v))]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+
+# Label keys whose owners are gpufleet or the controllers it renders for: a user label with one
+# would override gpufleet's own (the rendezvous Service would select no pod, GPU usage would be
+# attributed to another job) or confuse a controller.
+_RESERVED_DOMAINS = (
+    "gpufleet.dev",
+    "kubernetes.io",
+    "k8s.io",
+    "x-k8s.io",
+    "kubeflow.org",
+    "volcano.sh",
+)
+# app.kubernetes.io's recommended labels are the user's, except those gpufleet sets itself.
+_OWN_APP_LABELS = frozenset({"name", "instance", "component", "part-of", "managed-by"})
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_problem(key: str, value: str) -> str | None:
+    """What is wrong with the label ``key: value`` (Kubernetes' syntax, gpufleet's reserved
+    keys), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if not _LABEL_NAME.match(name) or len(name) > 63:
+        return (f"label key {key!r}: the name part must be at most 63 letters, digits, '-', "
+                "'_' or '.', starting and ending with a letter or digit")  # fmt: skip
+    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return f"label key {key!r}: the prefix must be a DNS subdomain such as example.com"
+    domain = next((d for d in _RESERVED_DOMAINS if prefix == d or prefix.endswith("." + d)), None)
+    if domain and not (prefix == "app.kubernetes.io" and name not in _OWN_APP_LABELS):
+        return (f"label key {key!r} is reserved ({domain} keys are set by gpufleet or a "
+                "controller, and select its pods): use a key of your own domain")  # fmt: skip
+    if value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+        rule = "empty or at most 63 letters, digits, '-', '_' or '.', starting and ending"
+        return f"label {key!r}: the value must be {rule} with a letter or digit, got {value!r}"
+    return None
 
 
 class _WorkloadBase(SpecModel):
@@ -200,7 +258,9 @@ class Resources(SpecModel):
 
     cpu: Quantity | None = Field(default=None, description="CPU per node, e.g. '8' or '500m'.")
     memory: Quantity | None = Field(default=None, description="Memory per node, e.g. '32Gi'.")
-    gpu: int = Field(default=0, ge=0, description="GPUs per node (nvidia.com/gpu).")
+    gpu: int = Field(
+        default=0, ge=0, le=MAX_PROCS_PER_NODE, description="GPUs per node (nvidia.com/gpu)."
+    )
     gpu_product: LabelValue | None = Field(
         default=None,
         description=(
@@ -312,13 +372,23 @@ class TrainingJobSpec(CrossFieldModel):
     workload: Workload | None = Field(
         default=None, description="A built-in workload instead of a command (digits, synthetic)."
     )
-    nodes: int = Field(default=1, ge=1, description="Nodes (elastic agents).")
-    procs_per_node: int = Field(default=1, ge=1, description="Worker processes per node.")
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NODES,
+        description=f"Nodes (elastic agents); at most {MAX_NODES} (an Indexed Job's limit).",
+    )
+    procs_per_node: int = Field(
+        default=1, ge=1, le=MAX_PROCS_PER_NODE, description="Worker processes per node."
+    )
     resources: Resources = Field(default_factory=Resources, description="Per-node resources.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpointing.")
     max_restarts: int = Field(
-        default=3, ge=0, description="Worker-group restarts before the job fails."
+        default=3,
+        ge=0,
+        le=INT32_MAX,
+        description="Worker-group restarts before the job fails.",
     )
     hang_timeout: Duration = Field(
         default=300.0,

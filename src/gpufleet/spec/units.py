@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|s|m|h)")
+# The longest duration a spec may give (a hang timeout, a grace period); it also keeps every
+# duration a finite number that Kubernetes' integer seconds fields hold.
+MAX_DURATION = 30 * 24 * 3600.0
 _DURATION_SCALE = {"us": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 # Kubernetes resource.Quantity: a decimal number with an optional binary or decimal suffix.
@@ -35,6 +38,8 @@ def parse_duration(value: object) -> float:
         raise ValueError("expected a duration such as 30, '45s', '5m' or '1h30m'")
     if seconds < 0 or seconds != seconds:
         raise ValueError(f"must be a non-negative duration, got {value!r}")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"must be at most 30 days ({MAX_DURATION:.0f} s), got {value!r}")
     return seconds
 
 
