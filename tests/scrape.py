@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 import urllib.request
 
-from prometheus_client import start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.observe.exporter import GpuCollector, registry_for
+from gpufleet.observe.http import start_metrics_server
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]  # name -> [(labels, value)]
 
@@ -45,7 +45,7 @@ def steps_by_rank(samples: Samples) -> dict[str, float]:
 
 def serve(collector: GpuCollector) -> tuple[str, object]:
     """Serve ``collector`` as the exporter does, on a free port; returns (url, server)."""
-    server, _ = start_http_server(0, addr="127.0.0.1", registry=registry_for(collector))
+    server, _ = start_metrics_server(registry_for(collector), "127.0.0.1", 0, "exporter")
     return f"http://127.0.0.1:{server.server_port}/metrics", server
 
 

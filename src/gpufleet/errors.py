@@ -121,6 +121,8 @@ class CheckpointStorageError(CheckpointError):
 class MetricsPortError(GpufleetError, OSError):
     """The metrics port cannot be opened (in use, not allowed). Also an OSError, as before."""
 
+    option = "--port"  # which setting is to blame: --port or --address
+
 
 class UserInputError(GpufleetError):
     """Bad input from the user: a spec, a file or a command-line value. Exit code 2."""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import http.client
 import shutil
+import socket
 import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -18,6 +21,7 @@ from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT
 from gpufleet.observe.devices import Reading, SimulatedDevice, nvml_devices
 from gpufleet.observe.exporter import METRICS, GpuCollector, reading_fields, registry_for
+from gpufleet.observe.http import start_metrics_server, url
 from tests.scrape import scrape, serve, stop
 
 RELEASE = threading.Event()  # set at the end of the module: lets hung reads return
@@ -128,6 +132,82 @@ def test_without_nvml_it_serves_and_says_why() -> None:
 def test_cli_rejects_a_bad_deadline() -> None:
     result = CliRunner().invoke(app, ["exporter", "--deadline", "soon"])
     assert result.exit_code == EXIT_BAD_INPUT and "--deadline" in result.output
+
+
+def _request(method: str, url: str) -> tuple[int, dict[str, str], bytes]:
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request(method, parts.path)
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1"])
+def test_the_metrics_server_routes_as_node_exporter_does(address: str) -> None:
+    """/metrics only (every path served the metrics), / a landing page, 404 elsewhere, HEAD
+    answered (it was 405) with GET's length and no body; an IPv6 URL in brackets."""
+    if address == "::1" and not _ipv6_loopback():
+        pytest.skip("no IPv6 loopback on this machine")
+    registry = registry_for(GpuCollector([SimulatedDevice(0)], node="n"))
+    server, _ = start_metrics_server(registry, address, 0, "gpufleet GPU exporter")
+    try:
+        base = url(address, server.server_port, "")
+        assert base.startswith("http://[::1]:" if address == "::1" else "http://127.0.0.1:")
+        status, _, body = _request("GET", base + "/metrics")
+        assert status == 200 and b"gpufleet_gpu_up" in body
+        status, headers, head_body = _request("HEAD", base + "/metrics")
+        assert status == 200 and head_body == b"" and int(headers["Content-Length"]) > 0
+        status, _, page = _request("GET", base + "/")
+        assert status == 200 and b'href="/metrics"' in page
+        for path in ("/nope", "/metrics/x", "/favicon.ico"):
+            status, _, body = _request("GET", base + path)
+            assert status == 404 and b"gpufleet_gpu_up" not in body, path
+        assert _request("POST", base + "/metrics")[0] == 405
+    finally:
+        stop(server)
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "want"),
+    [
+        (["--port", "99999"], "--port", "must be 0..65535"),
+        (["--port", "-1"], "--port", "must be 0..65535"),
+        (["--address", "999.1.1.1"], "--address", "not an IP address or host name"),
+        (["--address", "no such host"], "--address", "not an IP address or host name"),
+        (["--simulate", "-3"], "--simulate", "must be 0 or more"),
+        (["--port", "BUSY"], "--port", "Address already in use"),
+    ],
+)
+def test_exporter_option_errors_are_one_line_exit_2(
+    args: list[str], option: str, want: str, busy_port: int
+) -> None:
+    """Each gave "internal error: OSError ... please report it" (exit 1), or was accepted."""
+    args = [str(busy_port) if a == "BUSY" else a for a in args]
+    cmd = [sys.executable, "-m", "gpufleet.cli.main", "exporter", "--simulate", "1", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
+    assert f"{option}: " in proc.stderr and want in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_the_cli_and_exporter_do_not_import_torch() -> None:

@@ -6,12 +6,12 @@ import socket
 from typing import Annotated
 
 import typer
-from prometheus_client import start_http_server
 
 from gpufleet.cli.common import err_console, fail, stop_on_signals
-from gpufleet.errors import FieldError, UserInputError
+from gpufleet.errors import FieldError, MetricsPortError, UserInputError
 from gpufleet.observe.devices import Device, SimulatedDevice, nvml_devices
 from gpufleet.observe.exporter import DEFAULT_DEADLINE, GpuCollector, registry_for
+from gpufleet.observe.http import check_listen, start_metrics_server, url
 from gpufleet.observe.podresources import SOCKET, Attribution, PodLabels, PodResourcesClient
 from gpufleet.spec.units import parse_duration
 
@@ -48,6 +48,12 @@ def exporter(
         wait = parse_duration(deadline)
     except ValueError as exc:
         fail(UserInputError([FieldError("--deadline", str(exc))]))
+    if simulate < 0:
+        fail(UserInputError([FieldError("--simulate", f"must be 0 or more, got {simulate}")]))
+    try:
+        check_listen(address, port)  # before NVML and the kubelet: a typo fails at once
+    except MetricsPortError as exc:
+        fail(UserInputError([FieldError(exc.option, str(exc))]))
     reason: str | None = None
     devices: list[Device]
     if simulate:
@@ -64,8 +70,13 @@ def exporter(
     collector = GpuCollector(
         devices, node=node, deadline=wait, nvml_reason=reason, attribution=attribution
     )
-    server, _ = start_http_server(port, addr=address, registry=registry_for(collector))
-    where = f"http://{address}:{server.server_port}/metrics"
+    try:
+        server, _ = start_metrics_server(
+            registry_for(collector), address, port, "gpufleet GPU exporter"
+        )
+    except MetricsPortError as exc:
+        fail(UserInputError([FieldError(exc.option, str(exc))]))
+    where = url(address, server.server_port)
     err_console.print(
         f"serving {len(devices)} GPU(s) at {where}" + (f" ({reason})" if reason else "")
     )

@@ -12,24 +12,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from gpufleet.errors import MetricsPortError
-
 
 @contextmanager
 def serve_metrics_dir(directory: Path, address: str, port: int) -> Iterator[int]:
     """Empty ``directory``, then serve what workers write there on ``address:port`` until the
-    block ends; yields the port (useful with port 0)."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    block ends; yields the port (useful with port 0). MetricsPortError if it cannot listen."""
+    from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
+
+    from gpufleet.observe.http import start_metrics_server
 
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
-    try:
-        server, _ = start_http_server(port, addr=address, registry=registry)
-    except OSError as exc:
-        raise MetricsPortError(f"cannot serve metrics on {address}:{port}: {exc}") from exc
+    server, _ = start_metrics_server(registry, address, port, "gpufleet job metrics")
     try:
         yield server.server_port
     finally:
