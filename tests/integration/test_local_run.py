@@ -273,3 +273,41 @@ def test_a_checkpoint_dir_knows_its_job_and_fresh_starts_over(workdir: Path) -> 
     assert s["resumed_from"] is None and s["steps"] == 40
     assert f"--fresh moved {len(before)} checkpoint(s) of job-a" in fresh.stderr
     assert sorted(p.name for p in (ckpt / ".archive").glob("job-a-*/step_*")) == before
+
+
+SECRET_SCRIPT = """\
+import hashlib, os
+for name in ("HF_TOKEN", "S3_KEY", "MODE"):
+    print(name, hashlib.sha256(os.environ[name].encode()).hexdigest()[:16], flush=True)
+"""
+
+
+def test_secret_references_reach_workers_and_nothing_else(workdir: Path) -> None:
+    """env secretKeyRef (from the environment of `gpufleet run`), envFrom (from files) and a
+    plain value: every worker of both nodes gets the values; the console, the run directory
+    and its logs never hold them (the workers print digests only)."""
+    import hashlib
+
+    (workdir / "show.py").write_text(SECRET_SCRIPT)
+    (workdir / ".gpufleet/secrets/s3").mkdir(parents=True)
+    (workdir / ".gpufleet/secrets/s3/KEY").write_text("s3-secret-value-1")
+    doc = script_job("secrets", ["show.py"], nodes=2, procsPerNode=1, env={
+        "HF_TOKEN": {"secretKeyRef": {"name": "hf", "key": "token"}}, "MODE": "plain"},
+        envFrom=[{"secretRef": {"name": "s3"}, "prefix": "S3_"}])  # fmt: skip
+    env = cli_env()
+    env["HF_TOKEN"] = "hf-secret-value-2"
+    proc = run_cli("run", str(write_spec(workdir, doc)), "-o", "json", cwd=workdir, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    for name, value in [("HF_TOKEN", "hf-secret-value-2"), ("S3_KEY", "s3-secret-value-1")]:
+        digest = hashlib.sha256(value.encode()).hexdigest()[:16]
+        assert out.count(f"{name} {digest}") == 2, out[-3000:]  # both nodes' workers
+        assert value not in out
+        for path in (workdir / ".gpufleet/runs").rglob("*"):
+            if path.is_file():
+                assert value.encode() not in path.read_bytes(), path
+    missing = script_job("nosecret", ["show.py"], env={
+        "HF_TOKEN": {"secretKeyRef": {"name": "hf", "key": "token"}}})  # fmt: skip
+    proc = run_cli("run", str(write_spec(workdir, missing, "m.yaml")), cwd=workdir)
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert "spec.env.HF_TOKEN.secretKeyRef: hf/token: export HF_TOKEN" in proc.stderr

@@ -38,10 +38,13 @@ def load_and_render(
         objects = render_spec(spec, target)
     except UserInputError as exc:
         fail(UserInputError(exc.errors, file))
-    if isinstance(spec, TrainingJob) and (missing := missing_script(spec)):
-        # Not an error here: the image may hold the script (an error for `gpufleet run`).
-        note = "the image must hold it (pods run it from the container's working directory)"
-        err_console.print(f"warning: spec.command[0]: {missing}; {note}", markup=False)
+    if isinstance(spec, TrainingJob):
+        for warning in spec.spec.env_warnings():
+            err_console.print(warning)
+        if missing := missing_script(spec):
+            # Not an error here: the image may hold the script (an error for `gpufleet run`).
+            note = "the image must hold it (pods run it from the container's working directory)"
+            err_console.print(f"warning: spec.command[0]: {missing}; {note}")
     return spec, objects
 
 

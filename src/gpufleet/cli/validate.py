@@ -53,5 +53,5 @@ def validate(
     )
     from gpufleet.launch.worker import local_notes
 
-    for note in local_notes(job):
+    for note in [*local_notes(job), *([] if target else s.env_warnings())]:  # render warned
         err_console.print(note)

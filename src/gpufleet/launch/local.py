@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
+from gpufleet.launch.secrets import resolve_env
 from gpufleet.launch.worker import (
     DEFAULT_RUN_ROOT,
     job_context,
@@ -81,7 +82,7 @@ def worker_env(job: TrainingJob, run_dir: Path) -> dict[str, str]:
     metrics_dir = str(metrics_dir_of(run_dir).resolve())
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as torchrun sets it
     env.update(job_context(job, run_dir.resolve(), metrics_dir).to_env())
-    env.update(job.spec.env)
+    env.update(job.spec.plain_env)  # references: NodeConfig.secret_env, resolved apart
     return env
 
 
@@ -159,10 +160,11 @@ def run_local(
     """
     check_checkpoint_storage(job)
     check_script(job)
+    secret_env = resolve_env(job)  # the spec's Secret/ConfigMap references, before anything
     with job_lock(run_root, job.metadata.name, job.spec.checkpoint.dir):
         if fresh and job.spec.checkpoint.dir:
             set_checkpoints_aside(job, echo)
-        return _run_locked(job, run_root, fresh, echo)
+        return _run_locked(job, run_root, fresh, echo, secret_env)
 
 
 def set_checkpoints_aside(job: TrainingJob, echo: Callable[[str], None]) -> None:
@@ -201,10 +203,14 @@ def set_checkpoints_aside(job: TrainingJob, echo: Callable[[str], None]) -> None
 
 
 def _run_locked(
-    job: TrainingJob, run_root: Path, fresh: bool, echo: Callable[[str], None]
+    job: TrainingJob,
+    run_root: Path,
+    fresh: bool,
+    echo: Callable[[str], None],
+    secret_env: dict[str, str],
 ) -> RunSummary:
     run_dir = prepare_run_dir(run_root, job.metadata.name, fresh=fresh)
-    for note in local_notes(job):
+    for note in [*local_notes(job), *job.spec.env_warnings()]:
         echo(note)
     state = read_json(run_dir / "state.json") or {"launches": []}
     started = time.time()
@@ -223,6 +229,7 @@ def _run_locked(
             log_dir=str(run_dir / "logs" / f"node{i}"),
             argv=worker_argv(job),
             env=worker_env(job, run_dir),
+            secret_env=secret_env,
         )
         for i in range(s.nodes)
     ]
@@ -328,7 +335,8 @@ def _launch_node_processes(configs: list[NodeConfig]) -> list[NodeOutcome]:
         with _forward_signals(procs):
             for cfg in configs:
                 cfg_file = tmp / f"node{cfg.node_rank}.json"
-                cfg_file.write_text(json.dumps(asdict(cfg)))
+                # Secret values go by the node process's environment, never into a file.
+                cfg_file.write_text(json.dumps(asdict(replace(cfg, secret_env={}))))
                 out_file = tmp / f"node{cfg.node_rank}.out.json"
                 procs.append(
                     subprocess.Popen(
@@ -337,6 +345,7 @@ def _launch_node_processes(configs: list[NodeConfig]) -> list[NodeOutcome]:
                             *(str(cfg_file), str(out_file), str(os.getpid())),
                         ],
                         start_new_session=True,  # Ctrl-C reaches us; we forward it once
+                        env={**os.environ, **cfg.secret_env},
                         stdout=sys.stdout.fileno(),
                     )
                 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
@@ -38,6 +38,10 @@ class NodeConfig:
     log_dir: str
     argv: list[str]
     env: dict[str, str]
+    # Values of the spec's Secret/ConfigMap references: set in the workers' environment like
+    # env, but never written into the JSON that crosses to a node process (its environment
+    # carries them: see gpufleet.launch.local).
+    secret_env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +59,7 @@ class NodeOutcome:
 def launch_node(cfg: NodeConfig) -> NodeOutcome:
     """Run one node's worker group to completion under torch's elastic agent."""
     os.environ.update(cfg.env)
+    os.environ.update(cfg.secret_env)
     os.environ[ENV_AGENT_PID] = str(os.getpid())  # workers' parent: lets them spot an early death
     config = LaunchConfig(
         min_nodes=cfg.nnodes,

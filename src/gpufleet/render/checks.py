@@ -109,3 +109,11 @@ def require_cluster_ready(job: TrainingJob, target: str) -> None:
 
 def _is_under(path: str, mount: str) -> bool:
     return path == mount or path.startswith(mount.rstrip("/") + "/")
+
+
+def refuse_env_from(job: TrainingJob, target: str, why: str) -> None:
+    """Targets whose API cannot carry envFrom: exit 2 with the way around."""
+    if job.spec.env_from:
+        raise UserInputError([FieldError("spec.envFrom", (
+            f"the {target} target cannot take envFrom ({why}): name each variable under "
+            "spec.env with secretKeyRef or configMapKeyRef"))])  # fmt: skip

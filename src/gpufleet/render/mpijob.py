@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.kube import Obj
-from gpufleet.render.checks import require_cluster_ready
+from gpufleet.render.checks import refuse_env_from, require_cluster_ready
 from gpufleet.render.jobparts import kubeflow_run_policy, queued_labels
 from gpufleet.render.meta import metadata
 from gpufleet.render.podspec import (
@@ -34,7 +34,8 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
     name = job.metadata.name
     s = job.spec
     rdzv = f"{name}-worker-0.{name}"
-    forwarded = ["PATH", *sorted(worker_env(job))]
+    refuse_env_from(job, "mpijob", "mpirun forwards variables by name (-x) to the ranks")
+    forwarded = ["PATH", *sorted([*worker_env(job), *job.spec.env_refs])]
     mpirun = [
         "mpirun",
         "-np",

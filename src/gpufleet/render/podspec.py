@@ -126,7 +126,32 @@ def worker_env(job: TrainingJob) -> dict[str, str]:
     if job.spec.metrics.port:  # served by the pod's launcher, for Prometheus outside the pod
         env[ENV_METRICS_PORT] = str(job.spec.metrics.port)
         env[ENV_METRICS_ADDRESS] = "0.0.0.0"
-    return {**env, **job.spec.env}
+    return {**env, **job.spec.plain_env}
+
+
+def container_env(job: TrainingJob) -> list[Obj]:
+    """The container's env: plain values, and Secret/ConfigMap references as valueFrom (the
+    kubelet resolves them; their values never appear in a rendered object)."""
+    env: list[Obj] = [{"name": k, "value": v} for k, v in worker_env(job).items()]
+    for name, source in job.spec.env_refs.items():
+        kind, ref = source.ref
+        key_ref: Obj = {"name": ref.name, "key": ref.key}
+        if ref.optional:
+            key_ref["optional"] = True
+        env.append({"name": name, "valueFrom": {kind: key_ref}})
+    return sorted(env, key=lambda e: e["name"])
+
+
+def container_env_from(job: TrainingJob) -> list[Obj]:
+    """The container's envFrom: whole Secrets and ConfigMaps, as the spec lists them."""
+    out = []
+    for source in job.spec.env_from:
+        kind, ref = source.ref
+        item: Obj = {kind: {"name": ref.name, **({"optional": True} if ref.optional else {})}}
+        if source.prefix:
+            item["prefix"] = source.prefix
+        out.append(item)
+    return out
 
 
 def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
@@ -156,13 +181,14 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
         "image": s.image,
         "imagePullPolicy": "IfNotPresent",
         "command": where.command or torchrun_command(job, where),
-        "env": [{"name": k, "value": v} for k, v in sorted(worker_env(job).items())],
+        "env": container_env(job),
         "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}]
         + (
             [{"name": METRICS_PORT_NAME, "containerPort": s.metrics.port}]
             if s.metrics.port and where.worker
             else []
         ),
+        **({"envFrom": container_env_from(job)} if job.spec.env_from else {}),
         "resources": {"requests": resources, "limits": resources} if resources else {},
         "volumeMounts": mounts,
         "securityContext": copy.deepcopy(CONTAINER_SECURITY),

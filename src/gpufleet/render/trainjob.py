@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.kube import Obj
-from gpufleet.render.checks import require_cluster_ready
+from gpufleet.render.checks import refuse_env_from, require_cluster_ready
 from gpufleet.render.jobparts import queued_labels
 from gpufleet.render.meta import metadata
 from gpufleet.render.podspec import WorkerPod, pod_metadata, pod_spec
@@ -32,6 +32,7 @@ def render_trainjob(job: TrainingJob) -> list[Obj]:
     failure policy, which the cluster admin owns.
     """
     require_cluster_ready(job, "trainjob")
+    refuse_env_from(job, "trainjob", "Kubeflow Trainer's TrainJob has no envFrom")
     name = job.metadata.name
     s = job.spec
     pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-{NODE}-0-0.{name}", container_name=NODE))

@@ -283,6 +283,8 @@ def _clean_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
     for i, part in enumerate(loc):
         if part in _UNION_TAGS and i > 0 and loc[i - 1] == "workload":
             continue
+        if part in ("value", "valueFrom") and i > 1 and loc[i - 2] == "env":
+            continue  # the tag of an env entry's kind (spec.env.NAME)
         # pydantic's own steps: validators, and "[key]" under a dict key that failed
         if isinstance(part, str) and (part.startswith("function-") or part == "[key]"):
             continue

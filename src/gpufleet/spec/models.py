@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     ModelWrapValidatorHandler,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core.core_schema import ErrorType
 
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, MAX_ROLLBACKS, CheckpointSettings
 from gpufleet.spec.units import parse_duration, parse_quantity
@@ -133,13 +136,17 @@ class CrossFieldModel(SpecModel):
         return model
 
 
+_PYDANTIC_ERRORS = frozenset(get_args(ErrorType))
+
+
 def _errors(title: str, field_errors: Any, problems: list[Problem], data: Any) -> ValidationError:
     details: list[InitErrorDetails] = [
         {
-            # A nested model's cross-field error is a custom type: re-create it with its words.
-            "type": PydanticCustomError(CROSS_FIELD, e["msg"])
-            if e["type"] == CROSS_FIELD
-            else e["type"],
+            # A custom error (a nested model's cross-field one, an env value's) is re-created
+            # with its words; pydantic's own types are named.
+            "type": e["type"]
+            if e["type"] in _PYDANTIC_ERRORS
+            else PydanticCustomError(e["type"], e["msg"]),
             "loc": e["loc"],
             "input": e["input"],
             "ctx": e.get("ctx", {}),
@@ -354,6 +361,103 @@ class Volume(SpecModel):
         return value
 
 
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a Secret's or ConfigMap's data key
+_SUBDOMAIN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _object_name(value: str) -> str:
+    if len(value) > 253 or not _SUBDOMAIN_NAME.match(value):
+        raise ValueError(f"must be a Secret/ConfigMap name (a DNS subdomain), got {value!r}")
+    return value
+
+
+ObjectRefName = Annotated[str, AfterValidator(_object_name)]
+
+
+class KeyRef(SpecModel):
+    """One key of a Secret or ConfigMap, as Kubernetes' secretKeyRef/configMapKeyRef."""
+
+    name: ObjectRefName = Field(description="The Secret's or ConfigMap's name.")
+    key: str = Field(pattern=_CONFIG_KEY.pattern, description="The key in its data.")
+    optional: bool = Field(default=False, description="Unset, not an error, when missing.")
+
+
+class EnvSource(CrossFieldModel):
+    """An environment value kept out of the spec: exactly one of the two references."""
+
+    secret_key_ref: KeyRef | None = Field(default=None, description="A key of a Secret.")
+    config_map_key_ref: KeyRef | None = Field(default=None, description="A key of a ConfigMap.")
+
+    @classmethod
+    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
+        if sum(data.get(k) is not None for k in ("secretKeyRef", "configMapKeyRef")) != 1:
+            return [((), "set exactly one of secretKeyRef or configMapKeyRef")]
+        return []
+
+    @property
+    def ref(self) -> tuple[str, KeyRef]:
+        """("secretKeyRef" or "configMapKeyRef", the reference)."""
+        if self.secret_key_ref is not None:
+            return "secretKeyRef", self.secret_key_ref
+        assert self.config_map_key_ref is not None
+        return "configMapKeyRef", self.config_map_key_ref
+
+
+class NameRef(SpecModel):
+    """A whole Secret or ConfigMap."""
+
+    name: ObjectRefName = Field(description="The Secret's or ConfigMap's name.")
+    optional: bool = Field(default=False, description="Nothing, not an error, when missing.")
+
+
+class EnvFromSource(CrossFieldModel):
+    """Every key of a Secret or ConfigMap as an environment variable, as Kubernetes' envFrom."""
+
+    secret_ref: NameRef | None = Field(default=None, description="A Secret.")
+    config_map_ref: NameRef | None = Field(default=None, description="A ConfigMap.")
+    prefix: str | None = Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Prepended to each key."
+    )
+
+    @classmethod
+    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
+        if sum(data.get(k) is not None for k in ("secretRef", "configMapRef")) != 1:
+            return [((), "set exactly one of secretRef or configMapRef")]
+        return []
+
+    @property
+    def ref(self) -> tuple[str, NameRef]:
+        """("secretRef" or "configMapRef", the reference)."""
+        if self.secret_ref is not None:
+            return "secretRef", self.secret_ref
+        assert self.config_map_ref is not None
+        return "configMapRef", self.config_map_ref
+
+
+def _env_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "value"
+    if isinstance(value, dict | EnvSource):
+        return "valueFrom"
+    return None
+
+
+# An env entry: a plain string, or {secretKeyRef: ...} / {configMapKeyRef: ...}.
+EnvValue = Annotated[
+    Annotated[str, Tag("value")] | Annotated[EnvSource, Tag("valueFrom")],
+    Discriminator(
+        _env_kind,
+        custom_error_type="env_value",
+        custom_error_message=(
+            "must be a string, or {secretKeyRef: {name, key}} or {configMapKeyRef: {name, key}}"
+        ),
+    ),
+]
+# Variable names whose plain values are credentials: they belong in a Secret.
+CREDENTIAL_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE
+)
+
 # Programs that are not a training script: an interpreter or a launcher in command[0] would be
 # run *by* torchrun's Python as if it were the script (FileNotFoundError '.../python').
 _LAUNCHER = re.compile(r"^(python|pypy|ipython)[0-9.]*$|^(torchrun|bash|sh|env|uv|conda)$")
@@ -382,7 +486,24 @@ class TrainingJobSpec(CrossFieldModel):
         default=1, ge=1, le=MAX_PROCS_PER_NODE, description="Worker processes per node."
     )
     resources: Resources = Field(default_factory=Resources, description="Per-node resources.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    env: dict[str, EnvValue] = Field(
+        default_factory=dict,
+        description=(
+            "Extra environment variables: a string, or a reference kept out of the spec, "
+            "{secretKeyRef: {name, key}} or {configMapKeyRef: {name, key}}, rendered as "
+            "valueFrom. `gpufleet run` reads a reference from the variable of that name in its "
+            "own environment, else the file .gpufleet/secrets/<name>/<key> (configmaps/ for a "
+            "ConfigMap; the directory: $GPUFLEET_SECRETS_DIR)."
+        ),
+    )
+    env_from: list[EnvFromSource] = Field(
+        default_factory=list,
+        description=(
+            "Every key of a Secret ({secretRef: {name}}) or ConfigMap ({configMapRef: {name}}) "
+            "as a variable, as Kubernetes' envFrom; `gpufleet run` reads each file in "
+            ".gpufleet/secrets/<name>/ (configmaps/). Not for the mpijob and trainjob targets."
+        ),
+    )
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpointing.")
     max_restarts: int = Field(
         default=3,
@@ -446,7 +567,7 @@ class TrainingJobSpec(CrossFieldModel):
 
     @field_validator("env")
     @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+    def _env_names(cls, value: dict[str, Any]) -> dict[str, Any]:
         bad = [k for k in value if not _ENV_NAME.match(k)]
         if bad:
             raise ValueError(f"invalid environment variable name(s): {', '.join(bad)}")
@@ -479,6 +600,26 @@ class TrainingJobSpec(CrossFieldModel):
     def world_size(self) -> int:
         """Total worker processes."""
         return self.nodes * self.procs_per_node
+
+    @property
+    def plain_env(self) -> dict[str, str]:
+        """The env entries with a value in the spec."""
+        return {k: v for k, v in self.env.items() if isinstance(v, str)}
+
+    @property
+    def env_refs(self) -> dict[str, EnvSource]:
+        """The env entries that reference a Secret or ConfigMap key."""
+        return {k: v for k, v in self.env.items() if isinstance(v, EnvSource)}
+
+    def env_warnings(self) -> list[str]:
+        """One line per plain env value that looks like a credential (by its name)."""
+        return [
+            f"warning: spec.env.{name} looks like a credential in plain text (it would be in "
+            f"every rendered pod and in the spec file): write {name}: {{secretKeyRef: {{name: "
+            "<secret>, key: <key>}}"
+            for name, value in self.plain_env.items()
+            if value and CREDENTIAL_NAME.search(name)
+        ]
 
     def cluster_only_fields(self) -> list[str]:
         """Names of set fields the local backend ignores."""
