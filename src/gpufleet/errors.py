@@ -31,6 +31,7 @@ traceback)::
     │   └── CheckpointStorageError    exit 6, fatal: disk full, quota, read-only, permission
     ├── NonFiniteError            exit 5, fatal: NaN/Inf loss or weights
     ├── MetricsPortError          the metrics port cannot be opened (also an OSError)
+    ├── ServingError              Triton died or its models never became ready (gpufleet serve)
     └── ClusterError              the cluster said no (gpufleet.cluster.client)
 """
 
@@ -122,6 +123,11 @@ class MetricsPortError(GpufleetError, OSError):
     """The metrics port cannot be opened (in use, not allowed). Also an OSError, as before."""
 
     option = "--port"  # which setting is to blame: --port or --address
+
+
+class ServingError(GpufleetError):
+    """``gpufleet serve``: tritonserver died, or a model never became READY. Exit 1, so a
+    supervisor (systemd, the kubelet) restarts the server."""
 
 
 class UserInputError(GpufleetError):

@@ -6,6 +6,9 @@ memory; the model-repository API is closed."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -20,12 +23,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpufleet.errors import EXIT_FAILED
 from gpufleet.net import free_port
 from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.serve.export import export
 from gpufleet.serve.repository import Batching, read_repository
 from gpufleet.serve.server import Endpoints, ServeConfig, serving
 from gpufleet.workloads.digits import DigitsCNN, digits_datasets
+from tests.conftest import cli_env, gpufleet_cmd
 from tests.oip import HOSTILE, INFER, MODEL, infer_body, is_parse_error, post, ready
 
 pytestmark = pytest.mark.slow
@@ -366,49 +371,39 @@ def test_triton_metrics_are_served_with_the_recorded_names(served: Served) -> No
     assert any(line.startswith('nv_inference_request_success{model="digits"') for line in lines)
 
 
+def start_cli_serve(
+    repo: Path, tmp_path: Path
+) -> tuple[subprocess.Popen[str], list[str], list[str]]:
+    """`gpufleet serve` as users run it, up to its ready line: (process, ports, stderr lines)."""
+    ports = [str(free_port()) for _ in range(3)]
+    proc = subprocess.Popen(
+        gpufleet_cmd("serve", "--repository", str(repo), "--http-port", ports[0],
+                     "--grpc-port", ports[1], "--metrics-port", ports[2],
+                     "--log-file", str(tmp_path / "triton.log")),
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=cli_env(),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if line.startswith("serving:") or not line:
+            break
+    return proc, ports, lines
+
+
 def test_cli_serve_reports_its_endpoints_and_stops_on_sigterm(
     served: Served, tmp_path: Path
 ) -> None:
-    """`gpufleet serve` as users run it: ready line, health 200, SIGTERM -> exit 0."""
-    import signal
-    import subprocess
-    import time
-
-    from tests.conftest import cli_env, gpufleet_cmd
-
+    """`gpufleet serve` as users run it: ready line (printed only once every model answers
+    READY), health 200, SIGTERM -> exit 0."""
     repo = served.endpoints.models[0].directory.parent
-    ports = [str(free_port()) for _ in range(3)]
-    proc = subprocess.Popen(
-        gpufleet_cmd(
-            "serve",
-            "--repository",
-            str(repo),
-            "--http-port",
-            ports[0],
-            "--grpc-port",
-            ports[1],
-            "--metrics-port",
-            ports[2],
-            "--log-file",
-            str(tmp_path / "triton.log"),
-        ),
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=cli_env(),
-    )
+    proc, ports, lines = start_cli_serve(repo, tmp_path)
     try:
-        assert proc.stderr is not None
-        lines = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            lines.append(line)
-            if line.startswith("serving:") or not line:
-                break
         assert any(f"HTTP http://127.0.0.1:{ports[0]}" in line for line in lines), lines
         with urllib.request.urlopen(
-            f"http://127.0.0.1:{ports[0]}/v2/health/ready", timeout=10
+            f"http://127.0.0.1:{ports[0]}/v2/models/digits/ready", timeout=10
         ) as r:
             assert r.status == 200
         proc.send_signal(signal.SIGTERM)
@@ -418,3 +413,26 @@ def test_cli_serve_reports_its_endpoints_and_stops_on_sigterm(
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=30)
+
+
+def test_cli_serve_exits_non_zero_when_triton_dies(served: Served, tmp_path: Path) -> None:
+    """tritonserver killed under it (as a hostile request once did): `gpufleet serve` lived on
+    with its ports closed and exited 0 on SIGTERM, so no supervisor restarted it. Now it exits
+    1 at once, in one line naming Triton's log."""
+    repo = served.endpoints.models[0].directory.parent
+    proc, _, lines = start_cli_serve(repo, tmp_path)
+    try:
+        assert lines and lines[-1].startswith("serving:"), lines
+        tritons = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                   if c.name() == "tritonserver"]  # fmt: skip
+        assert len(tritons) == 1, tritons
+        tritons[0].kill()
+        proc.wait(timeout=60)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == EXIT_FAILED, err
+        assert "error: Triton exited unexpectedly; its log" in err, err
+        assert "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)

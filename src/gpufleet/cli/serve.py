@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.cli.common import err_console, fail, stop_on_signals
-from gpufleet.errors import FieldError, UserInputError
+from gpufleet.errors import FieldError, ServingError, UserInputError
 from gpufleet.serve.server import ServeConfig
 from gpufleet.spec.inference import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -155,7 +155,22 @@ def serve(
                 f"serving: HTTP {endpoints.http}  gRPC {endpoints.grpc}  metrics "
                 f"{endpoints.metrics}  (Triton log: {log})"
             )
-            stop.wait()
+            while not stop.wait(0.5):
+                if not endpoints.alive():
+                    fail(ServingError(f"Triton exited unexpectedly; {_log_tail(log)}"))
             err_console.print("stopping")
+    except TimeoutError as exc:
+        fail(ServingError(f"{exc}; {_log_tail(log)}"))
     except UserInputError as exc:
         fail(exc)
+
+
+def _log_tail(log: Path, lines: int = 3) -> str:
+    """``its log ends: ...`` (the last lines of Triton's log, one line), or where the log is."""
+    try:
+        tail = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        tail = []
+    if not tail:
+        return f"nothing in its log {log}"
+    return f"its log {log} ends: {' | '.join(tail[-lines:])}"

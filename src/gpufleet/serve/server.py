@@ -20,9 +20,11 @@ import secrets
 import shutil
 import sysconfig
 import tempfile
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +50,45 @@ class ServeConfig:
 
 @dataclass(frozen=True)
 class Endpoints:
-    """Where a started server answers."""
+    """Where a started server answers, and whether it still runs."""
 
     http: str
     grpc: str
     metrics: str
     models: list[ModelEntry]
+    # False once tritonserver (or a model's backend) has died: `gpufleet serve` then exits
+    # non-zero at once, so systemd or the kubelet restarts it, rather than living on portless.
+    alive: Callable[[], bool] = field(default=lambda: True, repr=False, compare=False)
+
+
+# How long the models may take to report READY after Triton started.
+READY_TIMEOUT_S = 120.0
+
+
+def wait_models_ready(http: str, entries: list[ModelEntry], timeout: float) -> None:
+    """Block until every model answers READY (GET /v2/models/<name>/ready is 200): the server
+    is announced only then. Raises TimeoutError naming the models that never were."""
+    pending = [e.name for e in entries]
+    deadline = time.monotonic() + timeout
+    while pending:
+        for name in list(pending):
+            try:
+                with urllib.request.urlopen(f"{http}/v2/models/{name}/ready", timeout=5) as r:
+                    if r.status == 200:
+                        pending.remove(name)
+            except OSError:  # 400 (not ready), refused, timed out: ask again
+                pass
+        if pending and time.monotonic() > deadline:
+            raise TimeoutError(f"models not ready after {timeout:.0f} s: {', '.join(pending)}")
+        if pending:
+            time.sleep(0.2)
+
+
+def _host(address: str) -> str:
+    """``address`` as the host of a URL: an IPv6 address in brackets; 0.0.0.0 as loopback."""
+    if address in ("0.0.0.0", "::"):
+        return "127.0.0.1" if address == "0.0.0.0" else "[::1]"
+    return f"[{address}]" if ":" in address else address
 
 
 def python_library_first(env: dict[str, str]) -> dict[str, str]:
@@ -157,11 +192,14 @@ def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[End
         for entry in entries:
             _bind(triton, entry)
         triton.run()
+        http = f"http://{_host(config.address)}:{config.http_port}"
+        wait_models_ready(http, entries, READY_TIMEOUT_S)
         yield Endpoints(
-            http=f"http://{config.address}:{config.http_port}",
-            grpc=f"{config.address}:{config.grpc_port}",
-            metrics=f"http://{config.address}:{config.metrics_port}/metrics",
+            http=http,
+            grpc=f"{_host(config.address)}:{config.grpc_port}",
+            metrics=f"http://{_host(config.address)}:{config.metrics_port}/metrics",
             models=entries,
+            alive=triton.is_alive,
         )
     finally:
         triton.stop()
