@@ -76,7 +76,8 @@ def infer_body(shape: list[int], datatype: str = "FP32", n: int | None = None) -
 
 
 INFER = f"/v2/models/{MODEL}/infer"
-# What Triton 2.51 (in PyTriton 0.7) answers; docs/serving.md records the same table.
+# What `gpufleet serve` answers: its guard (gpufleet.serve.guard) for bodies and shapes out of
+# bounds, Triton 2.51 (in PyTriton 0.7) for the rest; docs/serving.md records the same table.
 HOSTILE: list[tuple[str, str, bytes, int]] = [
     ("malformed JSON", INFER, b'{"inputs": [', 500),
     ("not an object", INFER, b"[1, 2, 3]", 500),
@@ -85,7 +86,12 @@ HOSTILE: list[tuple[str, str, bytes, int]] = [
     ("wrong dtype", INFER, infer_body([1, 1, 8, 8], "INT32"), 400),
     ("data count differs from shape", INFER, infer_body([1, 1, 8, 8], n=10), 500),
     ("batch over max_batch_size", INFER, infer_body([65, 1, 8, 8]), 400),
-    ("huge batch", INFER, infer_body([4096, 1, 8, 8]), 400),
+    ("huge batch (a body above the guard's bound)", INFER, infer_body([4096, 1, 8, 8]), 413),
+    # The request that killed tritonserver: one element, a shape of 2**42 * 512 elements.
+    ("shape bomb", INFER, infer_body([64, 1, 8, 1099511627776], n=1), 400),
+    ("shape of zero elements, huge dim", INFER, infer_body([0, 1, 8, 1099511627776], n=0), 400),
+    ("shape claims more than the body holds", INFER, infer_body([64, 1, 8, 8], n=1), 400),
+    ("negative dim", INFER, infer_body([1, 1, -8, 8], n=1), 400),
     (
         "unknown input name",
         INFER,
@@ -102,6 +108,6 @@ HOSTILE: list[tuple[str, str, bytes, int]] = [
         "oversized body (64 MB)",
         INFER,
         b'{"inputs": [{"name": "INPUT__0", "data": [' + b"0," * (32 << 20) + b"0]}]}",
-        500,
+        413,
     ),
 ]

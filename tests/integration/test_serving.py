@@ -5,12 +5,16 @@ memory; the model-repository API is closed."""
 
 from __future__ import annotations
 
+import gzip
+import http.client
 import json
 import signal
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,6 +225,95 @@ def test_fuzzed_bodies_never_break_the_server(served: Served, body: bytes) -> No
 
 
 FUZZ_RSS: dict[str, int] = {}  # tritonserver's RSS before the first fuzzed request
+
+
+GZIP_JSON = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+
+
+def test_a_gzip_bomb_is_refused_and_gzip_still_works(served: Served) -> None:
+    """A small gzip body that expands past the bound (64 MiB of zeros in 64 KB; 2 GiB in 2 MB
+    killed tritonserver) is 413 from the guard; a real gzip request is answered."""
+    bomb = gzip.compress(b"0" * (64 << 20), compresslevel=9)
+    assert len(bomb) < 1 << 20
+    code, answer = post(served.endpoints.http, INFER, bomb, GZIP_JSON)
+    assert code == 413 and "expands to more than" in answer["error"], (code, answer)
+    body = gzip.compress(infer_body([2, 1, 8, 8]))
+    code, answer = post(served.endpoints.http, INFER, body, GZIP_JSON)
+    assert code == 200 and answer["outputs"][0]["shape"] == [2, 10], answer
+    assert served.server.is_running()
+
+
+def test_a_chunked_body_needs_a_length(served: Served) -> None:
+    parts = urllib.parse.urlsplit(served.endpoints.http)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.request("POST", INFER, body=iter([infer_body([1, 1, 8, 8])]),
+                     headers={"Content-Type": "application/json"}, encode_chunked=True)  # fmt: skip
+        resp = conn.getresponse()
+        assert resp.status == 411 and b"Content-Length" in resp.read()
+    finally:
+        conn.close()
+
+
+def test_readiness_is_every_model_ready_not_an_open_port() -> None:
+    """The guard answers /v2/health/ready itself: with Triton unreachable it is 503, where an
+    open port alone used to say 200."""
+    from gpufleet.serve.guard import Limits, start_guard
+
+    guard, _ = start_guard("127.0.0.1", 0, free_port(), Limits(1 << 20, {}), ["digits"])
+    try:
+        code, answer = get(f"http://127.0.0.1:{guard.server_port}/v2/health/ready")
+        assert code == 503 and "Triton did not answer" in answer["error"], answer
+    finally:
+        guard.shutdown()
+        guard.server_close()
+
+
+def get(url: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, json.loads(err.read() or b"{}")
+
+
+# The codes `gpufleet serve` may answer a bad request with (docs/serving.md): Triton's 400,
+# 404 and request-parsing 500s, the guard's 400 (shape), 411 (no length), 413 (too large) and
+# 415 (an encoding other than gzip or deflate; Triton answered those 501).
+DOCUMENTED = {200, 400, 404, 411, 413, 415, 500}
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    headers=st.fixed_dictionaries(
+        {},
+        optional={
+            "Content-Encoding": st.sampled_from(["gzip", "deflate", "br", "identity", "x"]),
+            "Inference-Header-Content-Length": st.sampled_from(["0", "5", "-1", "x", "99999"]),
+            "Content-Type": st.sampled_from(["application/json", "text/plain", ""]),
+        },
+    ),
+    body=st.one_of(
+        st.binary(max_size=200),
+        st.lists(tensor, max_size=2).map(lambda ts: json.dumps({"inputs": ts}).encode()),
+    ),
+    compress=st.booleans(),
+)
+def test_fuzzed_headers_never_break_the_server(
+    served: Served, headers: dict[str, str], body: bytes, compress: bool
+) -> None:
+    """Random encodings, header lengths and content types over random bodies: only documented
+    codes, 500 only from Triton's request parser; the server stays ready."""
+    if compress and headers.get("Content-Encoding") in ("gzip", "deflate"):
+        body = gzip.compress(body) if headers["Content-Encoding"] == "gzip" else zlib.compress(body)
+    code, answer = post(served.endpoints.http, INFER, body, headers)
+    assert code in DOCUMENTED, (code, answer)
+    if code == 500:
+        assert is_parse_error(answer), f"a 500 that is not a request-parsing error: {answer}"
+    assert served.server.is_running() and ready(served.endpoints.http)
 
 
 # -- LoadGen --------------------------------------------------------------------------------

@@ -122,6 +122,13 @@ def serve(
     log_file: Annotated[
         Path | None, typer.Option(help="Triton's own log (default: a file beside the repository).")
     ] = None,
+    max_request_bytes: Annotated[
+        int | None,
+        typer.Option(
+            help="Largest HTTP request body, after gzip/deflate too (default: what the models' "
+            "largest batch takes as JSON, at least 1 MiB; 64 MiB with variable dims)."
+        ),
+    ] = None,
 ) -> None:
     """Serve a model repository with Triton (PyTriton) until SIGTERM or Ctrl-C."""
     from gpufleet.serve.repository import describe
@@ -138,6 +145,9 @@ def serve(
     ]
     if bad:
         fail(UserInputError([FieldError(o, f"{p}: a port from 1 to 65535") for o, p in bad]))
+    if max_request_bytes is not None and max_request_bytes < 1024:
+        message = f"must be at least 1024, got {max_request_bytes}"
+        fail(UserInputError([FieldError("--max-request-bytes", message)]))
     log = log_file or repository.resolve().parent / f"{repository.name}.triton.log"
     config = ServeConfig(
         address=address,
@@ -145,6 +155,7 @@ def serve(
         grpc_port=grpc_port,
         metrics_port=metrics_port,
         log_file=log,
+        max_request_bytes=max_request_bytes,
     )
     stop = stop_on_signals()
     try:

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import FieldError, UserInputError
+from gpufleet.net import free_port
+from gpufleet.serve.guard import GuardServer, Limits, start_guard
 from gpufleet.serve.repository import ModelEntry, read_repository
 from gpufleet.serve.torchscript import TorchScriptModel
 
@@ -46,6 +48,9 @@ class ServeConfig:
     grpc_port: int = 8001
     metrics_port: int = 8002
     log_file: Path | None = None
+    # The largest HTTP request body, after decompression (None: from the models' configs,
+    # gpufleet.serve.guard.default_max_body).
+    max_request_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -166,11 +171,13 @@ def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[End
             [FieldError("nvidia-pytriton", "serving needs: pip install 'gpufleet[serve]'")]
         ) from exc
     os.environ.update(python_library_first(dict(os.environ)))  # the stub inherits it
+    # Triton's HTTP is private; the guard (gpufleet.serve.guard) is the public HTTP endpoint.
+    triton_http = free_port()
     triton_config = TritonConfig(
-        http_address=config.address,
+        http_address="127.0.0.1",
         grpc_address=config.address,
         metrics_address=config.address,
-        http_port=config.http_port,
+        http_port=triton_http,
         grpc_port=config.grpc_port,
         metrics_port=config.metrics_port,
         strict_readiness=True,
@@ -188,10 +195,20 @@ def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[End
     # TemporaryDirectory left to the garbage collector.
     home = Path(tempfile.mkdtemp(prefix="gpufleet-triton-"))
     triton = Triton(config=triton_config, workspace=home / "workspace", security_config=security)
+    guard: GuardServer | None = None
     try:
         for entry in entries:
             _bind(triton, entry)
         triton.run()
+        limits = Limits.for_models(entries, config.max_request_bytes)
+        try:
+            guard, _ = start_guard(
+                config.address, config.http_port, triton_http, limits, [e.name for e in entries]
+            )
+        except OSError as exc:
+            where = f"{config.address}:{config.http_port}"
+            message = f"cannot listen on {where}: {exc.strerror or exc}"
+            raise UserInputError([FieldError("--http-port", message)]) from None
         http = f"http://{_host(config.address)}:{config.http_port}"
         wait_models_ready(http, entries, READY_TIMEOUT_S)
         yield Endpoints(
@@ -202,5 +219,8 @@ def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[End
             alive=triton.is_alive,
         )
     finally:
+        if guard is not None:
+            guard.shutdown()
+            guard.server_close()
         triton.stop()
         shutil.rmtree(home, ignore_errors=True)
