@@ -161,6 +161,24 @@ def test_triton_deployment_is_locked_down_and_probed() -> None:
     assert "HorizontalPodAutoscaler" not in [o["kind"] for o in render_spec(svc)]
 
 
+def test_request_size_is_bounded_on_every_serving_target() -> None:
+    """Triton's --http-max-input-size (bodies, and gzip bodies once expanded) is the spec's
+    maxRequestBytes on the Deployment and on KServe's Triton runtime."""
+    default = parsed(service())
+    (deployment, *_) = render_spec(default, "triton")
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert f"--http-max-input-size={64 << 20}" in command
+    svc = parsed(service(model=ON_PVC, maxRequestBytes=2 << 20))
+    (deployment, *_) = render_spec(svc, "triton")
+    assert f"--http-max-input-size={2 << 20}" in deployment["spec"]["template"]["spec"][
+        "containers"][0]["command"]  # fmt: skip
+    (isvc,) = render_spec(svc, "kserve")
+    assert f"--http-max-input-size={2 << 20}" in isvc["spec"]["predictor"]["triton"]["args"]
+    with pytest.raises(UserInputError) as info:
+        parsed(service(maxRequestBytes=10))
+    assert [e.path for e in info.value.errors] == ["spec.maxRequestBytes"]
+
+
 def test_pvc_repository_is_mounted_read_only() -> None:
     svc = parsed(service(model={"name": "digits", "pvc": {"claimName": "models", "subPath": "r"}}))
     deployment = render_spec(svc, "triton")[0]

@@ -63,6 +63,7 @@ def triton_args(svc: InferenceService) -> list[str]:
         "--model-control-mode=none",  # no load/unload over the API
         "--strict-readiness=true",
         "--exit-on-error=true",
+        f"--http-max-input-size={svc.spec.max_request_bytes}",  # bodies, expanded gzip too
         f"--http-port={HTTP}",
         f"--grpc-port={GRPC}",
         f"--metrics-port={METRICS}",
@@ -287,7 +288,11 @@ def render_kserve(svc: InferenceService) -> list[Obj]:
         "triton": {
             "storageUri": f"pvc://{m.pvc.claim_name}/{m.pvc.sub_path}".rstrip("/"),
             "runtimeVersion": s.image.rsplit(":", 1)[-1],
-            "args": ["--model-control-mode=none", "--strict-readiness=true"],
+            "args": [
+                "--model-control-mode=none",
+                "--strict-readiness=true",
+                f"--http-max-input-size={s.max_request_bytes}",
+            ],
             "resources": _resources(svc),
             "securityContext": copy.deepcopy(CONTAINER_SECURITY),
         },

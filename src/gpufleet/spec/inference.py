@@ -144,6 +144,15 @@ class InferenceServiceSpec(CrossFieldModel):
     batching: ServingBatching = Field(
         default_factory=ServingBatching, description="Dynamic batching."
     )
+    max_request_bytes: int = Field(
+        default=64 << 20,
+        ge=1024,
+        le=2**31 - 1,
+        description=(
+            "Largest HTTP request body Triton accepts, after gzip/deflate too "
+            "(--http-max-input-size; Triton's own default, 64 MiB)."
+        ),
+    )
     autoscaling: Autoscaling | None = Field(
         default=None, description="Required when replicas.max > replicas.min."
     )
