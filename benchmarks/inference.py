@@ -11,6 +11,9 @@ request runs alone). Measured with MLPerf LoadGen through tritonclient over gRPC
 3. gpufleet's client path per query (LoadGen SingleStream through the SUT) / a bare
    tritonclient ``infer`` loop on the same server, model and inputs (goal <= 1.1).
 4. tritonserver's resident memory over a loop of hostile requests (the test suite's set).
+5. The HTTP guard (gpufleet.serve.guard, which bounds requests before Triton sees them): the
+   latency of one infer request through it / straight to Triton's own HTTP listener, over one
+   kept-alive connection each, alternating rounds (goal <= 1.25).
 
 Writes benchmarks/results/inference_<hardware>_<date>.md (and .json beside it).
 """
@@ -126,6 +129,42 @@ def overhead(grpc: str, queries: int, rounds: int, out: Path) -> dict[str, Any]:
     }
 
 
+def guard_overhead(guard: str, backend: str, queries: int, rounds: int) -> dict[str, Any]:
+    """Median seconds per infer request (batch 1, JSON) through the guard and straight to
+    Triton, in alternating rounds on one kept-alive connection each."""
+    import http.client
+    import urllib.parse
+
+    from tests.oip import INFER, infer_body
+
+    body = infer_body([1, 1, 8, 8])
+    headers = {"Content-Type": "application/json"}
+
+    def per_request(base: str) -> float:
+        parts = urllib.parse.urlsplit(base)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        try:
+            started = time.perf_counter()
+            for _ in range(queries):
+                conn.request("POST", INFER, body=body, headers=headers)
+                resp = conn.getresponse()
+                resp.read()
+                assert resp.status == 200, resp.status
+            return (time.perf_counter() - started) / queries
+        finally:
+            conn.close()
+
+    through, direct = [], []
+    for _ in range(rounds):
+        through.append(per_request(guard))
+        direct.append(per_request(backend))
+    return {
+        "guard_ms": 1000 * statistics.median(through),
+        "direct_ms": 1000 * statistics.median(direct),
+        "ratio": statistics.median(through) / statistics.median(direct),
+    }
+
+
 def hostile_memory(http: str, server: psutil.Process, loops: int) -> dict[str, Any]:
     from tests.oip import HOSTILE, INFER, infer_body, post
 
@@ -193,6 +232,9 @@ def main() -> None:
             )
             client = overhead(grpc, args.single_queries, args.rounds, root)
             memory = hostile_memory(endpoints.http, server, args.hostile_loops)
+            guard = guard_overhead(
+                endpoints.http, endpoints.backend_http, args.single_queries, args.rounds
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     data["results"] = {
@@ -203,6 +245,7 @@ def main() -> None:
         "server_fraction_of_offline": peak["qps"] / batched["samples_per_second"],
         "client_overhead": client,
         "hostile_memory": memory,
+        "guard_overhead": guard,
     }
     report(data)
 
@@ -211,7 +254,7 @@ def report(data: dict[str, Any]) -> None:
     path = result_path("inference")
     path.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
     r = data["results"]
-    c, m, p = r["client_overhead"], r["hostile_memory"], r["server_peak"]
+    c, m, p, g = r["client_overhead"], r["hostile_memory"], r["server_peak"], r["guard_overhead"]
     cfg = data["config"]
     tried = ", ".join(f"{t['qps']}{'' if t['valid'] else ' (INVALID)'}" for t in p["tried"])
     env = "\n".join(f"- {k}: {v}" for k, v in data["environment"].items())
@@ -236,6 +279,9 @@ def report(data: dict[str, Any]) -> None:
         ("per query: gpufleet SUT (LoadGen SingleStream)", f"{c['sut_mean_ms']:.2f} ms", ""),
         ("per query: bare tritonclient loop", f"{c['bare_mean_ms']:.2f} ms", ""),
         ("client path overhead ratio", f"{c['ratio']:.3f}", "<= 1.1"),
+        ("per HTTP infer request: through the guard", f"{g['guard_ms']:.2f} ms", ""),
+        ("per HTTP infer request: straight to Triton", f"{g['direct_ms']:.2f} ms", ""),
+        ("HTTP guard overhead ratio", f"{g['ratio']:.3f}", "<= 1.25"),
         (
             f"tritonserver RSS before / peak / after {m['requests']} hostile requests",
             f"{m['rss_before_mb']:.0f} / {m['rss_peak_mb']:.0f} / {m['rss_after_mb']:.0f} MB",

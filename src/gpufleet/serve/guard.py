@@ -27,6 +27,7 @@ import http.client
 import json
 import math
 import re
+import socket
 import threading
 import zlib
 from collections.abc import Iterable
@@ -136,6 +137,12 @@ class _Handler(BaseHTTPRequestHandler):
     server: GuardServer
     # One kept-alive connection to Triton per client connection, closed with it.
     upstream_conn: http.client.HTTPConnection | None = None
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes: with Nagle's algorithm the second waits
+        # for the client's delayed ACK (40 ms a request, measured); answers must not wait.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def finish(self) -> None:
         try:
@@ -274,6 +281,9 @@ class GuardServer(ThreadingHTTPServer):
             conn = handler.upstream_conn
             if conn is None:
                 conn = http.client.HTTPConnection("127.0.0.1", self.triton_port, timeout=300)
+                conn.connect()
+                assert conn.sock is not None
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 handler.upstream_conn = conn
             try:
                 conn.request(method, path, body=body, headers=headers)
@@ -304,8 +314,6 @@ def start_guard(
     address: str, port: int, triton_port: int, limits: Limits, models: Iterable[str]
 ) -> tuple[GuardServer, threading.Thread]:
     """Serve the guard on ``address:port`` in a daemon thread."""
-    import socket
-
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
 
     class Server(GuardServer):

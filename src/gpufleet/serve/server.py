@@ -64,6 +64,8 @@ class Endpoints:
     # False once tritonserver (or a model's backend) has died: `gpufleet serve` then exits
     # non-zero at once, so systemd or the kubelet restarts it, rather than living on portless.
     alive: Callable[[], bool] = field(default=lambda: True, repr=False, compare=False)
+    # Triton's own HTTP listener behind the guard (127.0.0.1): for benchmarks of the guard.
+    backend_http: str = ""
 
 
 # How long the models may take to report READY after Triton started.
@@ -217,6 +219,7 @@ def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[End
             metrics=f"http://{_host(config.address)}:{config.metrics_port}/metrics",
             models=entries,
             alive=triton.is_alive,
+            backend_http=f"http://127.0.0.1:{triton_http}",
         )
     finally:
         if guard is not None:
