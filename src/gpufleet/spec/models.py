@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -382,25 +382,33 @@ class KeyRef(SpecModel):
     optional: bool = Field(default=False, description="Unset, not an error, when missing.")
 
 
-class EnvSource(CrossFieldModel):
-    """An environment value kept out of the spec: exactly one of the two references."""
+class _OneOfTwo(CrossFieldModel):
+    """A Kubernetes source of exactly one of two kinds (a Secret's or a ConfigMap's)."""
 
-    secret_key_ref: KeyRef | None = Field(default=None, description="A key of a Secret.")
-    config_map_key_ref: KeyRef | None = Field(default=None, description="A key of a ConfigMap.")
+    KINDS: ClassVar[tuple[str, str]]  # the two fields, as written
 
     @classmethod
     def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
-        if sum(data.get(k) is not None for k in ("secretKeyRef", "configMapKeyRef")) != 1:
-            return [((), "set exactly one of secretKeyRef or configMapKeyRef")]
+        if sum(data.get(k) is not None for k in cls.KINDS) != 1:
+            return [((), f"set exactly one of {cls.KINDS[0]} or {cls.KINDS[1]}")]
         return []
 
     @property
-    def ref(self) -> tuple[str, KeyRef]:
-        """("secretKeyRef" or "configMapKeyRef", the reference)."""
-        if self.secret_key_ref is not None:
-            return "secretKeyRef", self.secret_key_ref
-        assert self.config_map_key_ref is not None
-        return "configMapKeyRef", self.config_map_key_ref
+    def ref(self) -> tuple[str, Any]:
+        """(the kind as written, e.g. "secretKeyRef"; the reference)."""
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if info.alias in self.KINDS and value is not None:
+                return info.alias, value
+        raise AssertionError("validation ensures one kind is set")
+
+
+class EnvSource(_OneOfTwo):
+    """An environment value kept out of the spec: exactly one of the two references."""
+
+    KINDS = ("secretKeyRef", "configMapKeyRef")
+    secret_key_ref: KeyRef | None = Field(default=None, description="A key of a Secret.")
+    config_map_key_ref: KeyRef | None = Field(default=None, description="A key of a ConfigMap.")
 
 
 class NameRef(SpecModel):
@@ -410,28 +418,15 @@ class NameRef(SpecModel):
     optional: bool = Field(default=False, description="Nothing, not an error, when missing.")
 
 
-class EnvFromSource(CrossFieldModel):
+class EnvFromSource(_OneOfTwo):
     """Every key of a Secret or ConfigMap as an environment variable, as Kubernetes' envFrom."""
 
+    KINDS = ("secretRef", "configMapRef")
     secret_ref: NameRef | None = Field(default=None, description="A Secret.")
     config_map_ref: NameRef | None = Field(default=None, description="A ConfigMap.")
     prefix: str | None = Field(
         default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Prepended to each key."
     )
-
-    @classmethod
-    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
-        if sum(data.get(k) is not None for k in ("secretRef", "configMapRef")) != 1:
-            return [((), "set exactly one of secretRef or configMapRef")]
-        return []
-
-    @property
-    def ref(self) -> tuple[str, NameRef]:
-        """("secretRef" or "configMapRef", the reference)."""
-        if self.secret_ref is not None:
-            return "secretRef", self.secret_ref
-        assert self.config_map_ref is not None
-        return "configMapRef", self.config_map_ref
 
 
 def _env_kind(value: Any) -> str | None:
