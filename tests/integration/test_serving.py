@@ -139,6 +139,26 @@ def test_grpc_client_gets_the_models_outputs(served: Served) -> None:
         client.close()
 
 
+@pytest.mark.parametrize("shape", [[64, 1, 8, 1099511627776], [0, 1, 8, 1099511627776]])
+def test_grpc_refuses_a_shape_bomb_itself(served: Served, shape: list[int]) -> None:
+    """gRPC is not behind the guard: Triton's core checks a shape against the config before it
+    allocates anything there (the HTTP crash was its JSON parser), so the request that killed
+    tritonserver over HTTP is INVALID_ARGUMENT over gRPC and the server lives on."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    with grpc.insecure_channel(served.endpoints.grpc) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        request = service_pb2.ModelInferRequest(model_name=MODEL)
+        request.inputs.add(name="INPUT__0", datatype="FP32", shape=shape)
+        request.raw_input_contents.append(np.zeros(1, np.float32).tobytes())
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(request, timeout=30)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "unexpected shape" in str(info.value.details())
+    assert served.server.is_running() and ready(served.endpoints.http)
+
+
 def test_clients_cannot_unload_or_load_models(served: Served) -> None:
     client = tritonclient_http.InferenceServerClient(served.host)
     try:
