@@ -155,6 +155,14 @@ def test_the_internal_error_handler_prints_markup_like_text_as_is(
         ({"hangTimeout": 1e300}, "spec.hangTimeout", "at most 30 days"),
         ({"preemption": {"gracePeriod": 1e30}}, "spec.preemption.gracePeriod", "30 days"),
         ({"resources": {"gpu": 2**40}}, "spec.resources.gpu", "less than or equal to 1024"),
+        # torch.manual_seed overflows past 2**64: a traceback in every worker before
+        ({"workload": {"name": "digits", "seed": 2**64}}, "spec.workload.seed", "less than"),
+        (
+            {"workload": {"name": "synthetic", "hiddenSize": 10**12}},
+            "spec.workload.hiddenSize",
+            "less than or equal to 65536",
+        ),
+        ({"checkpoint": {"keep": 2**40}}, "spec.checkpoint.keep", "less than or equal to"),
     ],
 )
 def test_numbers_kubernetes_refuses_are_field_errors(

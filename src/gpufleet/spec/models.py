@@ -41,6 +41,7 @@ Quantity = Annotated[str, BeforeValidator(parse_quantity)]
 INT32_MAX = 2**31 - 1
 MAX_NODES = 100_000
 MAX_PROCS_PER_NODE = 1024  # torchrun's --nproc-per-node; the largest GPU servers have 16
+MAX_BATCH = 1 << 20  # samples per step per process
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
@@ -231,16 +232,22 @@ def label_problem(key: str, value: str) -> str | None:
 class _WorkloadBase(SpecModel):
     """Fields every built-in workload has."""
 
-    seed: int = Field(default=0, ge=0, description="Seed of model init, shuffling and dropout.")
-    log_every: int = Field(default=25, ge=1, description="Print a progress line every N steps.")
+    seed: int = Field(
+        default=0, ge=0, le=2**63 - 1, description="Seed of model init, shuffling and dropout."
+    )
+    log_every: int = Field(
+        default=25, ge=1, le=INT32_MAX, description="Print a progress line every N steps."
+    )
 
 
 class DigitsWorkload(_WorkloadBase):
     """Built-in: a small CNN on scikit-learn's bundled 8x8 digits data set (no download)."""
 
     name: Literal["digits"] = Field(description="Selects this workload.")
-    steps: int = Field(default=300, ge=1, description="Optimizer steps to train.")
-    batch_size: int = Field(default=32, ge=1, description="Samples per step per process.")
+    steps: int = Field(default=300, ge=1, le=INT32_MAX, description="Optimizer steps to train.")
+    batch_size: int = Field(
+        default=32, ge=1, le=MAX_BATCH, description="Samples per step per process."
+    )
     lr: float = Field(default=0.05, gt=0, description="Peak learning rate (SGD, cosine decay).")
 
 
@@ -248,13 +255,17 @@ class SyntheticWorkload(_WorkloadBase):
     """Built-in: an MLP on random data, sized for benchmarks."""
 
     name: Literal["synthetic"] = Field(description="Selects this workload.")
-    steps: int = Field(default=100, ge=1, description="Optimizer steps to train.")
-    batch_size: int = Field(default=64, ge=1, description="Samples per step per process.")
+    steps: int = Field(default=100, ge=1, le=INT32_MAX, description="Optimizer steps to train.")
+    batch_size: int = Field(
+        default=64, ge=1, le=MAX_BATCH, description="Samples per step per process."
+    )
     lr: float = Field(default=0.01, gt=0, description="Learning rate (AdamW).")
-    input_size: int = Field(default=256, ge=1, description="Features per sample.")
-    hidden_size: int = Field(default=1024, ge=1, description="Width of hidden layers.")
-    layers: int = Field(default=4, ge=1, description="Hidden layers.")
-    samples: int = Field(default=4096, ge=1, description="Size of the synthetic data set.")
+    input_size: int = Field(default=256, ge=1, le=1 << 16, description="Features per sample.")
+    hidden_size: int = Field(default=1024, ge=1, le=1 << 16, description="Width of hidden layers.")
+    layers: int = Field(default=4, ge=1, le=1024, description="Hidden layers.")
+    samples: int = Field(
+        default=4096, ge=1, le=1 << 24, description="Size of the synthetic data set."
+    )
 
 
 Workload = Annotated[DigitsWorkload | SyntheticWorkload, Field(discriminator="name")]
@@ -285,10 +296,16 @@ class Checkpoint(SpecModel):
         description="Directory or fsspec URI (s3://...). Default: <run dir>/checkpoints.",
     )
     every_steps: int = Field(
-        default=CHECKPOINT_DEFAULTS.every_steps, ge=1, description="Checkpoint every N steps."
+        default=CHECKPOINT_DEFAULTS.every_steps,
+        ge=1,
+        le=INT32_MAX,
+        description="Checkpoint every N steps.",
     )
     keep: int = Field(
-        default=CHECKPOINT_DEFAULTS.keep, ge=1, description="Complete checkpoints to keep (newest)."
+        default=CHECKPOINT_DEFAULTS.keep,
+        ge=1,
+        le=INT32_MAX,
+        description="Complete checkpoints to keep (newest).",
     )
     async_save: bool = Field(
         default=CHECKPOINT_DEFAULTS.async_save,
