@@ -251,7 +251,7 @@ class Trainer:
                         preempted = self._step_boundary(last_loss, state)
                     except NonFiniteError as exc:
                         self._roll_back(exc, state)  # raises unless spec.onNonFinite allows it
-                        mark = time.perf_counter()
+                        last_loss, mark = None, time.perf_counter()  # the NaN is undone
                         break  # the sampler starts again at the checkpoint's position
                     # A step's time is boundary to boundary: data, compute and any checkpoint
                     # blocking, so overheads show up in step times.
