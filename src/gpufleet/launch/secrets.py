@@ -12,17 +12,15 @@ only: never the spec, the run directory or a temporary file.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from gpufleet.errors import FieldError, UserInputError
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec.models import ENV_NAME, TrainingJob
 
 ENV_OBJECTS_DIR = "GPUFLEET_OBJECTS_DIR"
 _FOLDER = {"secretKeyRef": "secrets", "configMapKeyRef": "configmaps",
            "secretRef": "secrets", "configMapRef": "configmaps"}  # fmt: skip
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def objects_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -56,7 +54,7 @@ def resolve_env(job: TrainingJob, environ: Mapping[str, str] | None = None) -> d
             continue
         for file in sorted(folder.iterdir()):
             name = (source.prefix or "") + file.name
-            if file.is_file() and _ENV_NAME.match(name):  # Kubernetes skips invalid names too
+            if file.is_file() and ENV_NAME.match(name):  # Kubernetes skips invalid names too
                 values[name] = _read(file) or ""
     for name, env_source in job.spec.env_refs.items():
         kind, key_ref = env_source.ref

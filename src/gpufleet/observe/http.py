@@ -37,10 +37,14 @@ def _error(option: str, message: str) -> MetricsPortError:
     return exc
 
 
+def url_host(address: str) -> str:
+    """``address`` as the host part of a URL: an IPv6 address in brackets."""
+    return f"[{address}]" if ":" in address else address
+
+
 def url(address: str, port: int, path: str = "/metrics") -> str:
     """``http://address:port/path``, an IPv6 address in brackets."""
-    host = f"[{address}]" if ":" in address else address
-    return f"http://{host}:{port}{path}"
+    return f"http://{url_host(address)}:{port}{path}"
 
 
 def check_listen(address: str, port: int) -> tuple[int, str]:

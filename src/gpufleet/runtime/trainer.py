@@ -218,14 +218,13 @@ class Trainer:
             job.with_rng = not resized or self.info.rank < (ref.world_size or 0)
             self.checkpointer.load(ref, state)
             job.with_rng = True
-            if resized and self.info.is_main:
-                self._log(
+            if resized:
+                self._log_main(
                     f"gpufleet: checkpoint written by {ref.world_size} processes, resuming with "
                     f"{self.info.world_size}: training continues, but not bit-exactly (data "
                     "shards and per-rank RNG streams differ)"
                 )
-            if self.info.is_main:
-                self._log(f"gpufleet: resumed from step {ref.step} ({ref.path})")
+            self._log_main(f"gpufleet: resumed from step {ref.step} ({ref.path})")
         self.guard.install()
         self.watchdog.start()
         self._last_ckpt = ref.path if ref else None
@@ -458,8 +457,9 @@ class Trainer:
                 self.context.run_dir / PREEMPTED_FILE,
                 {"step": result.steps, "checkpoint": result.checkpoint},
             )
-        if self.info.is_main:
-            self._log(f"gpufleet: preempted at step {result.steps}; checkpoint {result.checkpoint}")
+        self._log_main(
+            f"gpufleet: preempted at step {result.steps}; checkpoint {result.checkpoint}"
+        )
         from gpufleet.runtime.distributed import shutdown_distributed
 
         shutdown_distributed()

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from gpufleet.observe.http import check_listen
 from gpufleet.serve.repository import ModelEntry
 
 # Bytes a JSON element may take at most in a legitimate request ("-1.2345678e-05, "), for the
@@ -313,13 +314,13 @@ class GuardServer(ThreadingHTTPServer):
 def start_guard(
     address: str, port: int, triton_port: int, limits: Limits, models: Iterable[str]
 ) -> tuple[GuardServer, threading.Thread]:
-    """Serve the guard on ``address:port`` in a daemon thread."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    """Serve the guard on ``address:port`` in a daemon thread (OSError if it cannot listen)."""
+    family, host = check_listen(address, port)  # the metrics servers' resolution, IPv6 too
 
     class Server(GuardServer):
         address_family = family
 
-    server = Server((address, port), triton_port, limits, models)
+    server = Server((host, port), triton_port, limits, models)
     thread = threading.Thread(target=server.serve_forever, name="serve-guard", daemon=True)
     thread.start()
     return server, thread

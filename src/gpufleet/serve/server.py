@@ -30,6 +30,7 @@ from typing import Any
 
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.net import free_port
+from gpufleet.observe.http import url_host
 from gpufleet.serve.guard import GuardServer, Limits, start_guard
 from gpufleet.serve.repository import ModelEntry, read_repository
 from gpufleet.serve.torchscript import TorchScriptModel
@@ -92,10 +93,8 @@ def wait_models_ready(http: str, entries: list[ModelEntry], timeout: float) -> N
 
 
 def _host(address: str) -> str:
-    """``address`` as the host of a URL: an IPv6 address in brackets; 0.0.0.0 as loopback."""
-    if address in ("0.0.0.0", "::"):
-        return "127.0.0.1" if address == "0.0.0.0" else "[::1]"
-    return f"[{address}]" if ":" in address else address
+    """``address`` as the host of a URL to reach it here: a wildcard address as loopback."""
+    return url_host({"0.0.0.0": "127.0.0.1", "::": "::1"}.get(address, address))
 
 
 def python_library_first(env: dict[str, str]) -> dict[str, str]:

@@ -105,6 +105,9 @@ def parse_yaml(text: str, source: str | None = None) -> tuple[object, dict[PathK
         _too_large(source)
     loader = _Loader(text)
     try:
+        # A second parse, on purpose: the C composer builds a whole document before Python
+        # sees it, so the bound is checked on the lazy event stream first (a 3 MiB text at
+        # most: parsing it twice costs well under a second).
         _check_expansion(text, source)
         docs: list[yaml.Node] = []
         while loader.check_node():

@@ -30,7 +30,7 @@ API_VERSION = "gpufleet.dev/v1alpha1"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # an environment variable's name
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Quantity = Annotated[str, BeforeValidator(parse_quantity)]
@@ -43,7 +43,8 @@ MAX_NODES = 100_000
 MAX_PROCS_PER_NODE = 1024  # torchrun's --nproc-per-node; the largest GPU servers have 16
 MAX_BATCH = 1 << 20  # samples per step per process
 
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")  # also a key's name
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def _kubernetes_name(
@@ -206,15 +207,13 @@ _RESERVED_DOMAINS = (
 )
 # app.kubernetes.io's recommended labels are the user's, except those gpufleet sets itself.
 _OWN_APP_LABELS = frozenset({"name", "instance", "component", "part-of", "managed-by"})
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def label_problem(key: str, value: str) -> str | None:
     """What is wrong with the label ``key: value`` (Kubernetes' syntax, gpufleet's reserved
     keys), or None."""
     prefix, slash, name = key.rpartition("/")
-    if not _LABEL_NAME.match(name) or len(name) > 63:
+    if not _LABEL_VALUE.match(name) or len(name) > 63:
         return (f"label key {key!r}: the name part must be at most 63 letters, digits, '-', "
                 "'_' or '.', starting and ending with a letter or digit")  # fmt: skip
     if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
@@ -223,7 +222,7 @@ def label_problem(key: str, value: str) -> str | None:
     if domain and not (prefix == "app.kubernetes.io" and name not in _OWN_APP_LABELS):
         return (f"label key {key!r} is reserved ({domain} keys are set by gpufleet or a "
                 "controller, and select its pods): use a key of your own domain")  # fmt: skip
-    if value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+    if value and (len(value) > 63 or not _LABEL_VALUE.match(value)):
         rule = "empty or at most 63 letters, digits, '-', '_' or '.', starting and ending"
         return f"label {key!r}: the value must be {rule} with a letter or digit, got {value!r}"
     return None
@@ -379,11 +378,10 @@ class Volume(SpecModel):
 
 
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # a Secret's or ConfigMap's data key
-_SUBDOMAIN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def _object_name(value: str) -> str:
-    if len(value) > 253 or not _SUBDOMAIN_NAME.match(value):
+    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
         raise ValueError(f"must be a Secret/ConfigMap name (a DNS subdomain), got {value!r}")
     return value
 
@@ -442,7 +440,7 @@ class EnvFromSource(_OneOfTwo):
     secret_ref: NameRef | None = Field(default=None, description="A Secret.")
     config_map_ref: NameRef | None = Field(default=None, description="A ConfigMap.")
     prefix: str | None = Field(
-        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Prepended to each key."
+        default=None, pattern=ENV_NAME.pattern, description="Prepended to each key."
     )
 
 
@@ -580,7 +578,7 @@ class TrainingJobSpec(CrossFieldModel):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, Any]) -> dict[str, Any]:
-        bad = [k for k in value if not _ENV_NAME.match(k)]
+        bad = [k for k in value if not ENV_NAME.match(k)]
         if bad:
             raise ValueError(f"invalid environment variable name(s): {', '.join(bad)}")
         return value
