@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import itertools
 import json
 import signal
 import subprocess
@@ -175,6 +176,39 @@ def test_clients_cannot_unload_or_load_models(served: Served) -> None:
             grpc.unload_model(MODEL)
     finally:
         grpc.close()
+
+
+RESTRICTED_FLAGS = ("--http-restricted-api", "--grpc-restricted-protocol")
+
+
+def test_the_access_token_is_not_in_tritons_process_list(served: Served) -> None:
+    """Every local user can read /proc/<pid>/cmdline, and the restricted-API key was there
+    (issue 13: with it the repository API answered 200). Now argv shows a random placeholder
+    that the restricted API refuses, while the models loaded through that same API with the real
+    key; neither tritonserver nor the backend stubs it started keep the key or the preload."""
+    argv = served.server.cmdline()
+    flags = [value for name, value in itertools.pairwise(argv) if name in RESTRICTED_FLAGS]
+    assert len(flags) == 2, argv
+    (shown,) = {flag.rsplit("=", 1)[1] for flag in flags}
+    assert shown.startswith("gpufleet-placeholder-"), flags
+    assert served.endpoints.warnings == ()
+    index = urllib.request.Request(
+        f"{served.endpoints.backend_http}/v2/repository/index",
+        method="POST",
+        headers={"triton-access-token": shown},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(index, timeout=10)
+    assert "restricted" in refused.value.read().decode(), refused.value
+    assert ready(served.endpoints.http)  # every model READY, loaded with the real key
+    # /proc/<pid>/environ is the environment tritonserver started with: the key's bytes zeroed.
+    assert served.server.environ().get("GPUFLEET_ARGV_SECRET", "") == ""
+    stubs = served.server.children(recursive=True)
+    assert stubs, "PyTriton's models run in Python backend stubs started by tritonserver"
+    for stub in stubs:
+        environment = stub.environ()
+        assert not [k for k in environment if k.startswith("GPUFLEET_ARGV")], stub
+        assert "argv-shim" not in environment.get("LD_PRELOAD", ""), stub
 
 
 @pytest.mark.parametrize(("label", "path", "body", "status"), HOSTILE, ids=[h[0] for h in HOSTILE])
@@ -485,7 +519,7 @@ def test_triton_metrics_are_served_with_the_recorded_names(served: Served) -> No
 
 
 def start_cli_serve(
-    repo: Path, tmp_path: Path
+    repo: Path, tmp_path: Path, **env: str
 ) -> tuple[subprocess.Popen[str], list[str], list[str]]:
     """`gpufleet serve` as users run it, up to its ready line: (process, ports, stderr lines)."""
     ports = [str(free_port()) for _ in range(3)]
@@ -493,7 +527,7 @@ def start_cli_serve(
         gpufleet_cmd("serve", "--repository", str(repo), "--http-port", ports[0],
                      "--grpc-port", ports[1], "--metrics-port", ports[2],
                      "--log-file", str(tmp_path / "triton.log")),
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=cli_env(),
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env={**cli_env(), **env},
     )  # fmt: skip
     assert proc.stderr is not None
     lines = []
@@ -519,6 +553,29 @@ def test_cli_serve_reports_its_endpoints_and_stops_on_sigterm(
             f"http://127.0.0.1:{ports[0]}/v2/models/digits/ready", timeout=10
         ) as r:
             assert r.status == 200
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def test_cli_serve_without_a_compiler_serves_and_says_the_token_shows(
+    served: Served, tmp_path: Path
+) -> None:
+    """No C compiler for the argv shim: serving still works, and one warning line says what is
+    left exposed and the fix, before the ready line."""
+    repo = served.endpoints.models[0].directory.parent
+    proc, _, lines = start_cli_serve(repo, tmp_path, CC="/bin/false")
+    try:
+        assert lines and lines[-1].startswith("serving:"), lines
+        warnings = [line for line in lines if line.startswith("warning:")]
+        assert warnings == [
+            "warning: the Triton access token is visible in the process list (/bin/false "
+            "failed: no output); a working C compiler (cc, or $CC) hides it\n"
+        ], lines
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         assert proc.returncode == 0

@@ -160,6 +160,8 @@ def serve(
     stop = stop_on_signals()
     try:
         with serving(repository, config) as endpoints:
+            for warning in endpoints.warnings:
+                err_console.print(f"warning: {warning}")
             for entry in endpoints.models:
                 err_console.print(f"model {describe(entry)}")
             err_console.print(

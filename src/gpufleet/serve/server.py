@@ -6,15 +6,17 @@ each model of the repository to it as a Python callable that runs the repository
 Inference Protocol v2 over HTTP and gRPC; Triton's metrics endpoint is on.
 
 Defaults that keep a laptop safe: every listener on 127.0.0.1; the model-repository (load,
-unload), shared-memory, statistics, trace and logging APIs restricted behind an access token
-that PyTriton generates and nobody is told (clients can infer and read metadata and health,
-not change the server); a request's batch is at most the
+unload), shared-memory, statistics, trace and logging APIs restricted behind a random access
+token that nobody is told and that tritonserver's process list does not show (clients can infer
+and read metadata and health, not change the server; gpufleet.serve.secret_argv); a request's
+batch is at most the
 model's ``max_batch_size`` and its shape must match the config (Triton checks before the model
 runs). Triton 2.51, inside PyTriton 0.7, has no limit on the HTTP body size itself.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -24,7 +26,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from gpufleet.net import free_port
 from gpufleet.observe.http import url_host
 from gpufleet.serve.guard import GuardServer, Limits, start_guard
 from gpufleet.serve.repository import ModelEntry, read_repository
+from gpufleet.serve.secret_argv import Shim, build_shim, secret_environment
 from gpufleet.serve.torchscript import TorchScriptModel
 
 # The APIs a client must not use (Triton's names): changing models, mapping shared memory,
@@ -67,6 +70,8 @@ class Endpoints:
     alive: Callable[[], bool] = field(default=lambda: True, repr=False, compare=False)
     # Triton's own HTTP listener behind the guard (127.0.0.1): for benchmarks of the guard.
     backend_http: str = ""
+    # What the caller should tell the user (one line each), e.g. a token left visible.
+    warnings: tuple[str, ...] = ()
 
 
 # How long the models may take to report READY after Triton started.
@@ -160,13 +165,48 @@ def _bind(triton: Any, entry: ModelEntry) -> None:
     )
 
 
+def _restricted(triton_config: Any, token: str, shim: Shim | str) -> tuple[Any, Any]:
+    """PyTriton's security settings and Triton's restricted-API flags for ``token``.
+
+    With the shim, the flags carry its placeholder and PyTriton is given no endpoints to
+    restrict (it would write the token itself into the flags); its clients still send the
+    token. Without it, PyTriton writes the flags as it always does.
+    """
+    from pytriton.triton import TRITON_ACCESS_HEADER, TritonSecurityConfig
+
+    if isinstance(shim, str):
+        return TritonSecurityConfig(access_token=token, restricted_endpoints=list(RESTRICTED)), (
+            triton_config
+        )
+    flag = f"{','.join(RESTRICTED)}:{TRITON_ACCESS_HEADER}={shim.placeholder}"
+    flags = replace(triton_config, http_restricted_api=flag, grpc_restricted_protocol=flag)
+    return TritonSecurityConfig(access_token=token, restricted_endpoints=[]), flags
+
+
+def _start(triton: Any, token: str, shim: Shim | str) -> None:
+    """Start tritonserver with ``token`` in its environment, not its argv, where the shim was
+    built; PyTriton's process logger dumps a child's whole environment at DEBUG, so it is held
+    at INFO meanwhile."""
+    if isinstance(shim, str):
+        triton.run()
+        return
+    logger = logging.getLogger("pytriton.server.triton_server")
+    level = logger.level
+    logger.setLevel(max(level, logging.INFO))
+    try:
+        with secret_environment(shim, token):
+            triton.run()
+    finally:
+        logger.setLevel(level)
+
+
 @contextmanager
 def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[Endpoints]:
     """Serve every model of ``repository`` until the block ends."""
     config = config or ServeConfig()
     entries = read_repository(repository)
     try:
-        from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
+        from pytriton.triton import Triton, TritonConfig
     except ImportError as exc:
         raise UserInputError(
             [FieldError("nvidia-pytriton", "serving needs: pip install 'gpufleet[serve]'")]
@@ -188,19 +228,22 @@ def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[End
         log_file=config.log_file,
         exit_timeout_secs=5,
     )
-    # A fresh random token per start, never shown: the restricted APIs stay closed.
-    security = TritonSecurityConfig(
-        access_token=secrets.token_urlsafe(32), restricted_endpoints=list(RESTRICTED)
-    )
-    # Our own workspace (model store, IPC sockets), removed below: PyTriton's default is a
-    # TemporaryDirectory left to the garbage collector.
+    # Our own workspace (model store, IPC sockets, the argv shim; mode 0700), removed below:
+    # PyTriton's default is a TemporaryDirectory left to the garbage collector.
     home = Path(tempfile.mkdtemp(prefix="gpufleet-triton-"))
+    token = secrets.token_urlsafe(32)  # fresh per start, never shown
+    shim = build_shim(home)
+    warnings = () if isinstance(shim, Shim) else (
+        f"the Triton access token is visible in the process list ({shim}); a working C "
+        "compiler (cc, or $CC) hides it",
+    )  # fmt: skip
+    security, triton_config = _restricted(triton_config, token, shim)
     triton = Triton(config=triton_config, workspace=home / "workspace", security_config=security)
     guard: GuardServer | None = None
     try:
         for entry in entries:
             _bind(triton, entry)
-        triton.run()
+        _start(triton, token, shim)
         limits = Limits.for_models(entries, config.max_request_bytes)
         try:
             guard, _ = start_guard(
@@ -219,6 +262,7 @@ def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[End
             models=entries,
             alive=triton.is_alive,
             backend_http=f"http://127.0.0.1:{triton_http}",
+            warnings=warnings,
         )
     finally:
         if guard is not None:
