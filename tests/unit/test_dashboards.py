@@ -67,3 +67,25 @@ def test_every_query_parses(tmp_path: Path) -> None:
                           text=True, timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{len(rules)} rules found" in proc.stdout
+
+
+GROUPING = re.compile(r"\b(?:by|on|without)\s*\(([^)]*)\)")
+
+
+def test_every_grouping_by_job_name_keeps_the_namespace() -> None:
+    """Job names are unique per namespace only: two teams may both run `train`. A rule or panel
+    that groups by job_name alone lets a healthy job hide a stuck one and adds the two jobs'
+    samples (issue 14)."""
+    rules = yaml.safe_load((REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml").read_text())
+    exprs = [
+        (r.get("alert") or r["record"], r["expr"]) for g in rules["groups"] for r in g["rules"]
+    ]
+    exprs += [(f"{dashboard}: {title}", expr) for dashboard, title, expr in queries()]
+    checked = 0
+    for where, expr in exprs:
+        for clause in GROUPING.findall(expr):
+            labels = {label.strip() for label in clause.split(",")}
+            if "job_name" in labels:
+                checked += 1
+                assert "namespace" in labels, (where, expr)
+    assert checked >= 10  # the job rules and the training-job dashboard
