@@ -298,6 +298,18 @@ def test_prometheus_rule_is_the_tested_rule_file(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_runbook_links_follow_the_base_url_value(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    base = "https://wiki.example.org/gpu/runbooks"
+    values.write_text(yaml.safe_dump({"monitoring": {"prometheusRule": {
+        "enabled": True, "runbookBaseUrl": base}}}))  # fmt: skip
+    (rule,) = _by_kind(template(values))["PrometheusRule"]
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts
+    for alert in alerts:
+        assert alert["annotations"]["runbook_url"] == f"{base}#{alert['alert'].lower()}"
+
+
 def test_dashboards_ship_as_sidecar_config_maps() -> None:
     objs = _by_kind(template(CHART / "ci" / "lab-3node-a30-values.yaml"))
     maps = [m for m in objs["ConfigMap"] if "dashboard" in m["metadata"]["name"]]

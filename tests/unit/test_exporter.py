@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import http.client
+import queue
 import shutil
 import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -19,7 +23,7 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT
-from gpufleet.observe.devices import Reading, SimulatedDevice, nvml_devices
+from gpufleet.observe.devices import Reading, SimulatedDevice, XidCounter, nvml_devices
 from gpufleet.observe.exporter import METRICS, GpuCollector, reading_fields, registry_for
 from gpufleet.observe.http import start_metrics_server, url
 from tests.scrape import scrape, serve, stop
@@ -95,7 +99,7 @@ def test_labels_units_and_self_metrics() -> None:
                       "node": "gpu-node-7"}  # fmt: skip
     for name in ("gpufleet_gpu_memory_used_bytes", "gpufleet_gpu_power_watts",
                  "gpufleet_gpu_sm_clock_hertz", "gpufleet_gpu_nvlink_transmit_bytes_total",
-                 "gpufleet_gpu_xid_errors_total", "gpufleet_gpu_ecc_errors_total",
+                 "gpufleet_gpu_ecc_errors_total",
                  "gpufleet_gpu_pcie_receive_bytes_per_second"):  # fmt: skip
         assert len(samples[name]) >= 2, name
     assert {lab["type"] for lab, _ in samples["gpufleet_gpu_ecc_errors_total"]} == {
@@ -107,8 +111,61 @@ def test_labels_units_and_self_metrics() -> None:
     assert all(0 <= v <= 1 for v in ratio)
 
 
+class EventNvml:
+    """NVML's event API as the XID counter uses it, fed from a queue (no GPU here to raise XIDs;
+    tests/integration/test_gpu.py reads the real one)."""
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_Timeout(NVMLError):
+        pass
+
+    nvmlEventTypeXidCriticalError = 8
+
+    def __init__(self) -> None:
+        self.events: queue.Queue[SimpleNamespace] = queue.Queue()
+
+    def nvmlDeviceGetUUID(self, handle: str) -> str:
+        return f"GPU-{handle}"
+
+    def nvmlEventSetCreate(self) -> object:
+        return object()
+
+    def nvmlDeviceRegisterEvents(self, handle: str, kind: int, events: object) -> None:
+        assert kind == self.nvmlEventTypeXidCriticalError
+
+    def nvmlEventSetWait(self, events: object, timeout_ms: int) -> Any:
+        try:
+            return self.events.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            raise self.NVMLError_Timeout() from None
+
+
+def test_xid_events_are_counted_by_code_and_exported_with_it() -> None:
+    """The XID code tells a failing GPU (79: fallen off the bus) from a faulting program (13):
+    counted per device and code, exported as the `xid` label (issue 14)."""
+    nvml = EventNvml()
+    counter = XidCounter(nvml, {0: "a", 1: "b"})
+    for handle, code in (("a", 79), ("a", 13), ("a", 79), ("b", 43), ("unknown", 48)):
+        nvml.events.put(SimpleNamespace(device=handle, eventData=code))
+    deadline = time.monotonic() + 10
+    while not counter.counts(1) and time.monotonic() < deadline:  # b's event is after a's
+        time.sleep(0.01)
+    assert counter.counts(0) == ((13, 1.0), (79, 2.0))
+    assert counter.counts(1) == ((43, 1.0),)
+    url, server = serve(GpuCollector([SimulatedDevice(0, xids=counter.counts(0))], node="n"))
+    try:
+        _, samples, _ = scrape(url)
+    finally:
+        stop(server)
+    xids = {lab["xid"]: v for lab, v in samples["gpufleet_gpu_xid_errors_total"]}
+    assert xids == {"13": 1.0, "79": 2.0}
+
+
 def test_every_reading_field_becomes_a_metric() -> None:
-    mapped = set(METRICS) | {"ecc_corrected_errors_total", "ecc_uncorrected_errors_total"}
+    mapped = set(METRICS) | {"ecc_corrected_errors_total", "ecc_uncorrected_errors_total",
+                             "xid_errors"}  # fmt: skip
     assert mapped == set(reading_fields())
 
 

@@ -3,6 +3,7 @@ must-not-fire case; every gpufleet metric a rule reads is one the exporter produ
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -62,3 +63,28 @@ def test_rules_read_only_metrics_that_exist() -> None:
     for rule in _rules():
         used = set(NAME.findall(rule["expr"]))  # (the exporter-down alert reads only `up`)
         assert used <= known, (rule.get("alert") or rule.get("record"), sorted(used - known))
+
+
+RUNBOOKS = REPO / "docs" / "runbooks.md"
+RUNBOOK_BASE = "https://github.com/gpufleet/gpufleet/blob/main/docs/runbooks.md"
+
+
+def test_every_alert_links_its_own_runbook_section() -> None:
+    """runbook_url on every alert (issue 14), to a section of docs/runbooks.md that says what
+    the alert means and what to do; no section for an alert that is gone."""
+    text = RUNBOOKS.read_text()
+    sections = dict(re.findall(r"^## (\w+)\n(.*?)(?=^## |\Z)", text, re.M | re.S))
+    alerts = [r for r in _rules() if "alert" in r]
+    for rule in alerts:
+        name = rule["alert"]
+        assert rule["annotations"]["runbook_url"] == f"{RUNBOOK_BASE}#{name.lower()}", name
+        assert "**Means:**" in sections[name] and "**Do:**" in sections[name], name
+    assert set(sections) == {r["alert"] for r in alerts}
+
+
+def test_every_alert_waits_or_holds_before_it_resolves() -> None:
+    """`for:` where a condition can flap; event alerts (XID, ECC) keep firing instead, so they
+    do not resolve themselves 10 minutes after the event."""
+    for rule in _rules():
+        if "alert" in rule:
+            assert "for" in rule or "keep_firing_for" in rule, rule["alert"]

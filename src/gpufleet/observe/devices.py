@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -30,7 +31,9 @@ class Reading:
     nvlink_rx_bytes_total: float | None = None
     ecc_corrected_errors_total: float | None = None
     ecc_uncorrected_errors_total: float | None = None
-    xid_errors_total: float | None = None
+    # (XID code, events since the exporter started), one pair per code seen: NVIDIA's code says
+    # whether the GPU is failing (48, 79, ...) or a program faulted (13, 31, 43).
+    xid_errors: tuple[tuple[int, float], ...] | None = None
 
     def invalid(self) -> list[str]:
         """Names of fields holding NaN or infinity (a device returning garbage)."""
@@ -63,6 +66,8 @@ class SimulatedDevice:
 
     index: int
     model: str = "Simulated GPU"
+    # XID events to report, as (code, count); none by default: a healthy GPU.
+    xids: tuple[tuple[int, float], ...] = ()
 
     @property
     def uuid(self) -> str:
@@ -84,7 +89,7 @@ class SimulatedDevice:
             nvlink_rx_bytes_total=t * 1e11,
             ecc_corrected_errors_total=0.0,
             ecc_uncorrected_errors_total=0.0,
-            xid_errors_total=0.0,
+            xid_errors=self.xids,
         )
 
 
@@ -133,7 +138,7 @@ class NvmlDevice:
             nvlink_rx_bytes_total=nvlink[1],
             ecc_corrected_errors_total=_num(ecc[0]),
             ecc_uncorrected_errors_total=_num(ecc[1]),
-            xid_errors_total=None if self._xids is None else float(self._xids.count(self.index)),
+            xid_errors=None if self._xids is None else self._xids.counts(self.index),
         )
 
     def _nvlink_bytes(self) -> tuple[float | None, float | None]:
@@ -152,11 +157,12 @@ class NvmlDevice:
 
 
 class XidCounter:
-    """Counts XID errors per device from NVML's event stream, in a background thread."""
+    """Counts XID errors per device and XID code from NVML's event stream, in a background
+    thread (an event's ``eventData`` is its XID code)."""
 
     def __init__(self, nvml: Any, handles: dict[int, Any]) -> None:
         self._nvml = nvml
-        self._counts: dict[int, int] = dict.fromkeys(handles, 0)
+        self._counts: dict[int, Counter[int]] = {index: Counter() for index in handles}
         # Events name their device by handle; map by UUID, looked up once here.
         self._index_by_uuid = {_text(nvml.nvmlDeviceGetUUID(h)): i for i, h in handles.items()}
         self._lock = threading.Lock()
@@ -176,11 +182,14 @@ class XidCounter:
             index = self._index_by_uuid.get(_text(self._nvml.nvmlDeviceGetUUID(event.device)))
             if index is not None:
                 with self._lock:
-                    self._counts[index] += 1
+                    self._counts[index][int(event.eventData)] += 1
 
-    def count(self, index: int) -> int:
+    def counts(self, index: int) -> tuple[tuple[int, float], ...]:
+        """(XID code, events) for each code this device reported, by code."""
         with self._lock:
-            return self._counts.get(index, 0)
+            return tuple(
+                (code, float(n)) for code, n in sorted(self._counts.get(index, {}).items())
+            )
 
 
 def nvml_devices() -> tuple[list[Device], str | None]:

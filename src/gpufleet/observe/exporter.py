@@ -54,7 +54,6 @@ METRICS: dict[str, tuple[str, str, str]] = {
         "gpufleet_gpu_pcie_receive_bytes_per_second", "PCIe receive throughput.", "gauge"),
     "nvlink_tx_bytes_total": ("gpufleet_gpu_nvlink_transmit_bytes", "NVLink data sent.", "counter"),
     "nvlink_rx_bytes_total": ("gpufleet_gpu_nvlink_receive_bytes", "NVLink data in.", "counter"),
-    "xid_errors_total": ("gpufleet_gpu_xid_errors", "XID critical errors since start.", "counter"),
 }  # fmt: skip
 
 
@@ -124,6 +123,12 @@ class GpuCollector(Collector):
         ecc = CounterMetricFamily(
             "gpufleet_gpu_ecc_errors", "Volatile ECC errors.", labels=[*LABELS, "type"]
         )
+        # The XID code as a label, as dcgm-exporter does: the rules tell hardware from programs.
+        xid = CounterMetricFamily(
+            "gpufleet_gpu_xid_errors",
+            "XID critical errors since the exporter started, by XID code.",
+            labels=[*LABELS, "xid"],
+        )
         for device, future in pending:
             labels = [str(device.index), device.uuid, device.model, self.node]
             reading = self._wait(future, until)
@@ -143,10 +148,14 @@ class GpuCollector(Collector):
                                 ("uncorrected", reading.ecc_uncorrected_errors_total)):  # fmt: skip
                 if value is not None:
                     ecc.add_metric([*labels, kind], value)
+            for code, count in reading.xid_errors or ():
+                xid.add_metric([*labels, str(code)], count)
         yield up
         yield from families.values()
         if ecc.samples:
             yield ecc
+        if xid.samples:
+            yield xid
         if self.attribution is not None:
             yield from self._allocations(allocations, until)
         info = GaugeMetricFamily(
