@@ -33,6 +33,8 @@ def _rendered(spec_file: Path, target: str) -> Callable[[], str]:
         if target == "kserve":  # KServe serves from a PVC only (render/serving.py kserve_errors)
             pvc = {"claimName": "models", "subPath": "repository"}
             doc["spec"]["model"] = {"name": doc["spec"]["model"]["name"], "pvc": pvc}
+            # and on in-flight requests (KServe's concurrency), not Triton's queue time
+            doc["spec"]["autoscaling"] = {"metric": "inflight", "targetInflight": 8}
         spec = validate_spec(doc, str(spec_file))
         return yaml.safe_dump_all(render_spec(spec, target), sort_keys=False)
 

@@ -96,8 +96,10 @@ MATRIX = [
 @pytest.mark.parametrize("spec", MATRIX)
 @pytest.mark.parametrize("target", ["triton", "kserve"])
 def test_matrix_renders_valid_restricted_objects(spec: dict[str, Any], target: str) -> None:
-    if target == "kserve":  # serves from a PVC only (test_kserve_refuses_a_cloud_repository)
-        spec = {**spec, "model": ON_PVC}
+    if target == "kserve":  # serves from a PVC only (test_kserve_refuses_a_cloud_repository),
+        spec = {**spec, "model": ON_PVC}  # scales on in-flight requests (test_kserve_keeps_...)
+        if "autoscaling" in spec:
+            spec["autoscaling"] = {**spec["autoscaling"], "metric": "inflight"}
     svc = parsed(service(**spec))
     objects = render_spec(svc, target)
     for obj in objects:
@@ -177,6 +179,26 @@ def test_request_size_is_bounded_on_every_serving_target() -> None:
     with pytest.raises(UserInputError) as info:
         parsed(service(maxRequestBytes=10))
     assert [e.path for e in info.value.errors] == ["spec.maxRequestBytes"]
+
+
+def test_kserve_keeps_the_users_scaling_metric_or_refuses_it() -> None:
+    """KServe scales on its own signals: in-flight requests per replica becomes its
+    concurrency target as asked; queue time (the default metric) used to become concurrency 8
+    silently. Now it is a field error naming what KServe supports (issue 14)."""
+    inflight = parsed(service(model=ON_PVC, autoscaling={"metric": "inflight",
+                                                          "targetInflight": 3}))  # fmt: skip
+    (isvc,) = render_spec(inflight, "kserve")
+    predictor = isvc["spec"]["predictor"]
+    assert (predictor["scaleMetric"], predictor["scaleTarget"]) == ("concurrency", 3)
+    for autoscaling in ({}, {"metric": "queueTime", "targetQueueTime": "20ms"}):
+        with pytest.raises(UserInputError) as refused:
+            render_spec(parsed(service(model=ON_PVC, autoscaling=autoscaling)), "kserve")
+        (error,) = refused.value.errors
+        assert error.path == "spec.autoscaling.metric"
+        assert "queueTime" in error.message and "concurrency" in error.message
+        assert "metric: inflight" in error.message and "target triton" in error.message
+    *_, hpa = render_spec(parsed(service(model=ON_PVC, autoscaling={})), "triton")
+    assert hpa["kind"] == "HorizontalPodAutoscaler"  # triton keeps scaling on queue time
 
 
 def test_pvc_repository_is_mounted_read_only() -> None:
@@ -310,7 +332,8 @@ def serving_cluster(
     events: list[dict[str, Any]] | None = None,
 ) -> tuple[Cluster, FakeKube]:  # fmt: skip
     """A namespace holding one rendered InferenceService, ``ready`` of its replicas ready."""
-    svc = parsed(service(replicas={"min": 2, "max": 4}, autoscaling={}, model=ON_PVC))
+    svc = parsed(service(replicas={"min": 2, "max": 4}, autoscaling={"metric": "inflight"},
+                         model=ON_PVC))  # fmt: skip
     kube = FakeKube()
     for obj in render_spec(svc, target):
         if obj["kind"] == "Deployment":

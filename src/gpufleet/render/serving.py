@@ -262,13 +262,22 @@ def kserve_errors(svc: InferenceService) -> list[FieldError]:
     refuses every pod (no allowPrivilegeEscalation: false, no capabilities drop ALL), and the
     download reads KServe's storage credentials, not ``model.credentialsSecret``. A pvc://
     source is mounted into the server container directly, with no init container."""
-    if svc.spec.model.pvc is not None:
-        return []
-    return [FieldError("spec.model.repository", (
-        "target kserve downloads a cloud repository with KServe's storage-initializer init "
-        "container, which Pod Security 'restricted' (every tenant namespace) refuses and which "
-        "ignores model.credentialsSecret; use model.pvc, or target triton (Triton reads "
-        f"{svc.spec.model.repository} itself)"))]  # fmt: skip
+    errors = []
+    if svc.spec.model.pvc is None:
+        errors.append(FieldError("spec.model.repository", (
+            "target kserve downloads a cloud repository with KServe's storage-initializer init "
+            "container, which Pod Security 'restricted' (every tenant namespace) refuses and "
+            "which ignores model.credentialsSecret; use model.pvc, or target triton (Triton "
+            f"reads {svc.spec.model.repository} itself)")))  # fmt: skip
+    a = svc.spec.autoscaling
+    # KServe's autoscaler reads its own signals (the predictor's scaleMetric), not Triton's
+    # metrics: in-flight requests per replica maps one to one, queue time does not map at all.
+    if a is not None and a.metric != "inflight":
+        errors.append(FieldError("spec.autoscaling.metric", (
+            f"target kserve cannot scale on {a.metric}: KServe scales on concurrency (requests "
+            "in flight per replica), cpu, memory or rps; use metric: inflight with "
+            "targetInflight, or target triton (it scales on Triton's queue time)")))  # fmt: skip
+    return errors
 
 
 def render_kserve(svc: InferenceService) -> list[Obj]:
@@ -298,7 +307,7 @@ def render_kserve(svc: InferenceService) -> list[Obj]:
         },
     }
     a = s.autoscaling
-    if a is not None:  # KServe's own autoscaler: concurrency per replica
+    if a is not None:  # metric inflight (kserve_errors): KServe's concurrency per replica
         predictor["scaleMetric"] = "concurrency"
         predictor["scaleTarget"] = a.target_inflight
     predictor.update(gpu_placement(s.resources))
