@@ -17,6 +17,10 @@ LABEL_JOB = "gpufleet.dev/job"  # the job's or service's name: selectors, GPU at
 LABEL_TENANT = "gpufleet.dev/tenant"  # the namespace it was rendered for
 LABEL_ROLE = "gpufleet.dev/role"  # ROLE_* below
 LABEL_QUEUE = "gpufleet.dev/queue"  # the Kueue LocalQueue, on pods (Kueue labels only the job)
+# On pods scraped by their job's own PodMonitor (spec.metrics.podMonitor): the chart's
+# PodMonitor leaves them out, so no pod is scraped twice.
+LABEL_MONITOR = "gpufleet.dev/monitor"
+MONITOR_OWN = "own"
 ROLE_WORKER = "worker"
 ROLE_SERVER = "server"
 

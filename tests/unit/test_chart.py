@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.render import check_restricted, pod_specs_in
+from gpufleet.render import TARGETS, check_restricted, pod_specs_in
 from tests.conftest import REPO, cluster_job
 from tests.k8s_schemas import validate_strictly
 
@@ -273,15 +273,93 @@ def test_monitors_keep_the_exporters_labels_and_find_job_pods() -> None:
     (pm,) = objs["PodMonitor"]
     assert pm["spec"]["namespaceSelector"]["matchNames"] == [t["name"] for t in LAB["tenants"]]
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
-    # The selector matches what the renderers put on worker pods.
+    # which pods it selects: test_every_metrics_pod_is_scraped_exactly_once
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels, matchExpressions) against ``labels``."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for e in selector.get("matchExpressions", []):
+        present, value = e["key"] in labels, labels.get(e["key"])
+        matches = {
+            "In": present and value in e.get("values", []),
+            "NotIn": value not in e.get("values", []),
+            "Exists": present,
+            "DoesNotExist": not present,
+        }
+        if not matches[e["operator"]]:
+            return False
+    return True
+
+
+def _pod_templates(obj: Any) -> list[dict[str, Any]]:
+    """Every pod template inside a rendered object (Job, JobSet, Kubeflow and Volcano kinds)."""
+    found = []
+    if isinstance(obj, dict):
+        template = obj.get("template")
+        if isinstance(template, dict) and "containers" in template.get("spec", {}):
+            found.append(template)
+        for value in obj.values():
+            found += _pod_templates(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            found += _pod_templates(value)
+    return found
+
+
+def _scrapers(monitors: list[dict[str, Any]], namespace: str, pod: dict[str, Any]) -> list[str]:
+    """The PodMonitors that scrape ``pod`` (a template in ``namespace``) on one of its ports."""
+    ports = {p.get("name") for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    labels = pod["metadata"]["labels"]
+    out = []
+    for m in monitors:
+        names = m["spec"].get("namespaceSelector", {}).get("matchNames")
+        where = names if names is not None else [m["metadata"].get("namespace", namespace)]
+        endpoints = {e["port"] for e in m["spec"]["podMetricsEndpoints"]}
+        if namespace in where and _selects(m["spec"]["selector"], labels) and endpoints & ports:
+            out.append(m["metadata"]["name"])
+    return out
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["chart-monitor", "job-monitor"])
+@pytest.mark.parametrize("target", [t for t in TARGETS if t != "trainjob"])
+def test_every_metrics_pod_is_scraped_exactly_once(target: str, own: bool) -> None:
+    """Each pod that serves metrics is selected by exactly one monitor, on its `metrics` port:
+    the chart's, or the job's own (spec.metrics.podMonitor), which used to scrape the same pods
+    a second time under another job label (issue 14). TrainJob carries no metrics port."""
     from gpufleet.render import render
     from gpufleet.spec import validate_training_job
 
-    job = validate_training_job(cluster_job(metrics={"port": 9200}))
-    worker = render(job, "job")[1]["spec"]["template"]
-    assert pm["spec"]["selector"]["matchLabels"].items() <= worker["metadata"]["labels"].items()
-    ports = worker["spec"]["containers"][0]["ports"]
-    assert {"name": "metrics", "containerPort": 9200} in ports
+    chart = [o for o in template(CHART / "ci" / "lab-3node-a30-values.yaml")
+             if o["kind"] == "PodMonitor"]  # fmt: skip
+    doc = cluster_job(metrics={"port": 9200, "podMonitor": own})
+    doc["metadata"]["namespace"] = "research"  # a tenant of the lab values
+    objects = render(validate_training_job(doc), target)
+    monitors = chart + [o for o in objects if o["kind"] == "PodMonitor"]
+    pods = [p for o in objects for p in _pod_templates(o)
+            if any(port.get("name") == "metrics" for c in p["spec"]["containers"]
+                   for port in c.get("ports", []))]  # fmt: skip
+    assert pods, f"{target}: no pod serves metrics"
+    for pod in pods:
+        expected = ["train"] if own else ["gpufleet-workloads"]
+        assert _scrapers(monitors, "research", pod) == expected, pod["metadata"]["labels"]
+
+
+def test_triton_servers_are_scraped_exactly_once() -> None:
+    """Triton's metrics (port `metrics`, 8002) feed the inference dashboard, the adapter rules
+    and so the autoscaler; the chart's monitors selected workers only (issue 14)."""
+    from gpufleet.render import render_spec
+    from gpufleet.spec import validate_spec
+
+    chart = template(CHART / "ci" / "lab-3node-a30-values.yaml")
+    monitors = [o for o in chart if o["kind"] == "PodMonitor"]
+    doc = yaml.safe_load((REPO / "examples" / "digits-serving.yaml").read_text())
+    doc["metadata"]["namespace"] = "product"  # a tenant of the lab values
+    svc = validate_spec(doc)
+    (pod,) = [p for o in render_spec(svc, "triton") for p in _pod_templates(o)]
+    assert _scrapers(monitors, "product", pod) == ["gpufleet-workloads"]
+    assert _scrapers(monitors, "team-x", pod) == []  # not a tenant of this install
 
 
 def test_prometheus_rule_is_the_tested_rule_file(tmp_path: Path) -> None:

@@ -14,10 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.kube import (
-    ROLE_WORKER,
-    Obj,
-)
+from gpufleet.kube import LABEL_MONITOR, MONITOR_OWN, ROLE_WORKER, Obj
 from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
 from gpufleet.launch.pod import MODULE as POD_LAUNCHER
 from gpufleet.launch.worker import job_context, worker_module_args
@@ -77,6 +74,8 @@ def pod_metadata(job: TrainingJob, role: str) -> Obj:
     meta: Obj = {"labels": labels(job, "trainer", role)}
     if job.spec.metrics.port and role == ROLE_WORKER:
         meta["annotations"] = scrape_annotations(job.spec.metrics.port)
+        if job.spec.metrics.pod_monitor:
+            meta["labels"][LABEL_MONITOR] = MONITOR_OWN
     return meta
 
 
