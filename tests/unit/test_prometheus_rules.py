@@ -3,9 +3,11 @@ must-not-fire case; every gpufleet metric a rule reads is one the exporter produ
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,20 @@ def test_every_alert_waits_or_holds_before_it_resolves() -> None:
     for rule in _rules():
         if "alert" in rule:
             assert "for" in rule or "keep_firing_for" in rule, rule["alert"]
+
+
+@needs_promtool
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_rule_mutant_that_changes_a_meaning_fails_a_test() -> None:
+    """scripts/rule_mutants.py: each changed threshold, comparison, aggregation and for: of the
+    rules makes some promtool test fail, but for the mutants it lists as equivalent, each with
+    its reason; and each of those still survives (a stale excuse would hide a gap)."""
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "rule_mutants.py"), "-o", "json"],
+                          capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["kill_rate_of_non_equivalent"] == 1.0
+    assert report["mutants"] >= 90 and report["equivalent"] <= 4
+    assert all(survivor["equivalent"] for survivor in report["survivors"])
+    assert report["stale_equivalents"] == []
