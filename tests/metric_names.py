@@ -17,7 +17,9 @@ from tests.conftest import REPO
 RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
 # gpufleet metric names, recording-rule names (level:metric:operations) and Triton's (nv_*) in a
 # PromQL string
-NAME = re.compile(r"\b([a-z_]+:gpufleet_[a-z_:0-9]+|gpufleet_[a-z_]+|nv_[a-z_]+)\b")
+NAME = re.compile(
+    r"\b([a-z_]+:(?:gpufleet|kueue)_[a-z_:0-9]+|gpufleet_[a-z_]+|nv_[a-z_]+|kueue_[a-z_]+)\b"
+)
 
 
 TRITON = REPO / "tests" / "fixtures" / "triton" / "metrics-2.51.txt"
@@ -30,14 +32,31 @@ def triton() -> set[str]:
     return {m.group(1) for line in lines if (m := re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", line))}
 
 
+KUEUE = REPO / "tests" / "fixtures" / "kueue" / "metrics-0.19.2.txt"
+
+
+def kueue() -> set[str]:
+    """Kueue's sample names at the pinned version (histograms as _bucket, _sum and _count)."""
+    names = set()
+    for line in KUEUE.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, kind = line.split()
+            names |= (
+                {f"{name}_{s}" for s in ("bucket", "sum", "count")}
+                if kind == "histogram"
+                else {name}
+            )
+    return names
+
+
 def recorded() -> set[str]:
     rules = yaml.safe_load(RULES.read_text())
     return {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
 
 
 def produced() -> set[str]:
-    """Sample names the exporter and the job metrics expose (on a private registry), plus the
-    series the recording rules produce."""
+    """Sample names the exporter and the job metrics expose (on a private registry), the series
+    the recording rules produce, Triton's and Kueue's."""
     registry = CollectorRegistry()
     held = Allocation("ns", "pod", "c", "nvidia.com/gpu", SimulatedDevice(0).uuid)
     attribution = Attribution(lambda: [held])
@@ -49,4 +68,4 @@ def produced() -> set[str]:
     metrics.loss.set(1.0)
     text = generate_latest(registry).decode()
     names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
-    return names | recorded() | triton()
+    return names | recorded() | triton() | kueue()

@@ -39,6 +39,7 @@ def test_dashboards_exist_with_unique_uids() -> None:
         "training-job",
         "tenants-queues",
         "inference",
+        "queues",
     }
     assert len(uids) == len(set(uids))
     assert all(panel_targets for *_, panel_targets in queries())
