@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,7 @@ import yaml
 
 from gpufleet.devcluster.cluster import RUN_FOR_A_DAY, exit_with
 from gpufleet.kube import Obj
-from tests.conftest import cluster_job, poll_until, write_spec
+from tests.conftest import REPO, cluster_job, poll_until, write_spec
 from tests.devcluster import CHART, DevCluster, needs_controlplane
 
 pytestmark = [pytest.mark.slow, needs_controlplane]
@@ -684,3 +686,100 @@ def test_a_field_the_server_does_not_know_is_refused_not_dropped(devcluster: Dev
         Cluster(devcluster.custom, devcluster.core, ns).submit([jobset])
     assert 'unknown field "spec.runtimePatches"' in str(refused.value)
     assert "\n" not in str(refused.value)
+
+
+# (panel, target index) of the Queues dashboard -> why it may show nothing here.
+QUEUES_EMPTY_BY_DESIGN = {
+    ("Evictions and preemptions (last hour)", 0): "no series until Kueue evicts a workload",
+}
+
+
+def metrics_reader_token(lab: DevCluster, name: str) -> str:
+    """A ServiceAccount token allowed GET /metrics, as Prometheus Operator's scrape carries to a
+    controller whose metrics endpoint checks TokenReview and SubjectAccessReview (Kueue's)."""
+    from kubernetes import client
+
+    rbac, ns = lab.typed("RbacAuthorizationV1Api"), "gpufleet-system"
+    lab.core.create_namespaced_service_account(ns, {"metadata": {"name": name}})
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]})  # fmt: skip
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+    })  # fmt: skip
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    return str(lab.core.create_namespaced_service_account_token(name, ns, request).status.token)
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+def test_the_queues_dashboard_reads_kueue(lab: DevCluster, tmp_path: Path) -> None:
+    """A real Prometheus scrapes the running Kueue (HTTPS, a ServiceAccount token, as a cluster's
+    Prometheus does) while research runs one job and has another waiting for quota: every panel
+    of the Queues dashboard and the per-tenant queue rules return data (issue 14)."""
+    from gpufleet.net import free_port
+    from tests.integration.test_prometheus import query
+
+    (config,) = list(lab.dir.rglob("kueue-config.yaml"))
+    kueue_metrics = yaml.safe_load(config.read_text())["metrics"]
+    assert kueue_metrics["enableClusterQueueResources"] is True
+    name, ns = "queues-dashboard-test", "research"
+    token = tmp_path / "token"
+    token.write_text(metrics_reader_token(lab, name))
+    # as in the gang test: 4 of research's GPUs held, a 2 x 3 GPU gang waits for quota
+    submit_annotated(lab, queued_job("holder", ns, nodes=1, gpus=4), "job", RUN_FOR_A_DAY)
+    poll_until(lambda: lab.phase("holder", ns) == "Running", what="holder Running", timeout=60)
+    submit_annotated(lab, queued_job("waiter", ns, nodes=2, gpus=3), "jobset", RUN_FOR_A_DAY)
+    prom_port = free_port()
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml")],
+        "scrape_configs": [{
+            "job_name": "kueue", "scheme": "https",
+            # Kueue serves its metrics with a certificate it made itself
+            "tls_config": {"insecure_skip_verify": True},
+            "authorization": {"credentials_file": str(token)},
+            "static_configs": [{"targets": [kueue_metrics["bindAddress"]]}],
+        }],
+    }))  # fmt: skip
+    prometheus = subprocess.Popen(
+        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        dashboard = json.loads((REPO / "deploy" / "grafana" / "queues.json").read_text())
+        empty = {
+            (panel["title"], i): re.sub(r"\$\{?\w+\}?", ".*", target["expr"])
+            for panel in dashboard["panels"]
+            for i, target in enumerate(panel["targets"])
+        }
+        empty[("tenant:kueue_pending_workloads:sum", 0)] = (
+            'tenant:kueue_pending_workloads:sum{tenant="research"} > 0'
+        )
+        empty[("tenant:kueue_quota_usage:ratio", 0)] = (
+            'tenant:kueue_quota_usage:ratio{tenant="research",resource="nvidia.com/gpu"} > 0'
+        )
+        deadline = time.monotonic() + 120
+        while set(empty) - set(QUEUES_EMPTY_BY_DESIGN) and time.monotonic() < deadline:
+            for key, expr in list(empty.items()):
+                try:
+                    if query(prom_port, expr):
+                        del empty[key]
+                except OSError:
+                    break  # Prometheus still starting
+            time.sleep(1)
+        up = query(prom_port, 'up{job="kueue"}')
+        assert set(empty) == set(QUEUES_EMPTY_BY_DESIGN), (empty, up)
+    finally:
+        prometheus.terminate()
+        prometheus.wait(timeout=30)
+        for job in ("holder", "waiter"):
+            lab.gpufleet("cancel", job, "-n", ns)
+        rbac = lab.typed("RbacAuthorizationV1Api")
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
+        lab.core.delete_namespaced_service_account(name, "gpufleet-system")

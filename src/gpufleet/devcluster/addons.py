@@ -382,6 +382,10 @@ def module_config(docs: list[Obj]) -> dict[str, Any]:
     raise ValueError("no controller_manager_config.yaml ConfigMap in the manifests")
 
 
+# Kueue's quota gauges per ClusterQueue, flavor and resource (cluster_queue_resource_usage,
+# _nominal_quota, _borrowing_limit, ...: the Queues dashboard's), off in its default configuration.
+KUEUE_METRICS = {"metrics": {"enableClusterQueueResources": True}}
+
 # Kueue's fair sharing among the ClusterQueues of a cohort (off in its default configuration;
 # present: on), with the preemption strategies Kueue's documentation shows.
 KUEUE_FAIR_SHARING = {

@@ -388,7 +388,10 @@ class LocalCluster:
             enabled = [a for a in addons.ADDONS if a.project_name not in without]
 
             def start(addon: addons.Addon) -> None:
-                extra = addons.KUEUE_FAIR_SHARING if fair_sharing and addon is addons.KUEUE else {}
+                extra: dict[str, Any] = {}
+                if addon is addons.KUEUE:
+                    sharing = addons.KUEUE_FAIR_SHARING if fair_sharing else {}
+                    extra = addons.KUEUE_METRICS | sharing
                 self._start_addon(addon, binaries, pki, server, state, timeout, extra, enabled)
 
             # The controllers start side by side (each mostly waits: on its CRDs, certificates,
