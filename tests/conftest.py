@@ -191,3 +191,29 @@ def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from tests.devcluster import session_cluster
 
     yield from session_cluster(tmp_path_factory)
+
+
+def pod_templates(obj: Any) -> Iterator[dict[str, Any]]:
+    """Every pod template inside a rendered object (Job, JobSet, Kubeflow and Volcano kinds)."""
+    if isinstance(obj, dict):
+        template = obj.get("template")
+        if isinstance(template, dict) and "containers" in template.get("spec", {}):
+            yield template
+        for value in obj.values():
+            yield from pod_templates(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            yield from pod_templates(value)
+
+
+def stop_processes(procs: list[subprocess.Popen[Any]], timeout: float = 30) -> None:
+    """SIGTERM each process still running (last started first), then wait; SIGKILL laggards."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

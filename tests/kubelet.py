@@ -166,3 +166,14 @@ class Kubelet:
         self.release.set()
         self.server.stop(grace=None)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextmanager
+def answering_kubelet() -> Iterator[Kubelet]:
+    """A stand-in kubelet on a fresh socket, answering kubelet_answer, closed afterwards."""
+    with compiled_upstream() as upstream:
+        kubelet = Kubelet(upstream, kubelet_answer(upstream[0]))
+        try:
+            yield kubelet
+        finally:
+            kubelet.close()

@@ -11,13 +11,11 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpufleet.net import free_port
 from gpufleet.observe.devices import SimulatedDevice
@@ -25,11 +23,11 @@ from gpufleet.observe.exporter import GpuCollector
 from gpufleet.observe.podresources import Attribution, PodLabels, list_allocations
 from gpufleet.serve.export import export
 from gpufleet.serve.repository import Batching
-from tests.conftest import REPO, cli_env, digits_job, gpufleet_cmd, write_spec
-from tests.integration.test_prometheus import query, wait_for
+from tests.conftest import REPO, cli_env, digits_job, gpufleet_cmd, stop_processes, write_spec
 from tests.integration.test_serving import start_cli_serve, trained_checkpoint
-from tests.kubelet import Kubelet, compiled_upstream, kubelet_answer
+from tests.kubelet import Kubelet, answering_kubelet
 from tests.oip import INFER, MODEL, infer_body
+from tests.prometheus import prometheus, static, without_data
 from tests.scrape import serve, stop
 from tests.unit.test_podresources import pods_api
 
@@ -68,10 +66,8 @@ def panel_queries() -> list[tuple[tuple[str, str, int], str]]:
 
 @pytest.fixture
 def kubelet() -> Iterator[Kubelet]:
-    with compiled_upstream() as upstream:
-        k = Kubelet(upstream, kubelet_answer(upstream[0]))
+    with answering_kubelet() as k:
         yield k
-        k.close()
 
 
 def send_requests(http: str, stop_at: threading.Event) -> None:
@@ -100,71 +96,39 @@ def test_every_dashboard_panel_returns_data(
     collector = GpuCollector([SimulatedDevice(0), SimulatedDevice(1)], node="n1",
                              attribution=attribution)  # fmt: skip
     exporter_url, exporter = serve(collector)
-    prom_port, job_port = free_port(), free_port()
+    job_port = free_port()
     serving, ports, lines = start_cli_serve(repo, tmp_path)
     assert lines and lines[-1].startswith("serving:"), lines
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml")],
-        "scrape_configs": [
-            {"job_name": "gpufleet-exporter", "honor_labels": True,
-             "static_configs": [{"targets": [exporter_url.split("/")[2]]}]},
-            {"job_name": "gpufleet-job",
-             "static_configs": [{"targets": [f"127.0.0.1:{job_port}"]}]},
-            {"job_name": "triton", "static_configs": [{"targets": [f"127.0.0.1:{ports[2]}"]}]},
-        ],
-    }  # fmt: skip
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     doc = digits_job(
         "dashjob",
         workload={"name": "digits", "steps": 100000, "batchSize": 16, "logEvery": 100},
         checkpoint={"everySteps": 50, "keep": 2},
         metrics={"port": job_port},
     )
-    procs = [
-        subprocess.Popen(
-            ["prometheus", f"--config.file={workdir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{prom_port}"],
-            cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ),
-        subprocess.Popen(
-            gpufleet_cmd("run", str(write_spec(workdir, doc))),
-            cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ),
-    ]  # fmt: skip
+    job = subprocess.Popen(
+        gpufleet_cmd("run", str(write_spec(workdir, doc))),
+        cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     done = threading.Event()
     traffic = threading.Thread(
         target=send_requests, args=(f"http://127.0.0.1:{ports[0]}", done), daemon=True
     )
     traffic.start()
+    scrapes = [
+        static("gpufleet-exporter", exporter_url.split("/")[2], honor_labels=True),
+        static("gpufleet-job", f"127.0.0.1:{job_port}"),
+        static("triton", f"127.0.0.1:{ports[2]}"),
+    ]
     try:
-        wait_for(lambda: query(prom_port, "up") and True, 60, "Prometheus")
-        empty = dict(queries)
-        deadline = time.monotonic() + 300
-        while set(empty) - set(EMPTY_BY_DESIGN) and time.monotonic() < deadline:
-            for key, expr in list(empty.items()):
-                try:
-                    if query(prom_port, expr):
-                        del empty[key]
-                except OSError:
-                    break  # Prometheus still starting
-            time.sleep(2)
-        # ... and no reason above is stale: those panels are still empty
+        with prometheus(workdir, scrapes) as port:
+            empty = without_data(port, dict(queries), set(EMPTY_BY_DESIGN), timeout=300)
+        # every other panel has data, and no reason above is stale: those are still empty
         assert set(empty) == set(EMPTY_BY_DESIGN), {
             k: empty[k] for k in set(empty) - set(EMPTY_BY_DESIGN)
         }
     finally:
         done.set()
-        for proc in [*reversed(procs), serving]:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in [*procs, serving]:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes([serving, job], timeout=60)
         if serving.stderr is not None:
             serving.stderr.close()
         stop(exporter)

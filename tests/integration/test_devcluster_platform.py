@@ -11,7 +11,6 @@ import copy
 import json
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import yaml
 
 from gpufleet.devcluster.cluster import RUN_FOR_A_DAY, exit_with
 from gpufleet.kube import Obj
-from tests.conftest import REPO, cluster_job, poll_until, write_spec
+from tests.conftest import REPO, cluster_job, pod_templates, poll_until, write_spec
 from tests.devcluster import CHART, DevCluster, needs_controlplane
 
 pytestmark = [pytest.mark.slow, needs_controlplane]
@@ -144,19 +143,6 @@ def queued_job(name: str, tenant: str, nodes: int, gpus: int, **spec: Any) -> di
                       checkpoint={"dir": "s3://bucket/ckpt"}, volumes=[], **spec)  # fmt: skip
     doc["metadata"] = {"name": name, "namespace": tenant}
     return doc
-
-
-def pod_templates(obj: Obj) -> Iterator[Obj]:
-    """Every pod template inside a rendered object (Job, JobSet, ...)."""
-    if isinstance(obj, dict):
-        template = obj.get("template")
-        if isinstance(template, dict) and "containers" in template.get("spec", {}):
-            yield template
-        for value in obj.values():
-            yield from pod_templates(value)
-    elif isinstance(obj, list):
-        for value in obj:
-            yield from pod_templates(value)
 
 
 def submit_annotated(cluster: DevCluster, doc: dict[str, Any], target: str,
@@ -411,9 +397,12 @@ def every_client_object(ns: str) -> list[Obj]:
         serving["spec"]["autoscaling"]["engine"] = engine
         for target in SERVING_TARGETS:
             doc = serving
-            if target == "kserve":  # KServe serves from a PVC only (render/serving.py)
+            if target == "kserve":  # KServe serves from a PVC only and scales on in-flight
+                # requests (render/serving.py kserve_errors)
                 model = {"name": serving["spec"]["model"]["name"], "pvc": {"claimName": "models"}}
-                doc = {**serving, "spec": {**serving["spec"], "model": model}}
+                scaling = {**serving["spec"]["autoscaling"], "metric": "inflight"}
+                doc = {**serving, "spec": {**serving["spec"], "model": model,
+                                           "autoscaling": scaling}}  # fmt: skip
             objects += render_spec(validate_spec(doc), target)
     return objects
 
@@ -719,8 +708,7 @@ def test_the_queues_dashboard_reads_kueue(lab: DevCluster, tmp_path: Path) -> No
     """A real Prometheus scrapes the running Kueue (HTTPS, a ServiceAccount token, as a cluster's
     Prometheus does) while research runs one job and has another waiting for quota: every panel
     of the Queues dashboard and the per-tenant queue rules return data (issue 14)."""
-    from gpufleet.net import free_port
-    from tests.integration.test_prometheus import query
+    from tests.prometheus import prometheus, query, static, without_data
 
     (config,) = list(lab.dir.rglob("kueue-config.yaml"))
     kueue_metrics = yaml.safe_load(config.read_text())["metrics"]
@@ -732,51 +720,28 @@ def test_the_queues_dashboard_reads_kueue(lab: DevCluster, tmp_path: Path) -> No
     submit_annotated(lab, queued_job("holder", ns, nodes=1, gpus=4), "job", RUN_FOR_A_DAY)
     poll_until(lambda: lab.phase("holder", ns) == "Running", what="holder Running", timeout=60)
     submit_annotated(lab, queued_job("waiter", ns, nodes=2, gpus=3), "jobset", RUN_FOR_A_DAY)
-    prom_port = free_port()
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml")],
-        "scrape_configs": [{
-            "job_name": "kueue", "scheme": "https",
-            # Kueue serves its metrics with a certificate it made itself
-            "tls_config": {"insecure_skip_verify": True},
-            "authorization": {"credentials_file": str(token)},
-            "static_configs": [{"targets": [kueue_metrics["bindAddress"]]}],
-        }],
-    }))  # fmt: skip
-    prometheus = subprocess.Popen(
-        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    # Kueue serves its metrics with a certificate it made itself
+    scrape = static("kueue", kueue_metrics["bindAddress"], scheme="https",
+                    tls_config={"insecure_skip_verify": True},
+                    authorization={"credentials_file": str(token)})  # fmt: skip
+    dashboard = json.loads((REPO / "deploy" / "grafana" / "queues.json").read_text())
+    queries = {
+        (panel["title"], i): re.sub(r"\$\{?\w+\}?", ".*", target["expr"])
+        for panel in dashboard["panels"]
+        for i, target in enumerate(panel["targets"])
+    }
+    queries[("tenant:kueue_pending_workloads:sum", 0)] = (
+        'tenant:kueue_pending_workloads:sum{tenant="research"} > 0'
+    )
+    queries[("tenant:kueue_quota_usage:ratio", 0)] = (
+        'tenant:kueue_quota_usage:ratio{tenant="research",resource="nvidia.com/gpu"} > 0'
+    )
     try:
-        dashboard = json.loads((REPO / "deploy" / "grafana" / "queues.json").read_text())
-        empty = {
-            (panel["title"], i): re.sub(r"\$\{?\w+\}?", ".*", target["expr"])
-            for panel in dashboard["panels"]
-            for i, target in enumerate(panel["targets"])
-        }
-        empty[("tenant:kueue_pending_workloads:sum", 0)] = (
-            'tenant:kueue_pending_workloads:sum{tenant="research"} > 0'
-        )
-        empty[("tenant:kueue_quota_usage:ratio", 0)] = (
-            'tenant:kueue_quota_usage:ratio{tenant="research",resource="nvidia.com/gpu"} > 0'
-        )
-        deadline = time.monotonic() + 120
-        while set(empty) - set(QUEUES_EMPTY_BY_DESIGN) and time.monotonic() < deadline:
-            for key, expr in list(empty.items()):
-                try:
-                    if query(prom_port, expr):
-                        del empty[key]
-                except OSError:
-                    break  # Prometheus still starting
-            time.sleep(1)
-        up = query(prom_port, 'up{job="kueue"}')
+        with prometheus(tmp_path, [scrape]) as port:
+            empty = without_data(port, queries, set(QUEUES_EMPTY_BY_DESIGN), timeout=120)
+            up = query(port, 'up{job="kueue"}')
         assert set(empty) == set(QUEUES_EMPTY_BY_DESIGN), (empty, up)
     finally:
-        prometheus.terminate()
-        prometheus.wait(timeout=30)
         for job in ("holder", "waiter"):
             lab.gpufleet("cancel", job, "-n", ns)
         rbac = lab.typed("RbacAuthorizationV1Api")

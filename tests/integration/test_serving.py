@@ -17,6 +17,7 @@ import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -540,26 +541,39 @@ def start_cli_serve(
     return proc, ports, lines
 
 
+@contextmanager
+def cli_serve(
+    repo: Path, tmp_path: Path, **env: str
+) -> Iterator[tuple[subprocess.Popen[str], list[str], list[str]]]:
+    """start_cli_serve, and the process killed (if still running) and reaped afterwards."""
+    proc, ports, lines = start_cli_serve(repo, tmp_path, **env)
+    try:
+        yield proc, ports, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def exit_on_sigterm(proc: subprocess.Popen[str]) -> int:
+    """SIGTERM, as systemd or the kubelet stops it; the exit code."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=60)
+
+
 def test_cli_serve_reports_its_endpoints_and_stops_on_sigterm(
     served: Served, tmp_path: Path
 ) -> None:
     """`gpufleet serve` as users run it: ready line (printed only once every model answers
     READY), health 200, SIGTERM -> exit 0."""
     repo = served.endpoints.models[0].directory.parent
-    proc, ports, lines = start_cli_serve(repo, tmp_path)
-    try:
+    with cli_serve(repo, tmp_path) as (proc, ports, lines):
         assert any(f"HTTP http://127.0.0.1:{ports[0]}" in line for line in lines), lines
         with urllib.request.urlopen(
             f"http://127.0.0.1:{ports[0]}/v2/models/digits/ready", timeout=10
         ) as r:
             assert r.status == 200
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        assert proc.returncode == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
+        assert exit_on_sigterm(proc) == 0
 
 
 def test_cli_serve_without_a_compiler_serves_and_says_the_token_shows(
@@ -568,21 +582,14 @@ def test_cli_serve_without_a_compiler_serves_and_says_the_token_shows(
     """No C compiler for the argv shim: serving still works, and one warning line says what is
     left exposed and the fix, before the ready line."""
     repo = served.endpoints.models[0].directory.parent
-    proc, _, lines = start_cli_serve(repo, tmp_path, CC="/bin/false")
-    try:
+    with cli_serve(repo, tmp_path, CC="/bin/false") as (proc, _, lines):
         assert lines and lines[-1].startswith("serving:"), lines
         warnings = [line for line in lines if line.startswith("warning:")]
         assert warnings == [
             "warning: the Triton access token is visible in the process list (/bin/false "
             "failed: no output); a working C compiler (cc, or $CC) hides it\n"
         ], lines
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        assert proc.returncode == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
+        assert exit_on_sigterm(proc) == 0
 
 
 def test_cli_serve_exits_non_zero_when_triton_dies(served: Served, tmp_path: Path) -> None:

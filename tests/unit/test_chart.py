@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gpufleet.render import TARGETS, check_restricted, pod_specs_in
-from tests.conftest import REPO, cluster_job
+from tests.conftest import REPO, cluster_job, pod_templates
 from tests.k8s_schemas import validate_strictly
 
 CHART = REPO / "deploy" / "helm" / "gpufleet"
@@ -293,21 +293,6 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
-def _pod_templates(obj: Any) -> list[dict[str, Any]]:
-    """Every pod template inside a rendered object (Job, JobSet, Kubeflow and Volcano kinds)."""
-    found = []
-    if isinstance(obj, dict):
-        template = obj.get("template")
-        if isinstance(template, dict) and "containers" in template.get("spec", {}):
-            found.append(template)
-        for value in obj.values():
-            found += _pod_templates(value)
-    elif isinstance(obj, list):
-        for value in obj:
-            found += _pod_templates(value)
-    return found
-
-
 def _scrapers(monitors: list[dict[str, Any]], namespace: str, pod: dict[str, Any]) -> list[str]:
     """The PodMonitors that scrape ``pod`` (a template in ``namespace``) on one of its ports."""
     ports = {p.get("name") for c in pod["spec"]["containers"] for p in c.get("ports", [])}
@@ -337,7 +322,7 @@ def test_every_metrics_pod_is_scraped_exactly_once(target: str, own: bool) -> No
     doc["metadata"]["namespace"] = "research"  # a tenant of the lab values
     objects = render(validate_training_job(doc), target)
     monitors = chart + [o for o in objects if o["kind"] == "PodMonitor"]
-    pods = [p for o in objects for p in _pod_templates(o)
+    pods = [p for o in objects for p in pod_templates(o)
             if any(port.get("name") == "metrics" for c in p["spec"]["containers"]
                    for port in c.get("ports", []))]  # fmt: skip
     assert pods, f"{target}: no pod serves metrics"
@@ -357,7 +342,7 @@ def test_triton_servers_are_scraped_exactly_once() -> None:
     doc = yaml.safe_load((REPO / "examples" / "digits-serving.yaml").read_text())
     doc["metadata"]["namespace"] = "product"  # a tenant of the lab values
     svc = validate_spec(doc)
-    (pod,) = [p for o in render_spec(svc, "triton") for p in _pod_templates(o)]
+    (pod,) = [p for o in render_spec(svc, "triton") for p in pod_templates(o)]
     assert _scrapers(monitors, "product", pod) == ["gpufleet-workloads"]
     assert _scrapers(monitors, "team-x", pod) == []  # not a tenant of this install
 

@@ -338,7 +338,7 @@ def test_the_pod_monitor_finds_a_named_port_on_every_target(target: str) -> None
     """spec.metrics.podMonitor: every pod the PodMonitor selects has a container port of the
     name it scrapes (PyTorchJob replaced the port list and lost it; a TrainJob cannot declare
     one and refuses the spec, above)."""
-    from tests.integration.test_devcluster_platform import pod_templates
+    from tests.conftest import pod_templates
 
     doc = cluster_job(nodes=2, metrics={"port": 9090, "podMonitor": True})
     objects = render(validate_training_job(doc), target)

@@ -1,0 +1,80 @@
+"""A real Prometheus (the Debian package) for the tests: started on 127.0.0.1 with gpufleet's
+rules and the given scrape jobs, queried over its HTTP API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from gpufleet.net import free_port
+from tests.conftest import REPO
+
+RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
+K = TypeVar("K", bound=Hashable)
+
+
+def query(port: int, promql: str) -> list[dict[str, Any]]:
+    """The result of an instant query (an empty list: no data)."""
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        body = json.loads(resp.read())
+    assert body["status"] == "success", body
+    return body["data"]["result"]  # type: ignore[no-any-return]
+
+
+@contextmanager
+def prometheus(directory: Path, scrape_configs: list[dict[str, Any]]) -> Iterator[int]:
+    """Prometheus scraping and evaluating gpufleet's rules every second; yields its port."""
+    port = free_port()
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(RULES)],
+        "scrape_configs": scrape_configs,
+    }
+    (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={directory / 'prometheus.yml'}",
+         f"--storage.tsdb.path={directory / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+        cwd=directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def static(job: str, target: str, **extra: Any) -> dict[str, Any]:
+    """A scrape job of one target."""
+    return {"job_name": job, "static_configs": [{"targets": [target]}], **extra}
+
+
+def without_data(
+    port: int, queries: dict[K, str], may_stay_empty: set[K], timeout: float
+) -> dict[K, str]:
+    """Query each of ``queries`` until it returns data; give up once only ``may_stay_empty``
+    are left, or after ``timeout`` seconds. Returns those that never returned data."""
+    empty = dict(queries)
+    deadline = time.monotonic() + timeout
+    while set(empty) - may_stay_empty and time.monotonic() < deadline:
+        for key, expr in list(empty.items()):
+            try:
+                if query(port, expr):
+                    del empty[key]
+            except OSError:
+                break  # Prometheus still starting
+        time.sleep(1)
+    return empty
