@@ -677,8 +677,9 @@ def test_a_field_the_server_does_not_know_is_refused_not_dropped(devcluster: Dev
     assert "\n" not in str(refused.value)
 
 
-# (panel, target index) of the Queues dashboard -> why it may show nothing here.
-QUEUES_EMPTY_BY_DESIGN = {
+# (panel, target index) of the Queues dashboard -> why it may show nothing here (it may show
+# data too: an earlier test of this module has Kueue preempt a borrower).
+QUEUES_MAY_BE_EMPTY = {
     ("Evictions and preemptions (last hour)", 0): "no series until Kueue evicts a workload",
 }
 
@@ -738,9 +739,9 @@ def test_the_queues_dashboard_reads_kueue(lab: DevCluster, tmp_path: Path) -> No
     )
     try:
         with prometheus(tmp_path, [scrape]) as port:
-            empty = without_data(port, queries, set(QUEUES_EMPTY_BY_DESIGN), timeout=120)
+            empty = without_data(port, queries, set(QUEUES_MAY_BE_EMPTY), timeout=120)
             up = query(port, 'up{job="kueue"}')
-        assert set(empty) == set(QUEUES_EMPTY_BY_DESIGN), (empty, up)
+        assert set(empty) <= set(QUEUES_MAY_BE_EMPTY), (empty, up)
     finally:
         for job in ("holder", "waiter"):
             lab.gpufleet("cancel", job, "-n", ns)
