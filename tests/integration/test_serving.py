@@ -9,6 +9,8 @@ import gzip
 import http.client
 import itertools
 import json
+import os
+import shutil
 import signal
 import subprocess
 import time
@@ -188,6 +190,8 @@ def test_the_access_token_is_not_in_tritons_process_list(served: Served) -> None
     that the restricted API refuses, while the models loaded through that same API with the real
     key; neither tritonserver nor the backend stubs it started keep the key or the preload."""
     argv = served.server.cmdline()
+    if not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler here to build the argv shim (serve warns instead: tested)")
     flags = [value for name, value in itertools.pairwise(argv) if name in RESTRICTED_FLAGS]
     assert len(flags) == 2, argv
     (shown,) = {flag.rsplit("=", 1)[1] for flag in flags}
