@@ -4,6 +4,7 @@ rules and the given scrape jobs, queried over its HTTP API."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import urllib.parse
@@ -78,3 +79,15 @@ def without_data(
                 break  # Prometheus still starting
         time.sleep(1)
     return empty
+
+
+def panel_queries(dashboards: list[Path]) -> dict[tuple[str, str, int], str]:
+    """(dashboard file, panel title, target index) -> the target's query, with every variable
+    set as Grafana's "All" sets it (`.*`) and ``$__range`` as 5m."""
+    out = {}
+    for path in dashboards:
+        for panel in json.loads(path.read_text())["panels"]:
+            for i, target in enumerate(panel.get("targets", [])):
+                expr = re.sub(r"\$\{?__range\}?", "5m", target["expr"])
+                out[(path.name, panel["title"], i)] = re.sub(r"\$\{?\w+\}?", ".*", expr)
+    return out

@@ -6,8 +6,6 @@ The Queues dashboard reads Kueue: test_devcluster_platform runs its queries agai
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
 import subprocess
 import threading
@@ -27,7 +25,7 @@ from tests.conftest import REPO, cli_env, digits_job, gpufleet_cmd, stop_process
 from tests.integration.test_serving import start_cli_serve, trained_checkpoint
 from tests.kubelet import Kubelet, answering_kubelet
 from tests.oip import INFER, MODEL, infer_body
-from tests.prometheus import prometheus, static, without_data
+from tests.prometheus import panel_queries, prometheus, static, without_data
 from tests.scrape import serve, stop
 from tests.unit.test_podresources import pods_api
 
@@ -52,18 +50,6 @@ EMPTY_BY_DESIGN = {
 }
 
 
-def panel_queries() -> list[tuple[tuple[str, str, int], str]]:
-    """Every target of every dashboard, variables set as "All" (`.*`) would set them."""
-    out = []
-    for path in DASHBOARDS:
-        for panel in json.loads(path.read_text())["panels"]:
-            for i, target in enumerate(panel.get("targets", [])):
-                expr = re.sub(r"\$\{?__range\}?", "5m", target["expr"])
-                expr = re.sub(r"\$\{?\w+\}?", ".*", expr)
-                out.append(((path.name, panel["title"], i), expr))
-    return out
-
-
 @pytest.fixture
 def kubelet() -> Iterator[Kubelet]:
     with answering_kubelet() as k:
@@ -86,7 +72,7 @@ def send_requests(http: str, stop_at: threading.Event) -> None:
 def test_every_dashboard_panel_returns_data(
     workdir: Path, kubelet: Kubelet, tmp_path: Path
 ) -> None:
-    queries = panel_queries()
+    queries = panel_queries(DASHBOARDS)
     assert len(queries) > 40
     repo = tmp_path / "repo"
     trained_checkpoint(tmp_path / "run" / "checkpoints")
@@ -121,7 +107,7 @@ def test_every_dashboard_panel_returns_data(
     ]
     try:
         with prometheus(workdir, scrapes) as port:
-            empty = without_data(port, dict(queries), set(EMPTY_BY_DESIGN), timeout=300)
+            empty = without_data(port, queries, set(EMPTY_BY_DESIGN), timeout=300)
         # every other panel has data, and no reason above is stale: those are still empty
         assert set(empty) == set(EMPTY_BY_DESIGN), {
             k: empty[k] for k in set(empty) - set(EMPTY_BY_DESIGN)

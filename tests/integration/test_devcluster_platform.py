@@ -680,7 +680,9 @@ def test_a_field_the_server_does_not_know_is_refused_not_dropped(devcluster: Dev
 # (panel, target index) of the Queues dashboard -> why it may show nothing here (it may show
 # data too: an earlier test of this module has Kueue preempt a borrower).
 QUEUES_MAY_BE_EMPTY = {
-    ("Evictions and preemptions (last hour)", 0): "no series until Kueue evicts a workload",
+    ("queues.json", "Evictions and preemptions (last hour)", 0): (
+        "no series until Kueue evicts a workload"
+    ),
 }
 
 
@@ -709,7 +711,7 @@ def test_the_queues_dashboard_reads_kueue(lab: DevCluster, tmp_path: Path) -> No
     """A real Prometheus scrapes the running Kueue (HTTPS, a ServiceAccount token, as a cluster's
     Prometheus does) while research runs one job and has another waiting for quota: every panel
     of the Queues dashboard and the per-tenant queue rules return data (issue 14)."""
-    from tests.prometheus import prometheus, query, static, without_data
+    from tests.prometheus import panel_queries, prometheus, query, static, without_data
 
     (config,) = list(lab.dir.rglob("kueue-config.yaml"))
     kueue_metrics = yaml.safe_load(config.read_text())["metrics"]
@@ -725,16 +727,11 @@ def test_the_queues_dashboard_reads_kueue(lab: DevCluster, tmp_path: Path) -> No
     scrape = static("kueue", kueue_metrics["bindAddress"], scheme="https",
                     tls_config={"insecure_skip_verify": True},
                     authorization={"credentials_file": str(token)})  # fmt: skip
-    dashboard = json.loads((REPO / "deploy" / "grafana" / "queues.json").read_text())
-    queries = {
-        (panel["title"], i): re.sub(r"\$\{?\w+\}?", ".*", target["expr"])
-        for panel in dashboard["panels"]
-        for i, target in enumerate(panel["targets"])
-    }
-    queries[("tenant:kueue_pending_workloads:sum", 0)] = (
+    queries = panel_queries([REPO / "deploy" / "grafana" / "queues.json"])
+    queries[("rules", "tenant:kueue_pending_workloads:sum", 0)] = (
         'tenant:kueue_pending_workloads:sum{tenant="research"} > 0'
     )
-    queries[("tenant:kueue_quota_usage:ratio", 0)] = (
+    queries[("rules", "tenant:kueue_quota_usage:ratio", 0)] = (
         'tenant:kueue_quota_usage:ratio{tenant="research",resource="nvidia.com/gpu"} > 0'
     )
     try:

@@ -55,7 +55,7 @@ def build_shim(directory: Path) -> Shim | str:
         first = (done.stderr.strip().splitlines() or ["no output"])[0]
         return f"{compiler} failed: {first}"
     # Random, so that a tritonserver started without the shim could not be unlocked by a
-    # guessable key; the same length as a key, so it reads as one.
+    # guessable key.
     return Shim(library, "gpufleet-placeholder-" + secrets.token_hex(16))
 
 

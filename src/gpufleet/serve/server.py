@@ -175,9 +175,8 @@ def _restricted(triton_config: Any, token: str, shim: Shim | str) -> tuple[Any, 
     from pytriton.triton import TRITON_ACCESS_HEADER, TritonSecurityConfig
 
     if isinstance(shim, str):
-        return TritonSecurityConfig(access_token=token, restricted_endpoints=list(RESTRICTED)), (
-            triton_config
-        )
+        security = TritonSecurityConfig(access_token=token, restricted_endpoints=list(RESTRICTED))
+        return security, triton_config
     flag = f"{','.join(RESTRICTED)}:{TRITON_ACCESS_HEADER}={shim.placeholder}"
     flags = replace(triton_config, http_restricted_api=flag, grpc_restricted_protocol=flag)
     return TritonSecurityConfig(access_token=token, restricted_endpoints=[]), flags
