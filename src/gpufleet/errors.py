@@ -28,6 +28,7 @@ traceback)::
     ├── CheckpointError           checkpoint storage refused what a save needs
     │   ├── NoUsableCheckpointError   exit 4, fatal: every complete checkpoint is corrupt
     │   ├── CheckpointMismatchError   exit 2, fatal: the checkpoint is another job's or model's
+    │   ├── ReshardError              exit 2, fatal: this world size cannot split its global batch
     │   └── CheckpointStorageError    exit 6, fatal: disk full, quota, read-only, permission
     ├── NonFiniteError            exit 5, fatal: NaN/Inf loss or weights
     ├── MetricsPortError          the metrics port cannot be opened (also an OSError)
@@ -106,6 +107,14 @@ class CheckpointMismatchError(CheckpointError):
     """The newest checkpoint in the job's checkpoint directory belongs to another job, or was
     written by another model: resuming from it would train the wrong thing, or crash every
     rank on a missing key. Bad input (the spec's checkpoint.dir), exit 2."""
+
+    exit_code = EXIT_BAD_INPUT
+    fatal = True
+
+
+class ReshardError(CheckpointError):
+    """A checkpoint cannot continue at this world size: its global batch does not split over
+    the workers evenly (a changed batch would change the training). Bad input, exit 2."""
 
     exit_code = EXIT_BAD_INPUT
     fatal = True

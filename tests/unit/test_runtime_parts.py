@@ -104,13 +104,14 @@ def test_errors_gpufleet_raises_on_purpose_share_one_tree() -> None:
     assert issubclass(JobConfigError, ValueError) and issubclass(MetricsPortError, OSError)
 
 
-def test_a_batch_larger_than_a_ranks_data_is_a_job_config_error(tmp_path: Path) -> None:
+def test_a_batch_larger_than_the_data_is_a_job_config_error(tmp_path: Path) -> None:
     from gpufleet.errors import JobConfigError
     from gpufleet.runtime import Trainer, TrainerConfig
     from gpufleet.workloads import synthetic_dataset, synthetic_mlp
 
     model = synthetic_mlp(8, 16, 2)
-    with pytest.raises(JobConfigError, match="batch size 1000 is larger"):
+    want = r"global batch of 1000 \(1000 per worker\) is larger than the data \(64 samples\)"
+    with pytest.raises(JobConfigError, match=want):
         Trainer(
             model,
             synthetic_dataset(64, 8, 2, seed=0),

@@ -92,6 +92,27 @@ def test_defaults() -> None:
         ),
         ({"image": 3}, "spec.image", "valid string"),
         ({"onNonFinite": "skip"}, "spec.onNonFinite", "'fail' or 'rollback'"),
+        ({"parallelism": {"strategy": "zero3"}}, "spec.parallelism.strategy", "'ddp' or 'fsdp'"),
+        (
+            {"parallelism": {"mixedPrecision": "fp16"}},
+            "spec.parallelism.mixedPrecision",
+            "'fp32' or 'bf16'",
+        ),
+        (
+            {"parallelism": {"gradientAccumulation": 0}},
+            "spec.parallelism.gradientAccumulation",
+            ">= 1",
+        ),
+        (
+            {"parallelism": {"gradientAccumulation": 3}},
+            "spec.parallelism.gradientAccumulation",
+            "is 3, which does not divide spec.workload.batchSize 32",
+        ),
+        (
+            {"parallelism": {"strategy": "fsdp"}, "command": ["t.py"], "workload": None},
+            "spec.parallelism",
+            "applies to built-in workloads (spec.workload), not to a command",
+        ),
     ],
 )
 def test_bad_spec_field_paths(spec: dict[str, Any], want_path: str, want_text: str) -> None:
@@ -284,6 +305,21 @@ def test_a_typo_in_an_inference_service_suggests_its_own_fields() -> None:
     (error,) = info.value.errors
     assert error.path == "spec.replics"
     assert "did you mean 'replicas'?" in error.message and "checkpoint" not in error.message
+
+
+def test_parallelism_reaches_the_workers_only_when_set() -> None:
+    from gpufleet.launch.worker import job_context
+    from gpufleet.runtime.context import ENV_PARALLELISM, JobContext, ParallelismSettings
+
+    plain = job_context(validate_training_job(digits_job()), Path("/r")).to_env()
+    assert ENV_PARALLELISM not in plain  # a job without it renders as before
+    wanted = {"strategy": "fsdp", "mixedPrecision": "bf16", "activationCheckpointing": True,
+              "gradientAccumulation": 4}  # fmt: skip
+    doc = digits_job(parallelism=wanted)
+    env = job_context(validate_training_job(doc), Path("/r")).to_env()
+    assert JobContext.from_env(env).parallelism == ParallelismSettings(
+        strategy="fsdp", mixed_precision="bf16", activation_checkpointing=True,
+        gradient_accumulation=4)  # fmt: skip
 
 
 def test_cross_field_rules_use_defaults_for_absent_sections() -> None:

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from gpufleet.cli.common import Output, err_console, load_job, print_json
 from gpufleet.cli.validate import SetOption
@@ -118,9 +119,10 @@ def _progress(run_dir: Path, total: int | None) -> Iterator[None]:
 
 def _print_summary(s: RunSummary) -> None:
     color = {"Succeeded": "green", "Preempted": "yellow"}.get(s.status, "red")
-    table = Table(
-        title=f"{s.name}: [{color}]{s.status}[/]", show_header=False, title_justify="left"
-    )
+    # A Text title: err_console prints without markup (names are user input), so markup tags
+    # in a plain string would show as they are.
+    title = Text.assemble(f"{s.name}: ", (s.status, color))
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")
     rows = [
@@ -132,6 +134,7 @@ def _print_summary(s: RunSummary) -> None:
         ("resumed from step", s.resumed_from),
         ("wall time", f"{s.wall_seconds:.1f}s"),
         ("samples/s", None if s.samples_per_second is None else f"{s.samples_per_second:,.0f}"),
+        ("global batch", None if "global_batch" not in s.extra else int(s.extra["global_batch"])),
         ("checkpoint", s.checkpoint),
         ("state digest", s.state_digest),
         ("run dir", s.run_dir),

@@ -264,6 +264,7 @@ def _summarize(
         samples_per_second=result.get("samples_per_second"),
         state_digest=result.get("state_digest"),
         run_dir=str(run_dir),
+        extra={k: v for k, v in (result.get("metrics") or {}).items() if k != "accuracy"},
     )
     failed = [(i, o) for i, o in enumerate(outcomes) if o.exit_code == EXIT_FAILED]
     signalled = [o for o in outcomes if o.signal is not None]

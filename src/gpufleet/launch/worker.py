@@ -37,6 +37,7 @@ def job_context(job: TrainingJob, run_dir: Path, metrics_dir: str | None = None)
         hang_timeout=s.hang_timeout,
         output_hang_timeout=s.hang_timeout if s.command and explicit else 0.0,
         on_non_finite=s.on_non_finite,
+        parallelism=s.parallelism.settings(),
         workload=s.workload.model_dump(by_alias=True) if s.workload else {},
         metrics_dir=metrics_dir if s.metrics.port else None,
     )

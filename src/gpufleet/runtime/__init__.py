@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpufleet.runtime.checkpoint import Checkpointer, CheckpointRef
-    from gpufleet.runtime.context import CheckpointSettings, JobContext
-    from gpufleet.runtime.data import ResumableDistributedSampler
+    from gpufleet.runtime.context import CheckpointSettings, JobContext, ParallelismSettings
+    from gpufleet.runtime.data import GlobalBatchSampler, ResumableDistributedSampler
     from gpufleet.runtime.digest import state_digest
     from gpufleet.runtime.distributed import (
         DistInfo,
@@ -31,8 +31,10 @@ _WHERE = {
     "CheckpointSettings": "context",
     "Checkpointer": "checkpoint",
     "DistInfo": "distributed",
+    "GlobalBatchSampler": "data",
     "HangWatchdog": "watchdog",
     "JobContext": "context",
+    "ParallelismSettings": "context",
     "PreemptionGuard": "preemption",
     "ResumableDistributedSampler": "data",
     "TrainResult": "trainer",
@@ -53,8 +55,10 @@ __all__ = [
     "CheckpointSettings",
     "Checkpointer",
     "DistInfo",
+    "GlobalBatchSampler",
     "HangWatchdog",
     "JobContext",
+    "ParallelismSettings",
     "PreemptionGuard",
     "ResumableDistributedSampler",
     "TrainResult",

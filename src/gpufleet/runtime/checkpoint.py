@@ -430,6 +430,12 @@ class Checkpointer:
         """Load ``ref`` into ``state`` in place (collective); every key must be in it."""
         dcp_load(state, storage_reader=self._reader(ref.path), process_group=self._pg)
 
+    def has_key(self, ref: CheckpointRef, key: str) -> bool:
+        """Whether ``ref`` holds ``key`` (a flattened name, ``job.progress.step``): read from
+        its metadata, so a field added later can be left out of loading an older checkpoint."""
+        metadata = self._reader(ref.path).read_metadata()
+        return key in metadata.state_dict_metadata
+
     # ---- helpers -------------------------------------------------------------------------
     def _writer(self, path: str) -> StorageWriter:
         if self._local:

@@ -28,6 +28,11 @@ ENV_HANG_TIMEOUT = "GPUFLEET_HANG_TIMEOUT"
 # from the worker's last output or gpufleet.runtime.heartbeat() (gpufleet.runtime.watchdog).
 ENV_OUTPUT_HANG_TIMEOUT = "GPUFLEET_OUTPUT_HANG_TIMEOUT"
 ENV_WORKLOAD = "GPUFLEET_WORKLOAD"
+# spec.parallelism as JSON (ParallelismSettings): the Trainer's strategy, precision and so on.
+ENV_PARALLELISM = "GPUFLEET_PARALLELISM"
+# A directory: when set, every Trainer rank appends the sample ids of each step to
+# <dir>/rank<R>-of-<W>-restart<N>.jsonl (the proof that a resume skips and repeats nothing).
+ENV_SAMPLE_LOG = "GPUFLEET_SAMPLE_LOG"
 # spec.onNonFinite: "fail" (the default, unset) or "rollback" (gpufleet.runtime.trainer).
 ENV_ON_NON_FINITE = "GPUFLEET_ON_NON_FINITE"
 # How often one run may roll back over a non-finite loss before it fails after all: a NaN
@@ -55,6 +60,44 @@ class CheckpointSettings:
 
 CHECKPOINT_DEFAULTS = CheckpointSettings()
 
+STRATEGIES = ("ddp", "fsdp")
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelismSettings:
+    """How the Trainer spreads a model over its workers (gpufleet.runtime.parallel applies it).
+    The one home of these defaults: the spec's ``parallelism`` fields and the Trainer read them
+    from here."""
+
+    strategy: str = "ddp"  # ddp: a full replica per worker; fsdp: FSDP2, sharded per block
+    mixed_precision: str = "fp32"  # bf16: bf16 compute (and FSDP params), fp32 reduction
+    activation_checkpointing: bool = False  # recompute each block's activations in backward
+    gradient_accumulation: int = 1  # micro-batches per step and worker (splits the batch)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got "
+                             f"{self.strategy!r}")  # fmt: skip
+        if self.mixed_precision not in PRECISIONS:
+            raise ValueError(f"mixed_precision must be one of {', '.join(PRECISIONS)}, got "
+                             f"{self.mixed_precision!r}")  # fmt: skip
+        if self.gradient_accumulation < 1:
+            raise ValueError(f"gradient_accumulation must be >= 1, got "
+                             f"{self.gradient_accumulation}")  # fmt: skip
+
+    def to_json(self) -> dict[str, object]:
+        """The settings as JSON-able data (the worker environment carries it)."""
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> ParallelismSettings:
+        """Settings from ``to_json``'s output."""
+        return cls(**data)  # type: ignore[arg-type]  # validated in __post_init__
+
+
+PARALLELISM_DEFAULTS = ParallelismSettings()
+
 
 @dataclass(frozen=True, kw_only=True)
 class JobContext:
@@ -68,6 +111,8 @@ class JobContext:
     on_non_finite: str = "fail"
     workload: dict[str, object] = field(default_factory=dict)
     metrics_dir: str | None = None
+    parallelism: ParallelismSettings = PARALLELISM_DEFAULTS
+    sample_log: Path | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> JobContext:
@@ -91,6 +136,8 @@ class JobContext:
             on_non_finite=e.get(ENV_ON_NON_FINITE, "fail"),
             workload=json.loads(e.get(ENV_WORKLOAD, "{}")),
             metrics_dir=e.get(ENV_METRICS_DIR) or None,
+            parallelism=ParallelismSettings.from_json(json.loads(e.get(ENV_PARALLELISM, "{}"))),
+            sample_log=Path(e[ENV_SAMPLE_LOG]) if e.get(ENV_SAMPLE_LOG) else None,
         )
 
     @property
@@ -118,4 +165,8 @@ class JobContext:
             env[ENV_WORKLOAD] = json.dumps(self.workload, sort_keys=True)
         if self.metrics_dir:
             env[ENV_METRICS_DIR] = self.metrics_dir
+        if self.parallelism != PARALLELISM_DEFAULTS:  # a job without it renders as before
+            env[ENV_PARALLELISM] = json.dumps(self.parallelism.to_json(), sort_keys=True)
+        if self.sample_log is not None:
+            env[ENV_SAMPLE_LOG] = str(self.sample_log)
         return env

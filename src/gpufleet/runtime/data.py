@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sized
 
+import torch
 from torch.utils.data import Sampler
 from torch.utils.data.distributed import DistributedSampler
 
@@ -53,3 +54,77 @@ class ResumableDistributedSampler(Sampler[int]):
     def samples_per_epoch(self) -> int:
         """Samples this rank sees in a whole epoch."""
         return len(self._inner)
+
+
+class GlobalBatchSampler(Sampler[list[int]]):
+    """Yields this rank's micro-batches of indices, cut from one global order of the data.
+
+    Each epoch is one permutation of the whole data set (seeded by ``seed + epoch``, as
+    DistributedSampler seeds it). Step ``s`` of an epoch takes the ``global_batch`` indices at
+    ``s * global_batch``; rank ``r`` of ``W`` takes its contiguous ``global_batch / W`` of them,
+    split into ``micro_batches`` equal micro-batches. What a step trains on therefore depends
+    on the global batch only, not on the world size: the position a checkpoint keeps (epoch,
+    step in epoch) means the same samples at any world size that divides the global batch, so
+    a resume at another world size skips and repeats nothing. Drops the last partial global
+    batch of an epoch.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        global_batch: int,
+        num_replicas: int,
+        rank: int,
+        micro_batches: int = 1,
+        shuffle: bool = True,
+        seed: int = 0,
+    ) -> None:
+        share = num_replicas * micro_batches
+        if global_batch < 1 or global_batch % share:
+            raise ValueError(f"a global batch of {global_batch} does not split into "
+                             f"{num_replicas} ranks x {micro_batches} micro-batches")  # fmt: skip
+        self.size = size
+        self.global_batch = global_batch
+        self.rank_batch = global_batch // num_replicas
+        self.micro = self.rank_batch // micro_batches
+        self.rank = rank
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.start_step = 0
+        self.taken: list[int] = []  # indices yielded and not yet claimed by take()
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Whole global batches in an epoch."""
+        return self.size // self.global_batch
+
+    def set_position(self, epoch: int, step_in_epoch: int) -> None:
+        """Start at step ``step_in_epoch`` of ``epoch``."""
+        self.epoch, self.start_step = epoch, step_in_epoch
+
+    def order(self, epoch: int) -> list[int]:
+        """The global order of the data in ``epoch``."""
+        if not self.shuffle:
+            return list(range(self.size))
+        g = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.randperm(self.size, generator=g).tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = self.order(self.epoch)
+        for step in range(self.start_step, self.steps_per_epoch):
+            begin = step * self.global_batch + self.rank * self.rank_batch
+            mine = order[begin : begin + self.rank_batch]
+            for at in range(0, self.rank_batch, self.micro):
+                micro = mine[at : at + self.micro]
+                self.taken += micro
+                yield micro
+
+    def __len__(self) -> int:
+        return max(0, self.steps_per_epoch - self.start_step) * (self.rank_batch // self.micro)
+
+    def take(self) -> list[int]:
+        """The indices yielded since the last call (a step's samples, for the sample log)."""
+        out, self.taken = self.taken, []
+        return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
 import torch
 
@@ -13,8 +14,13 @@ def state_digest(module: torch.nn.Module) -> str:
     Equal digests mean bit-identical weights; DDP's ``module.`` prefix is ignored.
     """
     inner = getattr(module, "module", module)
+    return digest_of(inner.state_dict())
+
+
+def digest_of(state: Mapping[str, torch.Tensor]) -> str:
+    """``state_digest`` of a plain state dict (name to tensor)."""
     h = hashlib.sha256()
-    for name, tensor in sorted(inner.state_dict().items()):
+    for name, tensor in sorted(state.items()):
         t = tensor.detach().to("cpu").contiguous()
         h.update(name.encode())
         h.update(str(t.dtype).encode())

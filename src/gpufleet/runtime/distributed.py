@@ -72,6 +72,25 @@ def init_distributed(timeout: timedelta = timedelta(minutes=30)) -> DistInfo:
     return _info
 
 
+def ensure_process_group() -> None:
+    """A process group even for one process: FSDP2 shards over a device mesh, which needs one.
+    World size 1 gets a private in-memory store (no port, no peer), so a lone worker under
+    torchrun and a plain ``python train.py`` both work."""
+    if dist.is_initialized():
+        return
+    info = init_distributed()
+    if info.world_size != 1:  # init_distributed made one already; not reached
+        return
+    backend = "cpu:gloo,cuda:nccl" if info.device.type == "cuda" else "gloo"
+    dist.init_process_group(
+        backend=backend,
+        store=dist.HashStore(),  # type: ignore[attr-defined]  # exported at runtime
+        rank=0,
+        world_size=1,
+    )
+    atexit.register(shutdown_distributed)
+
+
 def _attempt_store(rank: int, world: int, timeout: timedelta) -> Any:
     """The rendezvous store of this restart attempt, with keys no earlier attempt wrote.
 

@@ -1,5 +1,6 @@
-"""A training loop for users who don't want to write one: DDP, checkpoints, exact resume,
-preemption and the hang watchdog, wired together."""
+"""A training loop for users who don't want to write one: DDP or FSDP2 (gpufleet.runtime.parallel),
+checkpoints, exact resume (also at another world size), preemption and the hang watchdog, wired
+together."""
 
 from __future__ import annotations
 
@@ -14,20 +15,20 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from gpufleet.errors import EXIT_PREEMPTED, JobConfigError, NonFiniteError
+from gpufleet.errors import EXIT_PREEMPTED, JobConfigError, NonFiniteError, ReshardError
 from gpufleet.runtime import faults
-from gpufleet.runtime.checkpoint import Checkpointer, model_fingerprint
-from gpufleet.runtime.context import MAX_ROLLBACKS, PREEMPTED_FILE, JobContext
-from gpufleet.runtime.data import ResumableDistributedSampler
-from gpufleet.runtime.digest import state_digest
+from gpufleet.runtime.checkpoint import Checkpointer, CheckpointRef, model_fingerprint
+from gpufleet.runtime.context import MAX_ROLLBACKS, PREEMPTED_FILE, JobContext, ParallelismSettings
+from gpufleet.runtime.data import GlobalBatchSampler
 from gpufleet.runtime.distributed import DistInfo, control_group, init_distributed
 from gpufleet.runtime.files import write_json_atomic
 from gpufleet.runtime.metrics import JobMetrics
+from gpufleet.runtime.parallel import full_state_digest, local_tensor, make_parallel, state_bytes
 from gpufleet.runtime.preemption import PreemptionGuard
 from gpufleet.runtime.rng import capture_rng, restore_rng, seed_everything
+from gpufleet.runtime.samplelog import SampleLog, attempt_id
 from gpufleet.runtime.watchdog import HangWatchdog
 
 StepFn = Callable[[torch.nn.Module, Any], torch.Tensor]
@@ -76,7 +77,8 @@ class TrainResult:
 class _Progress:
     step: int = 0
     epoch: int = 0
-    batch_in_epoch: int = 0
+    batch_in_epoch: int = 0  # steps (global batches) done in this epoch
+    global_batch: int = 0  # samples per step over all ranks, fixed by the first run
 
 
 class _JobState(Stateful):
@@ -86,6 +88,8 @@ class _JobState(Stateful):
         self.t = trainer
         # False when resuming at a world size the checkpoint has no RNG state for this rank.
         self.with_rng = True
+        # False for a checkpoint written before progress had a global batch.
+        self.with_global_batch = True
 
     def state_dict(self) -> dict[str, Any]:
         t = self.t
@@ -96,6 +100,8 @@ class _JobState(Stateful):
             "scheduler": t.scheduler.state_dict() if t.scheduler else {},
             "progress": dict(t.progress.__dict__),
         }
+        if not self.with_global_batch:
+            del state["progress"]["global_batch"]
         if self.with_rng:
             # Each rank's generators differ (seeded by rank), so each rank keeps its own key;
             # a shared key would be deduplicated by DCP and saved by one rank only.
@@ -112,17 +118,27 @@ class _JobState(Stateful):
         )
         if t.scheduler is not None:
             t.scheduler.load_state_dict(state_dict["scheduler"])
-        t.progress = _Progress(**state_dict["progress"])
+        t.progress = _Progress(**{"global_batch": 0, **state_dict["progress"]})
         if self.with_rng:
             restore_rng(state_dict[f"rng_rank{t.info.rank}"])
 
 
 class Trainer:
-    """Trains ``model`` on ``data`` with DDP and survives crashes, preemption and hangs.
+    """Trains ``model`` on ``data`` with DDP or FSDP2 and survives crashes, preemption and hangs.
 
-    Resume is exact: model, optimizer, scheduler, sampler position and every rank's RNG state
-    are checkpointed, so a run interrupted anywhere ends with the same weights, bit for bit, as
-    an uninterrupted one. Exactness needs deterministic data (``num_workers=0`` loaders here).
+    Resume is exact: model, optimizer, scheduler, data position and every rank's RNG state are
+    checkpointed, so a run interrupted anywhere ends with the same weights, bit for bit, as an
+    uninterrupted one. Exactness needs deterministic data (``num_workers=0`` loaders here).
+
+    A resume at another world size keeps the checkpoint's global batch (``batch_size`` times
+    the world size of the first run) and its position in global samples: DCP reshards model
+    and optimizer state, every step trains on the same samples as before, none is skipped or
+    seen twice. The weights then match an uninterrupted run only up to floating-point
+    reduction order (and per-rank RNG draws, such as dropout, differ): close, not bit-exact.
+
+    ``parallelism`` defaults to the job's (spec.parallelism); ``blocks`` are the modules FSDP
+    shards and activation checkpointing recomputes one by one (default:
+    gpufleet.runtime.parallel.default_blocks).
     """
 
     def __init__(
@@ -136,19 +152,21 @@ class Trainer:
         step_fn: StepFn = cross_entropy_step,
         context: JobContext | None = None,
         log: Callable[[str], None] | None = None,
+        parallelism: ParallelismSettings | None = None,
+        blocks: list[torch.nn.Module] | None = None,
     ) -> None:
         self.config = config
         self.context = context or JobContext.from_env()
+        self.settings = parallelism or self.context.parallelism
         self.info: DistInfo = init_distributed()
+        self.data = data
+        fingerprint = model_fingerprint(model)  # before any wrapping: plain parameter names
         self.model = model.to(self.info.device)
-        self.ddp: torch.nn.Module = self.model
-        if self.info.world_size > 1:
-            ids = [self.info.local_rank] if self.info.device.type == "cuda" else None
-            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
         self.optimizer = optimizer
+        self.parallel = make_parallel(self.model, optimizer, self.settings, self.info, blocks)
         self.scheduler = scheduler
         self.step_fn = step_fn
-        self.progress = _Progress()
+        self.progress = _Progress(global_batch=config.batch_size * self.info.world_size)
         # The first step whose loss was NaN/Inf on this rank (0: none), kept on the device and
         # read only at log and checkpoint steps, so healthy steps add no host sync.
         self._first_bad = torch.zeros((), dtype=torch.long, device=self.info.device)
@@ -156,29 +174,7 @@ class Trainer:
         self._skip: set[int] = set()
         self._rollbacks = 0
         self._log = log or self._print
-        self.sampler = ResumableDistributedSampler(
-            data,  # type: ignore[arg-type]
-            num_replicas=self.info.world_size,
-            rank=self.info.rank,
-            shuffle=config.shuffle,
-            seed=config.seed,
-        )
-        self.loader = DataLoader(
-            data,
-            batch_size=config.batch_size,
-            sampler=self.sampler,
-            drop_last=True,
-            num_workers=0,
-            # A private generator: creating a loader iterator draws a seed from it, and that
-            # draw must not move the global RNG a resumed run restores.
-            generator=torch.Generator().manual_seed(config.seed),
-        )
-        self.steps_per_epoch = self.sampler.samples_per_epoch() // config.batch_size
-        if self.steps_per_epoch == 0:
-            raise JobConfigError(
-                f"batch size {config.batch_size} is larger than this rank's share of the data "
-                f"({self.sampler.samples_per_epoch()} samples)"
-            )
+        self._use_global_batch(self.progress.global_batch, None)
         workload = self.context.workload.get("name")
         self.checkpointer = Checkpointer(
             self.context.checkpoint_root,
@@ -188,7 +184,7 @@ class Trainer:
             identity={
                 "job": self.context.name,
                 "workload": str(workload) if workload else type(model).__name__,
-                "model": model_fingerprint(model),
+                "model": fingerprint,
             },
         )
         self.guard = PreemptionGuard(control_group())
@@ -198,6 +194,42 @@ class Trainer:
         )
         if self.metrics is not None:
             self.checkpointer.on_commit = self.metrics.record_checkpoint
+        self._samples: SampleLog | None = None
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """What the step function calls: the DDP wrapper, or the model (FSDP2 shards it in
+        place)."""
+        return self.parallel.module
+
+    def _use_global_batch(self, global_batch: int, ref: CheckpointRef | None) -> None:
+        """Cut the data into steps of ``global_batch`` samples over this world size."""
+        world, micro = self.info.world_size, self.settings.gradient_accumulation
+        if global_batch % (world * micro):
+            raise ReshardError(_unsplittable(global_batch, world, micro, ref))
+        self.sampler = GlobalBatchSampler(
+            len(self.data),  # type: ignore[arg-type]  # a map-style data set
+            global_batch=global_batch,
+            num_replicas=world,
+            rank=self.info.rank,
+            micro_batches=micro,
+            shuffle=self.config.shuffle,
+            seed=self.config.seed,
+        )
+        self.loader = DataLoader(
+            self.data,
+            batch_sampler=self.sampler,
+            num_workers=0,
+            # A private generator: creating a loader iterator draws a seed from it, and that
+            # draw must not move the global RNG a resumed run restores.
+            generator=torch.Generator().manual_seed(self.config.seed),
+        )
+        self.steps_per_epoch = self.sampler.steps_per_epoch
+        if self.steps_per_epoch == 0:
+            raise JobConfigError(
+                f"a global batch of {global_batch} ({self.config.batch_size} per worker) is "
+                f"larger than the data ({len(self.data)} samples)"  # type: ignore[arg-type]
+            )
 
     def _print(self, msg: str) -> None:
         print(msg, file=sys.stderr if msg.startswith("gpufleet:") else sys.stdout, flush=True)
@@ -214,37 +246,35 @@ class Trainer:
         state = {"job": job}
         ref = self.checkpointer.latest()
         if ref is not None:
-            resized = ref.world_size not in (None, self.info.world_size)
-            job.with_rng = not resized or self.info.rank < (ref.world_size or 0)
-            self.checkpointer.load(ref, state)
-            job.with_rng = True
-            if resized:
-                self._log_main(
-                    f"gpufleet: checkpoint written by {ref.world_size} processes, resuming with "
-                    f"{self.info.world_size}: training continues, but not bit-exactly (data "
-                    "shards and per-rank RNG streams differ)"
-                )
-            self._log_main(f"gpufleet: resumed from step {ref.step} ({ref.path})")
+            self._resume(ref, job, state)
+        self._open_sample_log()
         self.guard.install()
         self.watchdog.start()
         self._last_ckpt = ref.path if ref else None
         self._step_seconds: list[float] = []
         last_loss: torch.Tensor | None = None
         preempted = False
+        micro = self.settings.gradient_accumulation
         try:
             mark = time.perf_counter()
             while self.progress.step < cfg.steps and not preempted:
                 p = self.progress
-                if p.batch_in_epoch >= self.steps_per_epoch:  # resumed at a larger world size
+                if p.batch_in_epoch >= self.steps_per_epoch:  # a legacy or resized position
                     p.epoch, p.batch_in_epoch = p.epoch + 1, 0
-                self.sampler.set_epoch(p.epoch, p.batch_in_epoch * cfg.batch_size)
+                self.sampler.set_position(p.epoch, p.batch_in_epoch)
+                batches: list[Any] = []
                 for batch in self.loader:
+                    batches.append(batch)
+                    if len(batches) < micro:
+                        continue
                     data_wait = time.perf_counter() - mark
+                    self._log_samples()
                     if self.progress.step + 1 in self._skip:
                         step = self.progress.step + 1
                         self._log_main(f"gpufleet: skipping the batch of step {step}")
                     else:
-                        last_loss = self._train_step(batch)
+                        last_loss = self._train_step(batches)
+                    batches = []
                     self._advance()
                     try:
                         preempted = self._step_boundary(last_loss, state)
@@ -258,7 +288,7 @@ class Trainer:
                     self._step_seconds.append(now - mark)
                     if self.metrics is not None:
                         self.metrics.record_step(
-                            self.progress.step, now - mark, data_wait, cfg.batch_size
+                            self.progress.step, now - mark, data_wait, self.sampler.rank_batch
                         )
                     mark = now
                     if preempted or self.progress.step >= cfg.steps:
@@ -270,6 +300,8 @@ class Trainer:
         finally:  # on an error the process is about to die: no collectives here
             self.watchdog.stop()
             self.guard.uninstall()
+            if self._samples is not None:
+                self._samples.close()
         step_seconds = self._step_seconds
         last_ckpt = self._last_ckpt
         result = self._result(last_loss, last_ckpt, ref.step if ref else None, step_seconds)
@@ -277,6 +309,47 @@ class Trainer:
         if preempted:
             self._finish_preempted(result)
         return result
+
+    def _resume(self, ref: CheckpointRef, job: _JobState, state: dict[str, Any]) -> None:
+        """Load ``ref``; at another world size DCP reshards model and optimizer state and the
+        data continue from the same global sample with the checkpoint's global batch."""
+        resized = ref.world_size not in (None, self.info.world_size)
+        job.with_rng = not resized or self.info.rank < (ref.world_size or 0)
+        job.with_global_batch = self.checkpointer.has_key(ref, "job.progress.global_batch")
+        self.checkpointer.load(ref, state)
+        job.with_rng = job.with_global_batch = True
+        if not self.progress.global_batch:  # written before the global batch was kept
+            self.progress.global_batch = self.config.batch_size * (
+                ref.world_size or self.info.world_size
+            )
+        if self.progress.global_batch != self.sampler.global_batch:
+            self._use_global_batch(self.progress.global_batch, ref)
+        if resized:
+            per_worker = self.progress.global_batch // self.info.world_size
+            self._log_main(
+                f"gpufleet: checkpoint written by {ref.world_size} processes, resuming with "
+                f"{self.info.world_size}: model and optimizer resharded; the global batch "
+                f"stays {self.progress.global_batch} ({per_worker} per worker) and no sample "
+                "is skipped or repeated; weights match an uninterrupted run up to reduction "
+                "order, not bit for bit"
+            )
+        self._log_main(f"gpufleet: resumed from step {ref.step} ({ref.path})")
+
+    def _open_sample_log(self) -> None:
+        """GPUFLEET_SAMPLE_LOG: every rank of this attempt logs under rank 0's attempt id."""
+        if self.context.sample_log is None:
+            return
+        box = [attempt_id() if self.info.is_main else 0]
+        if dist.is_initialized():
+            dist.broadcast_object_list(box, src=0, group=control_group())
+        self._samples = SampleLog(
+            self.context.sample_log, box[0], self.info.rank, self.info.world_size
+        )
+
+    def _log_samples(self) -> None:
+        ids = self.sampler.take()
+        if self._samples is not None:
+            self._samples.write(self.progress.step + 1, self.progress.epoch, ids)
 
     def _log_main(self, msg: str) -> None:
         if self.info.is_main:
@@ -301,30 +374,43 @@ class Trainer:
             self.watchdog.beat(step)
         return preempted
 
-    def _train_step(self, batch: Any) -> torch.Tensor:
-        batch = _to_device(batch, self.info.device)
-        self.ddp.train()
+    def _train_step(self, batches: list[Any]) -> torch.Tensor:
+        """One optimizer step over this rank's micro-batches; returns their mean loss."""
+        module, micro = self.parallel.module, len(batches)
+        module.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.step_fn(self.ddp, batch)
-        bad_batch: list[bool] = []  # the ``nan@batch=N`` fault: this batch's loss is NaN
-        faults.maybe_fire("batch", self.progress.step + 1, poison=lambda: bad_batch.append(True))
-        if bad_batch:
-            loss = loss * float("nan")
-        bad = ~torch.isfinite(loss.detach()) & (self._first_bad == 0)
+        total: torch.Tensor | None = None
+        for i, batch in enumerate(batches):
+            with self.parallel.micro_batch(last=i == micro - 1):
+                with self.parallel.compute():
+                    loss = self.step_fn(module, _to_device(batch, self.info.device))
+                if i == micro - 1 and self._bad_batch():
+                    loss = loss * float("nan")  # the ``nan@batch=N`` fault
+                # Mean over micro-batches, as one batch of their size would have it.
+                (loss / micro if micro > 1 else loss).backward()  # type: ignore[no-untyped-call]
+            part = loss.detach() / micro if micro > 1 else loss.detach()
+            total = part if total is None else total + part
+        assert total is not None  # at least one micro-batch per step
+        bad = ~torch.isfinite(total) & (self._first_bad == 0)
         self._first_bad = torch.where(bad, self.progress.step + 1, self._first_bad)
-        loss.backward()  # type: ignore[no-untyped-call]
         # An async checkpoint may still be copying the weights and optimizer state: fence here,
         # so staging overlaps forward and backward but never sees a half-updated model.
         self.checkpointer.wait_staged()
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
-        return loss.detach()
+        return total
+
+    def _bad_batch(self) -> bool:
+        """Whether the ``nan@batch=N`` fault makes this step's loss NaN."""
+        fired: list[bool] = []
+        faults.maybe_fire("batch", self.progress.step + 1, poison=lambda: fired.append(True))
+        return bool(fired)
 
     def _poison(self) -> None:
         """The ``nan`` fault: a NaN in this rank's weights (tests of the non-finite check)."""
         with torch.no_grad():
-            next(self.model.parameters()).fill_(float("nan"))
+            local_tensor(next(self.model.parameters())).fill_(float("nan"))
 
     def _check_finite(self, step: int, *, weights: bool) -> None:
         """Raise NonFiniteError on every rank when any rank saw a NaN/Inf loss since the last
@@ -332,7 +418,8 @@ class Trainer:
         with a finite loss poisons the weights one step before the loss shows it."""
         first = int(self._first_bad.item())
         if weights and first == 0:
-            params = [p.detach() for p in self.model.parameters()]
+            # This rank's shards under FSDP: every rank checks its own, the verdicts are shared.
+            params = [local_tensor(p.detach()) for p in self.model.parameters()]
             if params and not torch.isfinite(torch.nn.utils.get_total_norm(params)):
                 first = step
         seen = [first]
@@ -422,7 +509,7 @@ class Trainer:
 
     def _throughput(self, seconds: list[float]) -> float:
         total = sum(seconds)
-        samples = len(seconds) * self.config.batch_size * self.info.world_size
+        samples = len(seconds) * self.progress.global_batch
         return samples / total if total > 0 else 0.0
 
     def _result(
@@ -435,13 +522,21 @@ class Trainer:
         return TrainResult(
             steps=self.progress.step,
             final_loss=self._mean(loss) if loss is not None else None,
-            state_digest=state_digest(self.model),
+            state_digest=full_state_digest(self.model, self.parallel.fsdp),
             checkpoint=checkpoint,
             resumed_from=resumed_from,
             restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
             samples_per_second=self._throughput(seconds),
             step_seconds=seconds,
+            metrics={
+                "global_batch": float(self.progress.global_batch),
+                # This rank's share (rank 0 writes the result): 1/world of DDP's under FSDP.
+                **{f"{k}_bytes": float(v) for k, v in self._state_bytes().items()},
+            },
         )
+
+    def _state_bytes(self) -> dict[str, int]:
+        return state_bytes(self.model, self.optimizer)
 
     def write_result(self, result: TrainResult) -> None:
         """Rank 0 writes ``result.json`` into the run directory for the launcher's summary."""
@@ -464,6 +559,29 @@ class Trainer:
 
         shutdown_distributed()
         raise SystemExit(EXIT_PREEMPTED)
+
+
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def _unsplittable(global_batch: int, world: int, micro: int, ref: CheckpointRef | None) -> str:
+    """Why ``world`` workers with ``micro`` micro-batches cannot continue ``ref``, and what
+    would."""
+    written = f" (written by {_plural(ref.world_size, 'worker')})" if ref and ref.world_size else ""
+    fits = [n for n in range(1, global_batch + 1) if global_batch % (n * micro) == 0]
+    fix = (
+        f"resume with a world size among {', '.join(map(str, fits[:12]))}"
+        f"{', ...' if len(fits) > 12 else ''}"
+        if fits
+        else f"no world size can with {micro} micro-batches: set "
+        f"spec.parallelism.gradientAccumulation to a divisor of {global_batch}"
+    )
+    return (
+        f"the checkpoint of step {ref.step if ref else 0}{written} trains with a global batch "
+        f"of {global_batch} samples per step, which {_plural(world, 'worker')} x "
+        f"{_plural(micro, 'micro-batch')} cannot split evenly: {fix}"
+    ).replace("micro-batchs", "micro-batches")
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

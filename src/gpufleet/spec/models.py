@@ -23,7 +23,13 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import ErrorType
 
-from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, MAX_ROLLBACKS, CheckpointSettings
+from gpufleet.runtime.context import (
+    CHECKPOINT_DEFAULTS,
+    MAX_ROLLBACKS,
+    PARALLELISM_DEFAULTS,
+    CheckpointSettings,
+    ParallelismSettings,
+)
 from gpufleet.spec.units import parse_duration, parse_quantity
 
 API_VERSION = "gpufleet.dev/v1alpha1"
@@ -228,6 +234,12 @@ def label_problem(key: str, value: str) -> str | None:
     return None
 
 
+BATCH_SIZE_HELP = (
+    "Samples per step per process. The global batch (this x workers) is fixed by the first "
+    "run: a resume at another world size keeps the checkpoint's global batch and splits it."
+)
+
+
 class _WorkloadBase(SpecModel):
     """Fields every built-in workload has."""
 
@@ -244,9 +256,7 @@ class DigitsWorkload(_WorkloadBase):
 
     name: Literal["digits"] = Field(description="Selects this workload.")
     steps: int = Field(default=300, ge=1, le=INT32_MAX, description="Optimizer steps to train.")
-    batch_size: int = Field(
-        default=32, ge=1, le=MAX_BATCH, description="Samples per step per process."
-    )
+    batch_size: int = Field(default=32, ge=1, le=MAX_BATCH, description=BATCH_SIZE_HELP)
     lr: float = Field(default=0.05, gt=0, description="Peak learning rate (SGD, cosine decay).")
 
 
@@ -255,9 +265,7 @@ class SyntheticWorkload(_WorkloadBase):
 
     name: Literal["synthetic"] = Field(description="Selects this workload.")
     steps: int = Field(default=100, ge=1, le=INT32_MAX, description="Optimizer steps to train.")
-    batch_size: int = Field(
-        default=64, ge=1, le=MAX_BATCH, description="Samples per step per process."
-    )
+    batch_size: int = Field(default=64, ge=1, le=MAX_BATCH, description=BATCH_SIZE_HELP)
     lr: float = Field(default=0.01, gt=0, description="Learning rate (AdamW).")
     input_size: int = Field(default=256, ge=1, le=1 << 16, description="Features per sample.")
     hidden_size: int = Field(default=1024, ge=1, le=1 << 16, description="Width of hidden layers.")
@@ -320,6 +328,48 @@ class Checkpoint(SpecModel):
             every_steps=self.every_steps,
             keep=self.keep,
             async_save=self.async_save,
+        )
+
+
+class Parallelism(SpecModel):
+    """How the built-in Trainer spreads the model over the workers (docs/parallelism.md)."""
+
+    strategy: Literal["ddp", "fsdp"] = Field(
+        default=PARALLELISM_DEFAULTS.strategy,  # type: ignore[arg-type]  # one of the literals
+        description=(
+            "ddp: every worker holds the whole model (DistributedDataParallel). fsdp: FSDP2 "
+            "(fully_shard per block): parameters, gradients and optimizer state sharded over "
+            "the workers, for models that do not fit one GPU."
+        ),
+    )
+    mixed_precision: Literal["fp32", "bf16"] = Field(
+        default=PARALLELISM_DEFAULTS.mixed_precision,  # type: ignore[arg-type]
+        description=(
+            "bf16: compute in bfloat16 (fsdp: bf16 parameters in forward and backward), "
+            "gradients reduced and the optimizer stepped in fp32."
+        ),
+    )
+    activation_checkpointing: bool = Field(
+        default=PARALLELISM_DEFAULTS.activation_checkpointing,
+        description="Recompute each block's activations in backward instead of keeping them.",
+    )
+    gradient_accumulation: int = Field(
+        default=PARALLELISM_DEFAULTS.gradient_accumulation,
+        ge=1,
+        le=MAX_BATCH,
+        description=(
+            "Micro-batches per step: each worker's batch is split into this many, for less "
+            "activation memory at the same batch size (it must divide workload.batchSize)."
+        ),
+    )
+
+    def settings(self) -> ParallelismSettings:
+        """These fields as the runtime's settings."""
+        return ParallelismSettings(
+            strategy=self.strategy,
+            mixed_precision=self.mixed_precision,
+            activation_checkpointing=self.activation_checkpointing,
+            gradient_accumulation=self.gradient_accumulation,
         )
 
 
@@ -515,6 +565,13 @@ class TrainingJobSpec(CrossFieldModel):
         ),
     )
     checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpointing.")
+    parallelism: Parallelism = Field(
+        default_factory=Parallelism,
+        description=(
+            "Built-in workloads: DDP or FSDP2, bf16, activation checkpointing, gradient "
+            "accumulation. A command job's script chooses its own (Trainer(parallelism=...))."
+        ),
+    )
     max_restarts: int = Field(
         default=3,
         ge=0,
@@ -594,6 +651,7 @@ class TrainingJobSpec(CrossFieldModel):
             )
         elif has_command and has_workload:
             problems.append((("workload",), "exclusive with spec.command: set one of them"))
+        problems += _parallelism_problems(data, has_command)
         procs = raw_int(data, "procsPerNode", default=1, minimum=1)
         gpu = raw_int(data, "resources", "gpu", default=0)
         if procs and gpu and procs > gpu:
@@ -638,6 +696,33 @@ class TrainingJobSpec(CrossFieldModel):
         if self.volumes:
             out.append("volumes")
         return out
+
+
+def _parallelism_problems(data: dict[str, Any], has_command: bool) -> list[Problem]:
+    """spec.parallelism applies to the built-in Trainer: refused with a command (the script
+    may not use the Trainer, and a setting nothing applies would be silently lost), and the
+    accumulation must split the workload's batch evenly."""
+    raw = data.get("parallelism")
+    if not isinstance(raw, dict) or not raw:
+        return []
+    if has_command:
+        return [(("parallelism",), "applies to built-in workloads (spec.workload), not to a "
+                 "command: a script picks its own (gpufleet.runtime.Trainer(..., parallelism="
+                 "ParallelismSettings(strategy='fsdp')), or its own fully_shard)")]  # fmt: skip
+    accumulation = raw_int(data, "parallelism", "gradientAccumulation", default=1, minimum=1)
+    workload = data.get("workload")
+    kinds: dict[str, type[_WorkloadBase]] = {
+        "digits": DigitsWorkload,
+        "synthetic": SyntheticWorkload,
+    }
+    if accumulation and isinstance(workload, dict) and workload.get("name") in kinds:
+        default = kinds[workload["name"]].model_fields["batch_size"].default
+        batch = raw_int(data, "workload", "batchSize", default=default, minimum=1)
+        if batch and batch % accumulation:
+            return [(("parallelism", "gradientAccumulation"), f"is {accumulation}, which does "
+                     f"not divide spec.workload.batchSize {batch}: each micro-batch must have "
+                     "the same size")]  # fmt: skip
+    return []
 
 
 class TrainingJob(SpecModel):

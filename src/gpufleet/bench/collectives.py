@@ -1,0 +1,397 @@
+"""``gpufleet bench collectives``: collective bandwidth the way nccl-tests reports it.
+
+All-reduce, all-gather, reduce-scatter, broadcast and all-to-all over a size sweep, through
+``torch.distributed`` (gloo on CPU, nccl with GPUs), each result checked element by element.
+The numbers follow nccl-tests' definitions (its doc/PERFORMANCE.md), so they compare with
+nccl-tests runs and across cluster sizes:
+
+* ``size`` is the bytes of the whole buffer: an all-reduce's or broadcast's tensor, an
+  all-gather's output, a reduce-scatter's input, an all-to-all's input (all ranks' parts).
+* algorithm bandwidth ``algbw = size / time``.
+* bus bandwidth ``busbw = algbw x factor``, the traffic each link carries, comparable to the
+  hardware's peak whatever the rank count: all-reduce ``2(n-1)/n``; all-gather, reduce-scatter
+  and all-to-all ``(n-1)/n``; broadcast ``1``.
+* out-of-place and in-place where torch has both forms (all-gather: the input is this rank's
+  slice of the output; reduce-scatter: the output is this rank's slice of the input). torch's
+  all-reduce and broadcast exist in place only; all-to-all out of place only.
+
+This module is the worker (run by ``python -m gpufleet.bench.collectives`` under gpufleet's
+launcher, locally or in pods) and the pure parts the CLI shares: the sweep, the formulas, the
+table. Time is the slowest rank's mean per iteration (a collective ends when its last rank
+does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ELEMENT = 4  # bytes of a float32, the element type measured
+MIN_BYTES, MAX_BYTES = 8, 1 << 30
+
+
+@dataclass(frozen=True)
+class Op:
+    """One collective: its bus-bandwidth factor and the modes torch offers."""
+
+    name: str
+    modes: tuple[str, ...]
+
+    def bus_factor(self, n: int) -> float:
+        """busbw / algbw for ``n`` ranks (nccl-tests' doc/PERFORMANCE.md)."""
+        if self.name == "all_reduce":
+            return 2 * (n - 1) / n
+        if self.name == "broadcast":
+            return 1.0
+        return (n - 1) / n
+
+    def split(self) -> bool:
+        """Whether the buffer is cut into one part per rank (its count must divide by n)."""
+        return self.name in ("all_gather", "reduce_scatter", "all_to_all")
+
+
+OPS = {
+    op.name: op
+    for op in (
+        Op("all_reduce", ("in-place",)),
+        Op("all_gather", ("out-of-place", "in-place")),
+        Op("reduce_scatter", ("out-of-place", "in-place")),
+        Op("broadcast", ("in-place",)),
+        Op("all_to_all", ("out-of-place",)),
+    )
+}
+
+
+def sweep(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
+    """Sizes from ``min_bytes`` to ``max_bytes``, multiplying by ``factor`` (nccl-tests -f)."""
+    out, size = [], min_bytes
+    while size <= max_bytes:
+        out.append(size)
+        size *= factor
+    return out
+
+
+def elements(op: Op, size: int, n: int) -> int:
+    """Float32 elements of the whole buffer for ``size`` bytes: a multiple of ``n`` for split
+    collectives (rounded down, as nccl-tests does), at least one per rank."""
+    count = max(1, size // ELEMENT)
+    if op.split():
+        count = max(n, count - count % n)
+    return count
+
+
+def buffer_bytes(size: int, mode_count: int = 2) -> int:
+    """Memory one rank needs for ``size``: input, output and the expected result."""
+    return 3 * max(size, ELEMENT) if mode_count else size
+
+
+@dataclass
+class Row:
+    """One (op, size, mode) measured."""
+
+    op: str
+    mode: str
+    bytes: int
+    count: int
+    ranks: int
+    seconds: float
+    algbw_gbps: float
+    busbw_gbps: float
+    correct: bool
+    iterations: int
+
+
+def bandwidths(op: Op, nbytes: int, seconds: float, n: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (10^9 bytes/s, as nccl-tests prints them)."""
+    algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
+    return algbw, algbw * op.bus_factor(n)
+
+
+# ---- the worker ---------------------------------------------------------------------------
+
+
+def _fns(dist: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """all-gather and reduce-scatter into single tensors (renamed in torch 2.13)."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return gather, scatter
+
+
+class Collective:
+    """Buffers and one call of ``op`` in ``mode`` over ``count`` elements on ``device``."""
+
+    def __init__(self, op: Op, mode: str, count: int, device: Any) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.op, self.mode, self.count = op, mode, count
+        self.rank, self.n = dist.get_rank(), dist.get_world_size()
+        self.dist = dist
+        self.gather, self.scatter = _fns(dist)
+        part = count // self.n if op.split() else count
+        self.part = part
+        if op.name == "all_gather":
+            self.out = torch.zeros(count, device=device)
+            self.inp = (
+                self.out.narrow(0, self.rank * part, part)
+                if mode == "in-place"
+                else torch.zeros(part, device=device)
+            )
+        elif op.name == "reduce_scatter":
+            self.inp = torch.zeros(count, device=device)
+            self.out = (
+                self.inp.narrow(0, self.rank * part, part)
+                if mode == "in-place"
+                else torch.zeros(part, device=device)
+            )
+        elif op.name == "all_to_all":
+            self.inp, self.out = (
+                torch.zeros(count, device=device),
+                torch.zeros(count, device=device),
+            )
+        else:
+            self.inp = self.out = torch.zeros(count, device=device)
+
+    def __call__(self) -> None:
+        name, d = self.op.name, self.dist
+        if name == "all_reduce":
+            d.all_reduce(self.inp)
+        elif name == "broadcast":
+            d.broadcast(self.inp, src=0)
+        elif name == "all_gather":
+            self.gather(self.out, self.inp)
+        elif name == "reduce_scatter":
+            self.scatter(self.out, self.inp)
+        else:
+            d.all_to_all_single(self.out, self.inp)
+
+    def check(self) -> bool:
+        """Fill the input with a per-rank pattern of small integers (exact in float32 sums),
+        run once, compare the output with what the collective must give."""
+        import torch
+
+        n, r, part = self.n, self.rank, self.part
+        idx = torch.arange(self.inp.numel(), device=self.inp.device, dtype=torch.float32)
+
+        def pattern(rank: int, at: torch.Tensor) -> torch.Tensor:
+            return (at % 13) + rank * 17 + 1
+
+        name = self.op.name
+        if name == "all_gather":
+            self.out.zero_()
+            self.inp.copy_(pattern(r, idx))
+            want = pattern_parts(pattern, n, part, self.inp.device)
+        elif name == "reduce_scatter":
+            full = torch.arange(self.count, device=self.inp.device, dtype=torch.float32)
+            self.inp.copy_(pattern(r, full))
+            want = sum(pattern(k, full) for k in range(n)).narrow(0, r * part, part)  # type: ignore[union-attr]
+        elif name == "all_to_all":
+            self.inp.copy_(pattern(r, idx))
+            mine = torch.arange(
+                r * part, (r + 1) * part, device=self.inp.device, dtype=torch.float32
+            )
+            want = torch.cat([pattern(k, mine) for k in range(n)])
+        elif name == "broadcast":
+            self.inp.copy_(pattern(r, idx))
+            want = pattern(0, idx)
+        else:
+            self.inp.copy_(pattern(r, idx))
+            want = sum(pattern(k, idx) for k in range(n))
+        self()
+        _sync(self.inp.device)
+        ok = bool(torch.equal(self.out, want))
+        self.inp.zero_()
+        self.out.zero_()
+        return ok
+
+
+def pattern_parts(pattern: Callable[..., Any], n: int, part: int, device: Any) -> Any:
+    """An all-gather's expected output: rank k's pattern over its own ``part`` elements."""
+    import torch
+
+    idx = torch.arange(part, device=device, dtype=torch.float32)
+    return torch.cat([pattern(k, idx) for k in range(n)])
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if getattr(device, "type", "cpu") == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _slowest(value: float, device: Any) -> float:
+    """The largest ``value`` over all ranks."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def time_calls(
+    fn: Callable[[], None], device: Any, *, min_seconds: float, max_iters: int, warmup: int = 1
+) -> tuple[float, int]:
+    """Mean seconds per call of ``fn`` (the slowest rank's) and the iterations timed: after
+    ``warmup`` calls, as many as fill ``min_seconds`` by the warm-up's pace, agreed by all
+    ranks, between 1 and ``max_iters``."""
+    import torch.distributed as dist
+
+    started = time.perf_counter()
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    pace = _slowest((time.perf_counter() - started) / max(1, warmup), device)
+    iters = int(max(1, min(max_iters, min_seconds / pace if pace > 0 else max_iters)))
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    _sync(device)
+    return _slowest((time.perf_counter() - started) / iters, device), iters
+
+
+def measure(
+    op: Op, mode: str, size: int, device: Any, *, min_seconds: float, max_iters: int
+) -> Row:
+    """Check, then time, one (op, mode, size)."""
+    import torch.distributed as dist
+
+    n = dist.get_world_size()
+    count = elements(op, size, n)
+    coll = Collective(op, mode, count, device)
+    correct = coll.check()
+    seconds, iters = time_calls(coll, device, min_seconds=min_seconds, max_iters=max_iters)
+    nbytes = count * ELEMENT
+    algbw, busbw = bandwidths(op, nbytes, seconds, n)
+    ok = _slowest(0.0 if correct else 1.0, device) == 0.0  # wrong on any rank: wrong
+    return Row(op.name, mode, nbytes, count, n, seconds, algbw, busbw, ok, iters)
+
+
+def run_sweep(
+    ops: list[str],
+    sizes: list[int],
+    *,
+    min_seconds: float,
+    max_iters: int,
+    log: Callable[[str], None] | None = None,
+) -> list[Row]:
+    """Every op, mode and size, in that order; the process group must be up."""
+    from gpufleet.runtime.distributed import init_distributed
+
+    device = init_distributed().device
+    rows = []
+    for name in ops:
+        op = OPS[name]
+        for mode in op.modes:
+            for size in sizes:
+                row = measure(op, mode, size, device, min_seconds=min_seconds, max_iters=max_iters)
+                rows.append(row)
+                if log is not None:
+                    log(format_row(row))
+    return rows
+
+
+# ---- output -------------------------------------------------------------------------------
+
+HEADER = (
+    f"{'op':<15}{'mode':<13}{'size':>10}{'count':>12}{'time us':>12}{'algbw GB/s':>12}"
+    f"{'busbw GB/s':>12}  check"
+)
+
+
+def human_bytes(n: int) -> str:
+    """8 B, 4 KiB, 1 MiB, 1 GiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def format_row(r: Row) -> str:
+    """One line of the table."""
+    return (
+        f"{r.op:<15}{r.mode:<13}{human_bytes(r.bytes):>10}{r.count:>12}"
+        f"{r.seconds * 1e6:>12.1f}{r.algbw_gbps:>12.3f}{r.busbw_gbps:>12.3f}  "
+        f"{'ok' if r.correct else 'WRONG'}"
+    )
+
+
+def plot(rows: list[Row], path: Path, title: str) -> None:
+    """Bus bandwidth against size, one line per (op, mode), log-log: the PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    keys = sorted({(r.op, r.mode) for r in rows})
+    for op, mode in keys:
+        mine = [r for r in rows if (r.op, r.mode) == (op, mode)]
+        ax.plot(
+            [r.bytes for r in mine],
+            [r.busbw_gbps for r in mine],
+            marker="o",
+            markersize=3,
+            label=f"{op} ({mode})",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---- the worker's entry point -------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sweep in this worker; rank 0 prints the table and writes the JSON result
+    (``--out``, else ``$GPUFLEET_RUN_DIR/collectives.json``)."""
+    parser = argparse.ArgumentParser(prog="python -m gpufleet.bench.collectives")
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--min-bytes", type=int, default=MIN_BYTES)
+    parser.add_argument("--max-bytes", type=int, default=MAX_BYTES)
+    parser.add_argument("--factor", type=int, default=2)
+    parser.add_argument("--min-seconds", type=float, default=0.2)
+    parser.add_argument("--max-iters", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    from gpufleet.runtime.distributed import ensure_process_group, init_distributed
+    from gpufleet.runtime.files import write_json_atomic
+
+    info = init_distributed()
+    ensure_process_group()
+    log = print if info.is_main else None
+    if log:
+        log(HEADER)
+    rows = run_sweep(
+        args.ops.split(","),
+        sweep(args.min_bytes, args.max_bytes, args.factor),
+        min_seconds=args.min_seconds,
+        max_iters=args.max_iters,
+        log=log,
+    )
+    if info.is_main:
+        out = args.out or Path(os.environ.get("GPUFLEET_RUN_DIR", ".")) / "collectives.json"
+        write_json_atomic(
+            out,
+            {"ranks": info.world_size, "backend": info.backend, "rows": [asdict(r) for r in rows]},
+        )
+    return 0 if all(r.correct for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""A benchmark as a TrainingJob: the worker command swapped into a spec that already says
+where and how wide to run (image, volumes, queue, nodes), or a plain local one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.spec.loader import validate_training_job
+from gpufleet.spec.models import TrainingJob
+
+
+def local_job(name: str, *, nodes: int, procs_per_node: int, gpus: int) -> TrainingJob:
+    """A job that runs on this machine only: no image, no volumes."""
+    doc: dict[str, Any] = {
+        "apiVersion": "gpufleet.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "command": ["-m", "placeholder"],
+            "nodes": nodes,
+            "procsPerNode": procs_per_node,
+            "resources": {"gpu": gpus},
+        },
+    }
+    return validate_training_job(doc)
+
+
+def bench_job(base: TrainingJob, name: str, module: str, args: list[str]) -> TrainingJob:
+    """``base`` running ``python -m module args`` instead of its own command or workload: no
+    restarts (a benchmark restarted halfway measures nothing), no parallelism settings."""
+    spec = base.spec.model_copy(
+        update={
+            "command": ["-m", module, *args],
+            "workload": None,
+            "parallelism": type(base.spec.parallelism)(),
+            "max_restarts": 0,
+            "hang_timeout": 0.0,  # a 1 GiB all-to-all on CPU may take minutes per size
+        }
+    )
+    metadata = base.metadata.model_copy(update={"name": name})
+    return base.model_copy(update={"spec": spec, "metadata": metadata})

@@ -1,0 +1,112 @@
+"""Cluster benchmarks through the CLI: real worker processes under gpufleet's launcher."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.bench.collectives import OPS
+from tests.conftest import cluster_job, run_cli, write_spec
+
+
+def test_collectives_measure_and_check_every_op_mode_and_size(workdir: Path) -> None:
+    out = workdir / "res"
+    proc = run_cli(
+        "bench",
+        "collectives",
+        "--quick",
+        "--max-bytes",
+        "64KiB",
+        "--outdir",
+        str(out),
+        "-o",
+        "json",
+        cwd=workdir,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)  # stdout holds the JSON alone
+    assert result == json.loads((out / "collectives.json").read_text())
+    assert (out / "collectives.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = result["rows"]
+    want = {(o, m, 8 << k) for o in OPS for m in OPS[o].modes for k in range(14)}
+    assert {(r["op"], r["mode"], 8 << k) for r in rows for k in range(14)
+            if r["bytes"] == 8 << k} == want  # fmt: skip  # every op, mode and size
+    assert result["ranks"] == 2 and result["backend"] == "gloo"
+    for r in rows:
+        assert r["correct"], r
+        factor = OPS[r["op"]].bus_factor(2)
+        assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["seconds"] / 1e9)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * factor)
+    system = result["system"]
+    assert system["cores"] and system["torch"] and system["gpus"] == []
+
+
+def test_collectives_print_a_table(workdir: Path) -> None:
+    proc = run_cli(
+        "bench",
+        "collectives",
+        "--quick",
+        "--ops",
+        "all_reduce",
+        "--max-bytes",
+        "1KiB",
+        "--outdir",
+        str(workdir / "res"),
+        cwd=workdir,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].split()[:4] == ["op", "mode", "size", "count"]
+    assert [ln.split()[:4] for ln in lines[1:]] == [
+        ["all_reduce", "in-place", str(8 << k), "B"] for k in range(7)
+    ] + [["all_reduce", "in-place", "1", "KiB"]]
+    assert all(ln.endswith("ok") for ln in lines[1:])
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        (["--max-bytes", "4TiB"], "--max-bytes: must be a size like 8, 64KiB, 1MiB or 1GiB"),
+        (["--max-bytes", "512GiB"], "--max-bytes: 512 GiB needs about 2048 GiB per rank"),
+        (["--ops", "all_reduce,gossip"], "--ops: unknown gossip; choose from all_reduce"),
+        (["--min-bytes", "1MiB", "--max-bytes", "1KiB"], "--min-bytes: 1 MiB is above"),
+        (["--procs", "0"], "--procs: Input should be greater than or equal to 1"),
+        (["--render", "job"], "--render: needs --spec"),
+    ],
+)
+def test_collectives_bad_input_is_one_error_and_exit_2(
+    workdir: Path, args: list[str], want: str
+) -> None:
+    proc = run_cli("bench", "collectives", *args, "--outdir", str(workdir / "res"), cwd=workdir)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()  # the CLI's field-error shape, no traceback
+    assert len(lines) == 2 and lines[0] == "error: 1 error", proc.stderr
+    assert lines[1].startswith(f"  - {want}"), proc.stderr
+    assert not (workdir / "res").exists() and not (workdir / ".gpufleet").exists()
+
+
+def test_collectives_render_as_the_specs_cluster_job(workdir: Path) -> None:
+    spec = write_spec(workdir, cluster_job(nodes=4, procsPerNode=8, resources={"gpu": 8}))
+    proc = run_cli(
+        "bench",
+        "collectives",
+        "--spec",
+        str(spec),
+        "--render",
+        "jobset",
+        "--ops",
+        "all_reduce",
+        cwd=workdir,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    objects = list(yaml.safe_load_all(proc.stdout))
+    jobset = next(o for o in objects if o["kind"] == "JobSet")
+    assert jobset["metadata"]["name"] == "train-collectives"
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    command = " ".join(pod["containers"][0]["command"] + pod["containers"][0].get("args", []))
+    assert "-m gpufleet.bench.collectives --ops all_reduce" in command
+    assert "--max-bytes 1073741824" in command  # the full sweep: memory is the nodes' to judge
+    assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 4
