@@ -72,7 +72,7 @@ def run(
     spec = wd / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(doc))
     proc = subprocess.run(
-        [sys.executable, "-m", "gpufleet", "run", str(spec), "--fresh", "-o", "json"],
+        [sys.executable, "-m", "gpufleet.cli.main", "run", str(spec), "--fresh", "-o", "json"],
         cwd=wd,
         capture_output=True,
         text=True,

@@ -110,3 +110,52 @@ def test_collectives_render_as_the_specs_cluster_job(workdir: Path) -> None:
     assert "-m gpufleet.bench.collectives --ops all_reduce" in command
     assert "--max-bytes 1073741824" in command  # the full sweep: memory is the nodes' to judge
     assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 4
+
+
+def test_scaling_measures_splits_and_predicts(workdir: Path) -> None:
+    out = workdir / "res"
+    proc = run_cli("bench", "scaling", "--quick", "--outdir", str(out), "-o", "json", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert (out / "scaling.png").read_bytes()[:4] == b"\x89PNG"
+    points = {(p["mode"], p["world"]): p for p in result["points"]}
+    assert set(points) == {(m, w) for m in ("strong", "weak") for w in (1, 2)}
+    assert points["strong", 2]["global_batch"] == points["strong", 1]["global_batch"] == 256
+    assert points["weak", 2]["global_batch"] == 2 * points["weak", 1]["global_batch"]
+    for (mode, world), p in points.items():
+        one = points[mode, 1]
+        assert p["efficiency"] == pytest.approx(
+            p["samples_per_second"] / (world * one["samples_per_second"])
+        )
+        assert p["compute_seconds"] > 0 and p["data_seconds"] > 0  # (timed apart: noise may
+        # put a 1-worker compute above its step)
+        parts = p["compute_seconds"] + p["data_seconds"] + p["communication_seconds"]
+        assert parts == pytest.approx(p["step_seconds"]) or p["communication_seconds"] == 0
+    analysis = result["analysis"]
+    assert analysis["link"]["bandwidth_gbps"] > 0 and analysis["link"]["alpha_seconds"] >= 0
+    for mode in ("strong", "weak"):
+        m = analysis["modes"][mode]
+        assert [c["world"] for c in m["checks"]] == [1, 2]
+        assert m["checks"][0]["predicted"] == pytest.approx(1.0)
+        assert set(m["predicted"]) == {"here", "nvlink", "infiniband-hdr", "25gbe"}
+        assert all(0 < e <= 1 for effs in m["predicted"].values() for e in effs.values())
+    assert result["system"]["torch"]
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        (["--workers", "2,4"], "--workers: must include 1"),
+        (["--workers", "1,two"], "--workers: must be comma-separated numbers"),
+        (["--mode", "sideways"], "--mode: must be strong, weak or both"),
+        (["--batch", "255"], "--batch: strong scaling splits the global batch 255 over 2"),
+    ],
+)
+def test_scaling_bad_input_is_one_error_and_exit_2(
+    workdir: Path, args: list[str], want: str
+) -> None:
+    proc = run_cli("bench", "scaling", *args, "--outdir", str(workdir / "res"), cwd=workdir)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[1].startswith(f"  - {want}"), proc.stderr
+    assert not (workdir / "res").exists() and not (workdir / ".gpufleet").exists()

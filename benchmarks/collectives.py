@@ -1,0 +1,173 @@
+"""`gpufleet bench collectives` against a bare torch.distributed loop, in the same run.
+
+    python benchmarks/collectives.py [--rounds 5] [--max-bytes 64MiB] [--procs 2]
+
+For each collective (all-reduce, all-gather, reduce-scatter, broadcast, all-to-all; out of
+place where torch has it) and each size from 1 MiB up, one process group measures the bus
+bandwidth twice per round: with gpufleet's ``measure()`` (what the CLI runs: the check, then
+the timed loop) and with a bare loop (the torch call in a ``for``, timed the same way), the
+two in alternating order. The ratio ours/bare, median over rounds, must be >= 0.97 at every
+size: the benchmark adds nothing to what it measures. Also writes the CLI's own table (gloo
+here, nccl with GPUs). Writes benchmarks/results/collectives_<hardware>_<date>.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+BOUND = 0.97
+
+
+def bare_busbw(op_name: str, count: int, iters: int, device: Any) -> float:
+    """The plainest timing of one collective: buffers, one warm-up, a barrier, ``iters``
+    calls, the slowest rank's mean; busbw with the same formula."""
+    import torch
+    import torch.distributed as dist
+
+    from gpufleet.bench.collectives import ELEMENT, OPS, _fns, bandwidths
+
+    n = dist.get_world_size()
+    gather, scatter = _fns(dist)
+    part = count // n
+    a = torch.zeros(count, device=device)
+    b = torch.zeros(part if op_name == "all_gather" else count, device=device)
+    small = torch.zeros(part, device=device)
+    call = {
+        "all_reduce": lambda: dist.all_reduce(a),
+        "broadcast": lambda: dist.broadcast(a, src=0),
+        "all_gather": lambda: gather(a, b),
+        "reduce_scatter": lambda: scatter(small, a),
+        "all_to_all": lambda: dist.all_to_all_single(b, a),
+    }[op_name]
+    call()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(iters):
+        call()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = torch.tensor([(time.perf_counter() - started) / iters], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bandwidths(OPS[op_name], count * ELEMENT, float(t.item()), n)[1]
+
+
+def worker(args: argparse.Namespace) -> None:
+    from gpufleet.bench.collectives import OPS, elements, measure, sweep
+    from gpufleet.runtime.distributed import init_distributed
+
+    info = init_distributed()
+    sizes = sweep(1 << 20, args.max_bytes)
+    samples: dict[str, list[dict[str, float]]] = {}
+    for r in range(args.rounds):
+        for name, op in OPS.items():
+            mode = op.modes[0]
+            for i, size in enumerate(sizes):
+                count = elements(op, size, info.world_size)
+                ours_first = (r + i) % 2 == 0
+                bare = None
+                if not ours_first:
+                    bare = bare_busbw(name, count, args.iters, info.device)
+                row = measure(op, mode, size, info.device, min_seconds=args.min_seconds,
+                              max_iters=args.iters)  # fmt: skip
+                if ours_first:
+                    bare = bare_busbw(name, count, row.iterations, info.device)
+                assert bare is not None and row.correct
+                samples.setdefault(f"{name}/{mode}/{size}", []).append(
+                    {"ours": row.busbw_gbps, "bare": bare, "iters": row.iterations}
+                )
+        if info.is_main:
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    if info.is_main:
+        Path(args.out).write_text(json.dumps({"ranks": info.world_size,
+                                              "backend": info.backend, "samples": samples}))  # fmt: skip
+
+
+def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for key, runs in data["samples"].items():
+        op, mode, size = key.split("/")
+        ratios = [s["ours"] / s["bare"] for s in runs if s["bare"] > 0]
+        rows.append({
+            "op": op, "mode": mode, "bytes": int(size),
+            "ours_busbw_gbps": statistics.median(s["ours"] for s in runs),
+            "bare_busbw_gbps": statistics.median(s["bare"] for s in runs),
+            "ratio": statistics.median(ratios),
+            "ratio_min_round": min(ratios),
+        })  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max-bytes", type=int, default=64 << 20)
+    parser.add_argument("--procs", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--min-seconds", type=float, default=1.0)
+    parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    from common import environment, result_path
+
+    from gpufleet.bench.collectives import human_bytes
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "samples.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={args.procs}", __file__, "--worker", "--out", str(out),
+               "--rounds", str(args.rounds), "--max-bytes", str(args.max_bytes),
+               "--iters", str(args.iters), "--min-seconds", str(args.min_seconds)]  # fmt: skip
+        subprocess.run(cmd, check=True)
+        data = json.loads(out.read_text())
+    rows = summarize(data)
+    worst = min(r["ratio"] for r in rows)
+    env = environment()
+    path = result_path("collectives")
+    config = {k: v for k, v in vars(args).items() if k not in ("worker", "out")}
+    path.with_suffix(".json").write_text(json.dumps(
+        {"environment": env, "config": config, "ranks": data["ranks"],
+         "backend": data["backend"], "rows": rows, "worst_ratio": worst}, indent=2) + "\n")  # fmt: skip
+    lines = [
+        "# Collectives: `gpufleet bench collectives` vs a bare torch.distributed loop",
+        "",
+        f"`python benchmarks/collectives.py --rounds {args.rounds} --max-bytes "
+        f"{args.max_bytes}`: {data['ranks']} ranks, {data['backend']}; each size measured by "
+        "gpufleet's `measure()` and by a bare loop, alternating, same iterations; medians over "
+        "rounds. busbw as nccl-tests defines it.",
+        "",
+        "| op | mode | size | gpufleet busbw GB/s | bare busbw GB/s | ratio (median) | worst round |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *[f"| {r['op']} | {r['mode']} | {human_bytes(r['bytes'])} | {r['ours_busbw_gbps']:.3f} | "
+          f"{r['bare_busbw_gbps']:.3f} | {r['ratio']:.3f} | {r['ratio_min_round']:.3f} |"
+          for r in rows],  # fmt: skip
+        "",
+        f"Worst median ratio over all sizes >= 1 MiB: **{worst:.3f}** (bound {BOUND}: "
+        f"{'met' if worst >= BOUND else 'NOT met'}).",
+        "",
+        "## Environment",
+        "",
+        *[f"- {k}: {v}" for k, v in env.items()],
+        "",
+    ]
+    path.write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

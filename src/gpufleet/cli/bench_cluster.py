@@ -1,0 +1,331 @@
+"""``gpufleet bench collectives`` and ``gpufleet bench scaling``: cluster benchmarks run as
+gpufleet jobs (gpufleet.bench), here on loopback or rendered for a cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from gpufleet.cli.common import Output, err_console, fail
+from gpufleet.errors import EXIT_FAILED, FieldError, UserInputError
+from gpufleet.spec import TrainingJob
+
+# gpufleet.bench.collectives.OPS's names (that module imports torch lazily, but this one
+# stays light for the CLI's start).
+_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+SIZE_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def _bad(option: str, message: str) -> NoReturn:
+    """Exit 2 with ``option: message``, the CLI's field-error shape."""
+    fail(UserInputError([FieldError(option, message)]))
+
+
+def parse_size(text: str, option: str) -> int:
+    """``8``, ``64KiB``, ``1MiB``, ``1GiB`` as bytes; exit 2 naming ``option`` otherwise."""
+    match = re.fullmatch(r"\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*", text)
+    if not match or int(match.group(1)) < 1:
+        _bad(option, f"must be a size like 8, 64KiB, 1MiB or 1GiB, got {text!r}")
+    return int(match.group(1)) * SIZE_UNITS[match.group(2) or ""]
+
+
+def memory_per_rank() -> tuple[int, str]:
+    """Bytes one local rank may use for buffers, and of what: free GPU memory, or this
+    machine's available memory shared by the local ranks (the caller divides)."""
+    import psutil
+
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            free, _ = torch.cuda.mem_get_info(0)
+            return int(free), "free GPU memory"
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    return int(psutil.virtual_memory().available), "available memory"
+
+
+def collectives(
+    procs: Annotated[int, typer.Option(help="Worker processes per node.")] = 2,
+    nodes: Annotated[int, typer.Option(help="Nodes (elastic agents; on loopback here).")] = 1,
+    ops: Annotated[str, typer.Option(help="Comma-separated: " + ", ".join(_OPS))] = ",".join(_OPS),
+    min_bytes: Annotated[str, typer.Option(help="Smallest size (8, 4KiB, 1MiB).")] = "8",
+    max_bytes: Annotated[
+        str | None,
+        typer.Option(help="Largest size (default 1GiB, lowered to what memory holds)."),
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="Smoke run: 8 B to 1 MiB, few iterations (seconds).")
+    ] = False,
+    spec: Annotated[
+        Path | None,
+        typer.Option(
+            help="A TrainingJob whose nodes, resources, image and volumes to use "
+            "(its command is replaced by the benchmark)."
+        ),
+    ] = None,
+    render: Annotated[
+        str | None,
+        typer.Option(
+            help="Print the cluster objects for this target (job, jobset, "
+            "pytorchjob, ...) instead of running here; needs --spec."
+        ),
+    ] = None,
+    outdir: Annotated[
+        Path, typer.Option(help="Where collectives.json and collectives.png go.")
+    ] = Path("bench-results/collectives"),
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+) -> None:
+    """Collective bandwidth (nccl-tests' algbw and busbw), every result checked; exit 1 if any
+    result is wrong."""
+    from gpufleet.bench.collectives import MAX_BYTES, human_bytes, sweep
+
+    wanted = [o.strip() for o in ops.split(",") if o.strip()]
+    unknown = [o for o in wanted if o not in _OPS]
+    if unknown or not wanted:
+        _bad("--ops", f"unknown {', '.join(unknown) or 'empty'}; choose from {', '.join(_OPS)}")
+    low = parse_size(min_bytes, "--min-bytes")
+    high = parse_size(max_bytes, "--max-bytes") if max_bytes else (1 << 20 if quick else MAX_BYTES)
+    if low > high:
+        _bad("--min-bytes", f"{human_bytes(low)} is above --max-bytes {human_bytes(high)}")
+    if render is not None and spec is None:
+        _bad(
+            "--render",
+            "needs --spec: a TrainingJob that can run on the cluster (image, nodes, resources)",
+        )
+    base = _bench_base(spec, nodes, procs)
+    if render is None:
+        high = _fit_memory(high, base.spec.procs_per_node, explicit=max_bytes is not None)
+    args = ["--ops", ",".join(wanted), "--min-bytes", str(low), "--max-bytes", str(high)]
+    if quick:
+        args += ["--min-seconds", "0.02", "--max-iters", "5"]
+    from gpufleet.bench.jobs import bench_job
+
+    job = bench_job(
+        base,
+        f"{base.metadata.name}-collectives" if spec else "collectives",
+        "gpufleet.bench.collectives",
+        args,
+    )
+    if render is not None:
+        _print_rendered(job, render)
+        return
+    sizes = sweep(low, high)
+    err_console.print(
+        f"collectives: {', '.join(wanted)} from {human_bytes(sizes[0])} to "
+        f"{human_bytes(sizes[-1])} on {base.spec.world_size} ranks"
+    )
+    _run_collectives(job, outdir, output)
+
+
+def _bench_base(spec: Path | None, nodes: int, procs: int) -> TrainingJob:
+    from gpufleet.bench.jobs import local_job
+    from gpufleet.cli.common import load_job
+
+    if spec is not None:
+        return load_job(str(spec), None)
+    try:
+        import torch
+
+        gpus = procs if torch.cuda.is_available() else 0
+    except ImportError:  # pragma: no cover
+        gpus = 0
+    try:
+        return local_job("collectives", nodes=nodes, procs_per_node=procs, gpus=gpus)
+    except UserInputError as exc:  # --procs 0 and the like, with the spec's words
+        fail(UserInputError([FieldError(_flag(e.path), e.message) for e in exc.errors]))
+
+
+def _flag(path: str) -> str:
+    return {"spec.procsPerNode": "--procs", "spec.nodes": "--nodes"}.get(path, path)
+
+
+def _fit_memory(high: int, local_ranks: int, *, explicit: bool) -> int:
+    """The largest size whose buffers (input, output and the expected result, about 4x the
+    size) fit every local rank in 80% of memory; an explicit --max-bytes that does not is
+    refused before anything starts."""
+    from gpufleet.bench.collectives import human_bytes
+
+    free, what = memory_per_rank()
+    share = int(free * 0.8) // (1 if what.startswith("free GPU") else local_ranks)
+    fits = high
+    while fits > 8 and 4 * fits > share:
+        fits //= 2
+    if fits == high:
+        return high
+    if explicit:
+        _bad(
+            "--max-bytes",
+            f"{human_bytes(high)} needs about "
+            f"{human_bytes(4 * high)} per rank, {local_ranks} ranks here, and only "
+            f"{share / 2**20:.0f} MiB per rank of {what} is left: use --max-bytes "
+            f"{human_bytes(fits)} or less",
+        )
+    err_console.print(
+        f"note: sizes stop at {human_bytes(fits)}: larger ones do not fit "
+        f"{what} ({local_ranks} local ranks)"
+    )
+    return fits
+
+
+def _print_rendered(job: TrainingJob, target: str) -> None:
+    import yaml
+
+    from gpufleet.render import TARGETS, render
+
+    if target not in TARGETS:
+        _bad("--render", f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
+    try:
+        objects = render(job, target)
+    except UserInputError as exc:
+        fail(exc)
+    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
+
+
+def _run_collectives(job: TrainingJob, outdir: Path, output: Output) -> None:
+    from gpufleet.bench.collectives import Row, format_row, plot
+    from gpufleet.cli.common import print_json
+    from gpufleet.launch.local import run_local
+    from gpufleet.runtime.files import read_json, write_json_atomic
+
+    # Workers' live output goes to stderr; stdout holds only the table or the JSON.
+    with contextlib.redirect_stdout(sys.stderr):
+        summary = run_local(job, fresh=True)
+    data = read_json(Path(summary.run_dir) / "collectives.json")
+    if not data:
+        err_console.print(f"collectives failed ({summary.status}): {summary.message or ''}")
+        raise typer.Exit(summary.exit_code or EXIT_FAILED)
+    rows = [Row(**r) for r in data["rows"]]
+    outdir.mkdir(parents=True, exist_ok=True)
+    from gpufleet.bench.system import describe
+
+    result = {**data, "system": describe()}
+    write_json_atomic(outdir / "collectives.json", result)
+    try:
+        plot(rows, outdir / "collectives.png", f"busbw, {data['ranks']} ranks, {data['backend']}")
+    except ImportError:
+        err_console.print("note: no plot: pip install 'gpufleet[bench]' for matplotlib")
+    if output == Output.json:
+        print_json(result)
+    else:
+        from gpufleet.bench.collectives import HEADER
+
+        print(HEADER)
+        for row in rows:
+            print(format_row(row))
+        err_console.print(f"results: {outdir}/collectives.json, collectives.png")
+    if not all(r.correct for r in rows):
+        wrong = sum(not r.correct for r in rows)
+        err_console.print(f"error: {wrong} result(s) were wrong")
+        raise typer.Exit(EXIT_FAILED)
+
+
+def scaling(
+    workers: Annotated[
+        str, typer.Option(help="World sizes to measure, comma-separated; must include 1.")
+    ] = "1,2",
+    mode: Annotated[str, typer.Option(help="strong, weak or both.")] = "both",
+    batch: Annotated[
+        int, typer.Option(help="Strong: the global batch; weak: the batch per worker.")
+    ] = 256,
+    steps: Annotated[int, typer.Option(help="Timed steps per world size and kind.")] = 20,
+    quick: Annotated[bool, typer.Option(help="Smoke run: few steps, a small model.")] = False,
+    outdir: Annotated[Path, typer.Option(help="Where scaling.json and scaling.png go.")] = Path(
+        "bench-results/scaling"
+    ),
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+) -> None:
+    """Strong and weak scaling of DDP training (synthetic MLP): efficiency, the step split into
+    compute, communication and data, and predicted efficiency at 4-64 workers on this link,
+    NVLink, InfiniBand HDR and 25 GbE (alpha-beta model, checked at every measured point)."""
+    sizes = _world_sizes(workers)
+    modes = {"both": ["strong", "weak"], "strong": ["strong"], "weak": ["weak"]}.get(mode)
+    if modes is None:
+        _bad("--mode", f"must be strong, weak or both, got {mode!r}")
+    if batch < 1 or steps < 1:
+        _bad("--batch" if batch < 1 else "--steps", "must be at least 1")
+    for n in sizes:
+        if modes and "strong" in modes and batch % n:
+            _bad(
+                "--batch",
+                f"strong scaling splits the global batch {batch} over {n} "
+                f"workers: use a batch divisible by {max(sizes)}",
+            )
+    model = ["--input-size", "64", "--hidden-size", "256", "--layers", "2"] if quick else []
+    args = [
+        "--batch",
+        str(batch),
+        "--steps",
+        str(3 if quick else steps),
+        "--warmup",
+        "1" if quick else "4",
+        *model,
+    ]
+    from gpufleet.bench.jobs import bench_job, local_job
+    from gpufleet.bench.scaling import Point, analyze, plot, table
+    from gpufleet.launch.local import run_local
+    from gpufleet.runtime.files import read_json, write_json_atomic
+
+    points: list[Point] = []
+    allreduce = None
+    for m in modes or []:
+        for n in sizes:
+            fit = ["--fit"] if n == max(sizes) else []
+            base = local_job("scaling", nodes=1, procs_per_node=n, gpus=0)
+            job = bench_job(
+                base, f"scaling-{m}-{n}", "gpufleet.bench.scaling", [*args, "--mode", m, *fit]
+            )
+            err_console.print(f"scaling: {m}, {n} worker(s)")
+            with contextlib.redirect_stdout(sys.stderr):
+                summary = run_local(job, fresh=True)
+            data = read_json(Path(summary.run_dir) / "scaling.json")
+            if not data:
+                err_console.print(
+                    f"scaling failed at {n} workers ({summary.status}): {summary.message or ''}"
+                )
+                raise typer.Exit(summary.exit_code or EXIT_FAILED)
+            points.append(Point(**data["point"]))
+            allreduce = data.get("allreduce") or allreduce
+    analysis = analyze(points, allreduce)
+    from dataclasses import asdict
+
+    from gpufleet.bench.system import describe
+
+    result = {
+        "points": [asdict(p) for p in points],
+        "analysis": analysis,
+        "allreduce": allreduce,
+        "system": describe(),
+    }
+    outdir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(outdir / "scaling.json", result)
+    try:
+        plot(points, analysis, outdir / "scaling.png")
+    except ImportError:
+        err_console.print("note: no plot: pip install 'gpufleet[bench]' for matplotlib")
+    if output == Output.json:
+        from gpufleet.cli.common import print_json
+
+        print_json(result)
+    else:
+        print("\n".join(table(points, analysis)))
+        err_console.print(f"results: {outdir}/scaling.json, scaling.png")
+
+
+def _world_sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        _bad("--workers", f"must be comma-separated numbers like 1,2,4, got {text!r}")
+    if not sizes or sizes[0] != 1 or sizes[-1] > 1024:
+        _bad(
+            "--workers",
+            f"must include 1 (efficiency is relative to one worker) and stay "
+            f"within 1..1024, got {text!r}",
+        )
+    return sizes
