@@ -79,8 +79,9 @@ def worker(args: argparse.Namespace) -> None:
                 bare = None
                 if not ours_first:
                     bare = bare_busbw(name, count, args.iters, info.device)
-                row = measure(op, mode, size, info.device, min_seconds=args.min_seconds,
-                              max_iters=args.iters)  # fmt: skip
+                row = measure(
+                    op, mode, size, info.device, min_seconds=args.min_seconds, max_iters=args.iters
+                )
                 if ours_first:
                     bare = bare_busbw(name, count, row.iterations, info.device)
                 assert bare is not None and row.correct
@@ -90,8 +91,9 @@ def worker(args: argparse.Namespace) -> None:
         if info.is_main:
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     if info.is_main:
-        Path(args.out).write_text(json.dumps({"ranks": info.world_size,
-                                              "backend": info.backend, "samples": samples}))  # fmt: skip
+        Path(args.out).write_text(
+            json.dumps({"ranks": info.world_size, "backend": info.backend, "samples": samples})
+        )
 
 
 def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -99,13 +101,17 @@ def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
     for key, runs in data["samples"].items():
         op, mode, size = key.split("/")
         ratios = [s["ours"] / s["bare"] for s in runs if s["bare"] > 0]
-        rows.append({
-            "op": op, "mode": mode, "bytes": int(size),
-            "ours_busbw_gbps": statistics.median(s["ours"] for s in runs),
-            "bare_busbw_gbps": statistics.median(s["bare"] for s in runs),
-            "ratio": statistics.median(ratios),
-            "ratio_min_round": min(ratios),
-        })  # fmt: skip
+        rows.append(
+            {
+                "op": op,
+                "mode": mode,
+                "bytes": int(size),
+                "ours_busbw_gbps": statistics.median(s["ours"] for s in runs),
+                "bare_busbw_gbps": statistics.median(s["bare"] for s in runs),
+                "ratio": statistics.median(ratios),
+                "ratio_min_round": min(ratios),
+            }
+        )
     return rows
 
 
@@ -128,10 +134,25 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "samples.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={args.procs}", __file__, "--worker", "--out", str(out),
-               "--rounds", str(args.rounds), "--max-bytes", str(args.max_bytes),
-               "--iters", str(args.iters), "--min-seconds", str(args.min_seconds)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={args.procs}",
+            __file__,
+            "--worker",
+            "--out",
+            str(out),
+            "--rounds",
+            str(args.rounds),
+            "--max-bytes",
+            str(args.max_bytes),
+            "--iters",
+            str(args.iters),
+            "--min-seconds",
+            str(args.min_seconds),
+        ]
         subprocess.run(cmd, check=True)
         data = json.loads(out.read_text())
     rows = summarize(data)
@@ -139,9 +160,20 @@ def main() -> None:
     env = environment()
     path = result_path("collectives")
     config = {k: v for k, v in vars(args).items() if k not in ("worker", "out")}
-    path.with_suffix(".json").write_text(json.dumps(
-        {"environment": env, "config": config, "ranks": data["ranks"],
-         "backend": data["backend"], "rows": rows, "worst_ratio": worst}, indent=2) + "\n")  # fmt: skip
+    path.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "environment": env,
+                "config": config,
+                "ranks": data["ranks"],
+                "backend": data["backend"],
+                "rows": rows,
+                "worst_ratio": worst,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     lines = [
         "# Collectives: `gpufleet bench collectives` vs a bare torch.distributed loop",
         "",
@@ -150,11 +182,14 @@ def main() -> None:
         "gpufleet's `measure()` and by a bare loop, alternating, same iterations; medians over "
         "rounds. busbw as nccl-tests defines it.",
         "",
-        "| op | mode | size | gpufleet busbw GB/s | bare busbw GB/s | ratio (median) | worst round |",
+        "| op | mode | size | gpufleet busbw GB/s | bare busbw GB/s | ratio (median) "
+        "| worst round |",
         "| --- | --- | --- | --- | --- | --- | --- |",
-        *[f"| {r['op']} | {r['mode']} | {human_bytes(r['bytes'])} | {r['ours_busbw_gbps']:.3f} | "
-          f"{r['bare_busbw_gbps']:.3f} | {r['ratio']:.3f} | {r['ratio_min_round']:.3f} |"
-          for r in rows],  # fmt: skip
+        *[
+            f"| {r['op']} | {r['mode']} | {human_bytes(r['bytes'])} | {r['ours_busbw_gbps']:.3f} | "
+            f"{r['bare_busbw_gbps']:.3f} | {r['ratio']:.3f} | {r['ratio_min_round']:.3f} |"
+            for r in rows
+        ],
         "",
         f"Worst median ratio over all sizes >= 1 MiB: **{worst:.3f}** (bound {BOUND}: "
         f"{'met' if worst >= BOUND else 'NOT met'}).",
