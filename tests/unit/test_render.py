@@ -316,8 +316,9 @@ def test_a_trainjob_refuses_what_its_runtime_patches_cannot_carry() -> None:
     """Kubeflow Trainer v2.2's runtimePatches have no grace period and no container ports (its
     CRD refused both on the local control plane): a longer grace period than the runtime's
     30 s would cut the preemption checkpoint, a metrics port no PodMonitor could find."""
-    doc = cluster_job(nodes=2, metrics={"port": 9090, "podMonitor": True},
-                      preemption={"gracePeriod": "45s"})  # fmt: skip
+    doc = cluster_job(
+        nodes=2, metrics={"port": 9090, "podMonitor": True}, preemption={"gracePeriod": "45s"}
+    )
     with pytest.raises(UserInputError) as refused:
         render(validate_training_job(doc), "trainjob")
     errors = {e.path: e.message for e in refused.value.errors}
@@ -346,9 +347,11 @@ def test_the_pod_monitor_finds_a_named_port_on_every_target(target: str) -> None
     selector = monitor["spec"]["selector"]["matchLabels"]
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     selected = [
-        t for o in objects for t in pod_templates(o)
+        t
+        for o in objects
+        for t in pod_templates(o)
         if selector.items() <= (t.get("metadata", {}).get("labels") or {}).items()
-    ]  # fmt: skip
+    ]
     assert selected, "the PodMonitor selects no pod template"
     for template in selected:
         ports = [p for c in template["spec"]["containers"] for p in c.get("ports", [])]
@@ -380,3 +383,34 @@ def test_mpirun_keeps_the_operators_ssh_connection_attempts() -> None:
     command = launcher["containers"][0]["command"]
     rsh = command[command.index("plm_rsh_args") + 1]
     assert "-o ConnectionAttempts=10" in rsh and "-p 2222" in rsh
+
+
+@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob"])
+def test_an_elastic_node_range_renders_where_the_engine_has_one(target: str) -> None:
+    """spec.minNodes: torchrun's --nnodes MIN:MAX in every pod, PyTorchJob's elasticPolicy; the
+    Trainer resumes on whatever world size the group re-forms with (tests/chaos)."""
+    job = validate_training_job(cluster_job(nodes=4, minNodes=2))
+    objects = render(job, target)
+    assert_valid(objects)
+    commands = [c["command"] for o in objects for c in containers_of(o).values()]
+    assert commands and all("--nnodes=2:4" in c for c in commands)
+    if target == "pytorchjob":
+        assert objects[0]["spec"]["elasticPolicy"] == {
+            "minReplicas": 2,
+            "maxReplicas": 4,
+            "rdzvBackend": "c10d",
+            "maxRestarts": 2,
+        }
+    fixed = render(validate_training_job(cluster_job(nodes=4, minNodes=4)), target)
+    assert all("--nnodes=4" in c["command"] for o in fixed for c in containers_of(o).values())
+    assert "elasticPolicy" not in fixed[0].get("spec", {})
+
+
+@pytest.mark.parametrize("target", ["trainjob", "mpijob", "volcano"])
+def test_targets_without_an_elastic_range_refuse_min_nodes(target: str) -> None:
+    job = validate_training_job(cluster_job(nodes=4, minNodes=2))
+    with pytest.raises(UserInputError) as info:
+        render(job, target)
+    errors = {e.path: e.message for e in info.value.errors}
+    assert errors["spec.minNodes"].startswith(f"target {target} has no elastic node range")
+    assert info.value.exit_code == EXIT_BAD_INPUT

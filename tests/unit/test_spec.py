@@ -108,6 +108,8 @@ def test_defaults() -> None:
             "spec.parallelism.gradientAccumulation",
             "is 3, which does not divide spec.workload.batchSize 32",
         ),
+        ({"nodes": 2, "minNodes": 3}, "spec.minNodes", "is 3, more than spec.nodes 2"),
+        ({"minNodes": 0}, "spec.minNodes", ">= 1"),
         (
             {"parallelism": {"strategy": "fsdp"}, "command": ["t.py"], "workload": None},
             "spec.parallelism",

@@ -67,6 +67,10 @@ def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldErr
         )
     if target == "trainjob":
         errors += _trainjob_errors(job)
+    if s.min_nodes is not None and s.min_nodes != s.nodes and target in NOT_ELASTIC:
+        errors.append(FieldError("spec.minNodes", f"target {target} has no elastic node range "
+                                 f"({NOT_ELASTIC[target]}): remove spec.minNodes, or use target "
+                                 "job, jobset or pytorchjob"))  # fmt: skip
     gpu = s.resources.gpu
     if gpu and gpu % s.procs_per_node:
         errors.append(
@@ -76,6 +80,14 @@ def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldErr
             )
         )
     return errors
+
+
+# Targets whose controller fixes the number of pods for the job's life.
+NOT_ELASTIC = {
+    "trainjob": "Kubeflow Trainer's numNodes is fixed",
+    "mpijob": "MPI's hostfile is written once, at launch",
+    "volcano": "a gang of exactly minAvailable pods",
+}
 
 
 # A TrainJob's pods get their runtime's grace period: torch-distributed sets none, so

@@ -99,6 +99,13 @@ def gpu_placement(r: Resources) -> Obj:
     return out
 
 
+def nnodes(job: TrainingJob) -> str:
+    """torchrun's ``--nnodes``: ``N``, or ``MIN:MAX`` for an elastic range (spec.minNodes)."""
+    s = job.spec
+    low = s.min_nodes
+    return f"{low}:{s.nodes}" if low is not None and low != s.nodes else str(s.nodes)
+
+
 def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
     """``python -m torch.distributed.run`` with c10d rendezvous, then the worker entry point."""
     s = job.spec
@@ -107,7 +114,7 @@ def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
         "-m",
         POD_LAUNCHER,  # torchrun, plus job metrics and gpufleet's exit codes
         f"--shutdown-timeout={math.ceil(s.preemption.grace_period)}",
-        f"--nnodes={s.nodes}",
+        f"--nnodes={nnodes(job)}",
         f"--nproc-per-node={s.procs_per_node}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={where.rdzv_host}:{RDZV_PORT}",

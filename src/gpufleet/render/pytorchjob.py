@@ -10,6 +10,22 @@ from gpufleet.render.podspec import METRICS_PORT_NAME, RDZV_PORT, WorkerPod, pod
 from gpufleet.spec.models import TrainingJob
 
 
+def elastic_policy(job: TrainingJob) -> Obj:
+    """``elasticPolicy`` for an elastic range (spec.minNodes): the operator then lets the
+    Worker count move within it (an HPA or a person scaling replicas), and the pods' torchrun
+    (``--nnodes MIN:MAX``) re-forms the group; the Trainer resumes on the new world size."""
+    s = job.spec
+    if s.min_nodes is None or s.min_nodes == s.nodes:
+        return {}
+    policy: Obj = {
+        "minReplicas": s.min_nodes,
+        "maxReplicas": s.nodes,
+        "rdzvBackend": "c10d",
+        "maxRestarts": s.max_restarts,
+    }
+    return {"elasticPolicy": policy}
+
+
 def render_pytorchjob(job: TrainingJob) -> list[Obj]:
     """One PyTorchJob for ``job``: ``nodes`` Workers and no Master, one pod per node.
 
@@ -48,6 +64,7 @@ def render_pytorchjob(job: TrainingJob) -> list[Obj]:
             "spec": {
                 "nprocPerNode": str(s.procs_per_node),
                 "runPolicy": kubeflow_run_policy(job, "None"),
+                **elastic_policy(job),
                 "pytorchReplicaSpecs": replicas,
             },
         }

@@ -542,6 +542,16 @@ class TrainingJobSpec(CrossFieldModel):
         le=MAX_NODES,
         description=f"Nodes (elastic agents); at most {MAX_NODES} (an Indexed Job's limit).",
     )
+    min_nodes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_NODES,
+        description=(
+            "Elastic: the job goes on with as few as this many nodes (torchrun --nnodes "
+            "minNodes:nodes), resuming on the new world size from its checkpoint. Targets job, "
+            "jobset and pytorchjob (elasticPolicy); `gpufleet run` starts spec.nodes agents."
+        ),
+    )
     procs_per_node: int = Field(
         default=1, ge=1, le=MAX_PROCS_PER_NODE, description="Worker processes per node."
     )
@@ -652,6 +662,11 @@ class TrainingJobSpec(CrossFieldModel):
         elif has_command and has_workload:
             problems.append((("workload",), "exclusive with spec.command: set one of them"))
         problems += _parallelism_problems(data, has_command)
+        nodes = raw_int(data, "nodes", default=1, minimum=1)
+        low = raw_int(data, "minNodes", default=0, minimum=1)
+        if nodes and low and low > nodes:
+            problems.append((("minNodes",), f"is {low}, more than spec.nodes {nodes} (the most "
+                             "nodes): an elastic range is minNodes..nodes"))  # fmt: skip
         procs = raw_int(data, "procsPerNode", default=1, minimum=1)
         gpu = raw_int(data, "resources", "gpu", default=0)
         if procs and gpu and procs > gpu:
@@ -691,7 +706,8 @@ class TrainingJobSpec(CrossFieldModel):
 
     def cluster_only_fields(self) -> list[str]:
         """Names of set fields the local backend ignores."""
-        names = [("image", self.image), ("queue", self.queue), ("priority", self.priority)]
+        names = [("image", self.image), ("queue", self.queue), ("priority", self.priority),
+                 ("minNodes", self.min_nodes)]  # fmt: skip
         out = [n for n, v in names if v is not None]
         if self.volumes:
             out.append("volumes")
