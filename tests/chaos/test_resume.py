@@ -41,13 +41,23 @@ RNG = random.Random(SEED)
 STEPS = 40
 
 
+def straight_run(
+    factory: pytest.TempPathFactory,
+    where: str,
+    doc: dict[str, Any],
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The summary of an uninterrupted run of ``doc`` in a fresh directory named ``where``."""
+    wd = factory.mktemp(where)
+    proc = run_cli("run", str(write_spec(wd, doc)), "-o", "json", cwd=wd, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return summary_of(proc)
+
+
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The uninterrupted run every chaos case must reproduce."""
-    wd = tmp_path_factory.mktemp("baseline")
-    proc = run_cli("run", str(write_spec(wd, digits_job("straight"))), "-o", "json", cwd=wd)
-    assert proc.returncode == 0, proc.stderr
-    s = summary_of(proc)
+    s = straight_run(tmp_path_factory, "baseline", digits_job("straight"))
     assert s["steps"] == STEPS and s["restarts"] == 0 and s["state_digest"]
     return s
 
@@ -59,11 +69,8 @@ LONG_WORKLOAD = {"name": "digits", "steps": LONG_STEPS, "batchSize": 32, "logEve
 @pytest.fixture(scope="module")
 def long_baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """An uninterrupted run long enough (seconds) to be interrupted from outside reliably."""
-    wd = tmp_path_factory.mktemp("long-baseline")
-    spec = write_spec(wd, digits_job("long", workload=LONG_WORKLOAD))
-    proc = run_cli("run", str(spec), "-o", "json", cwd=wd)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return summary_of(proc)
+    doc = digits_job("long", workload=LONG_WORKLOAD)
+    return straight_run(tmp_path_factory, "long-baseline", doc)
 
 
 def rank_logs(workdir: Path, name: str) -> str:
@@ -229,13 +236,13 @@ def straight_runs(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     def get(strategy: str, procs: int) -> tuple[dict[str, Any], Path]:
         if (strategy, procs) not in made:
-            wd = tmp_path_factory.mktemp(f"straight-{strategy}-{procs}")
-            env = cli_env()
-            env["GPUFLEET_SAMPLE_LOG"] = str(wd / "samples")
-            spec = write_spec(wd, resize_job("straight", strategy, procs))
-            proc = run_cli("run", str(spec), "-o", "json", cwd=wd, env=env)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            made[strategy, procs] = summary_of(proc), wd / "samples"
+            samples = tmp_path_factory.mktemp(f"samples-{strategy}-{procs}")
+            env = {**cli_env(), "GPUFLEET_SAMPLE_LOG": str(samples)}
+            doc = resize_job("straight", strategy, procs)
+            made[strategy, procs] = (
+                straight_run(tmp_path_factory, f"straight-{strategy}-{procs}", doc, env),
+                samples,
+            )
         return made[strategy, procs]
 
     return get
@@ -304,11 +311,8 @@ FSDP_FULL = {"strategy": "fsdp", "mixedPrecision": "bf16", "activationCheckpoint
 
 @pytest.fixture(scope="module")
 def fsdp_baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    wd = tmp_path_factory.mktemp("fsdp-baseline")
-    spec = write_spec(wd, digits_job("straight", parallelism=FSDP_FULL))
-    proc = run_cli("run", str(spec), "-o", "json", cwd=wd)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return summary_of(proc)
+    doc = digits_job("straight", parallelism=FSDP_FULL)
+    return straight_run(tmp_path_factory, "fsdp-baseline", doc)
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])

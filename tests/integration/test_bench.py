@@ -66,28 +66,6 @@ def test_collectives_print_a_table(workdir: Path) -> None:
     assert all(ln.endswith("ok") for ln in lines[1:])
 
 
-@pytest.mark.parametrize(
-    ("args", "want"),
-    [
-        (["--max-bytes", "4TiB"], "--max-bytes: must be a size like 8, 64KiB, 1MiB or 1GiB"),
-        (["--max-bytes", "512GiB"], "--max-bytes: 512 GiB needs about 2048 GiB per rank"),
-        (["--ops", "all_reduce,gossip"], "--ops: unknown gossip; choose from all_reduce"),
-        (["--min-bytes", "1MiB", "--max-bytes", "1KiB"], "--min-bytes: 1 MiB is above"),
-        (["--procs", "0"], "--procs: Input should be greater than or equal to 1"),
-        (["--render", "job"], "--render: needs --spec"),
-    ],
-)
-def test_collectives_bad_input_is_one_error_and_exit_2(
-    workdir: Path, args: list[str], want: str
-) -> None:
-    proc = run_cli("bench", "collectives", *args, "--outdir", str(workdir / "res"), cwd=workdir)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()  # the CLI's field-error shape, no traceback
-    assert len(lines) == 2 and lines[0] == "error: 1 error", proc.stderr
-    assert lines[1].startswith(f"  - {want}"), proc.stderr
-    assert not (workdir / "res").exists() and not (workdir / ".gpufleet").exists()
-
-
 def test_collectives_render_as_the_specs_cluster_job(workdir: Path) -> None:
     spec = write_spec(workdir, cluster_job(nodes=4, procsPerNode=8, resources={"gpu": 8}))
     proc = run_cli(
@@ -143,19 +121,54 @@ def test_scaling_measures_splits_and_predicts(workdir: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "want"),
+    ("command", "args", "want"),
     [
-        (["--workers", "2,4"], "--workers: must include 1"),
-        (["--workers", "1,two"], "--workers: must be comma-separated numbers"),
-        (["--mode", "sideways"], "--mode: must be strong, weak or both"),
-        (["--batch", "255"], "--batch: strong scaling splits the global batch 255 over 2"),
+        ("collectives", ["--max-bytes", "4TiB"], "--max-bytes: must be a size like 8, 64KiB"),
+        ("collectives", ["--max-bytes", "512GiB"], "--max-bytes: 512 GiB needs about 2048 GiB"),
+        ("collectives", ["--ops", "all_reduce,gossip"], "--ops: unknown gossip; choose from"),
+        ("collectives", ["--min-bytes", "1MiB", "--max-bytes", "1KiB"], "--min-bytes: 1 MiB is"),
+        ("collectives", ["--procs", "0"], "--procs: Input should be greater than or equal to 1"),
+        ("collectives", ["--render", "job"], "--render: needs --spec"),
+        ("scaling", ["--workers", "2,4"], "--workers: must include 1"),
+        ("scaling", ["--workers", "1,two"], "--workers: must be comma-separated numbers"),
+        ("scaling", ["--mode", "sideways"], "--mode: must be strong, weak or both"),
+        ("scaling", ["--batch", "255"], "--batch: strong scaling splits the global batch 255"),
+        (
+            "coordinated",
+            ["--urls", "h:1", "--model", "m", "--scenario", "Sideways"],
+            "--scenario: 'Sideways': one of SingleStream, Server, Offline",
+        ),
+        (
+            "coordinated",
+            ["--urls", "h:1", "--model", "m", "--scenario", "Server"],
+            "--target-qps: required for the Server scenario",
+        ),
+        ("coordinated", ["--urls", ",", "--model", "m"], "--urls: give at least one endpoint"),
+        ("coordinated", ["--urls", "h:1", "--model", "m", "--render", "job"], "--render: needs"),
     ],
 )
-def test_scaling_bad_input_is_one_error_and_exit_2(
-    workdir: Path, args: list[str], want: str
+def test_bad_input_is_one_error_and_exit_2_with_nothing_written(
+    workdir: Path, command: str, args: list[str], want: str
 ) -> None:
-    proc = run_cli("bench", "scaling", *args, "--outdir", str(workdir / "res"), cwd=workdir)
+    proc = run_cli("bench", command, *args, "--outdir", str(workdir / "res"), cwd=workdir)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 2 and lines[1].startswith(f"  - {want}"), proc.stderr
+    lines = proc.stderr.strip().splitlines()  # the CLI's field-error shape, no traceback
+    assert len(lines) == 2 and lines[0] == "error: 1 error", proc.stderr
+    assert lines[1].startswith(f"  - {want}"), proc.stderr
     assert not (workdir / "res").exists() and not (workdir / ".gpufleet").exists()
+
+
+def test_coordinated_renders_one_pod_per_node_writing_to_the_shared_volume(workdir: Path) -> None:
+    spec = write_spec(workdir, cluster_job(nodes=3, procsPerNode=1))
+    urls = "triton-0.triton:8001,triton-1.triton:8001,triton-2.triton:8001"
+    args = ["--urls", urls, "--model", "digits", "--scenario", "Server", "--target-qps", "100"]
+    proc = run_cli("bench", "coordinated", "--spec", str(spec), "--render", "job", *args,
+                   cwd=workdir)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    objects = list(yaml.safe_load_all(proc.stdout))
+    job = next(o for o in objects if o["kind"] == "Job")
+    assert job["metadata"]["name"] == "train-coordinated"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
+    command = " ".join(job["spec"]["template"]["spec"]["containers"][0]["command"])
+    assert "-m gpufleet.bench.coordinated --urls " + urls in command
+    assert "--outdir /ckpt/run/coordinated" in command  # the spec's checkpoint volume

@@ -617,3 +617,42 @@ def test_cli_serve_exits_non_zero_when_triton_dies(served: Served, tmp_path: Pat
         if proc.poll() is None:
             proc.kill()
             proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "extra", "rate_key"),
+    [("Offline", [], "samples_per_second"), ("Server", ["--target-qps", "40"], "scheduled_qps")],
+)
+def test_coordinated_loadgen_runs_on_every_node_at_once_and_merges(
+    served: Served, tmp_path: Path, scenario: str, extra: list[str], rate_key: str
+) -> None:
+    """Two "nodes" on loopback (two agents, one rendezvous), node 0 on Triton's gRPC endpoint
+    and node 1 on its HTTP one: both run LoadGen from the same start line, rank 0 gathers and
+    merges; every node's own LoadGen logs are kept."""
+    out = tmp_path / "res"
+    urls = f"{served.endpoints.grpc},{served.endpoints.http}"
+    args = ["--urls", urls, "--model", MODEL, "--scenario", scenario, *extra, "--quick"]
+    proc = subprocess.run(
+        gpufleet_cmd("bench", "coordinated", *args, "--outdir", str(out), "-o", "json"),
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    merged = json.loads(proc.stdout)
+    nodes, agg = merged["nodes"], merged["aggregate"]
+    assert [n["node"] for n in nodes] == [0, 1]
+    assert [n["url"] for n in nodes] == [served.endpoints.grpc, served.endpoints.http]
+    assert all(n["valid"] and n["errors"] == 0 and n["queries"] > 0 for n in nodes)
+    assert agg["valid"] and agg["nodes"] == 2 and agg["rate_key"] == rate_key
+    assert agg["aggregate_rate"] == pytest.approx(sum(n[rate_key] for n in nodes))
+    assert agg["queries"] == sum(n["queries"] for n in nodes)
+    assert agg["worst_latency_ms"]["p99"] == max(n["latency_ms"]["p99"] for n in nodes)
+    assert agg["start_skew_seconds"] >= 0
+    for n in nodes:
+        assert (out / f"node-{n['node']}" / "mlperf_log_summary.txt").is_file()
+        assert n["system"]["torch"] and n["system"]["cores"]
+    if scenario == "Server":
+        assert agg["aggregate_rate"] == pytest.approx(80, rel=0.05)  # 2 nodes x 40 scheduled

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.cli.bench_cluster import collectives, scaling
+from gpufleet.cli.bench_cluster import collectives, coordinated, scaling
 from gpufleet.cli.common import Output, err_console, fail
 from gpufleet.errors import EXIT_FAILED, UserInputError
 from gpufleet.serve.loadgen.settings import BenchConfig
@@ -112,3 +112,4 @@ def inference(
 
 bench.command()(collectives)
 bench.command()(scaling)
+bench.command()(coordinated)

@@ -7,7 +7,7 @@ import contextlib
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -329,3 +329,132 @@ def _world_sizes(text: str) -> list[int]:
             f"within 1..1024, got {text!r}",
         )
     return sizes
+
+
+def coordinated(
+    urls: Annotated[
+        str,
+        typer.Option(
+            help="Each node's Open Inference Protocol endpoint, comma-separated "
+            "(host:port for gRPC, http://host:port); node i uses entry i."
+        ),
+    ],
+    model: Annotated[str, typer.Option(help="The model every node queries.")],
+    scenario: Annotated[str, typer.Option(help="SingleStream, Server or Offline.")] = "Offline",
+    target_qps: Annotated[
+        float | None, typer.Option(help="Per node. Server: the scheduled rate (required).")
+    ] = None,
+    latency_ms: Annotated[float, typer.Option(help="Server: the p99 bound in ms.")] = 100.0,
+    duration: Annotated[float, typer.Option(help="Minimum run time per node, seconds.")] = 60.0,
+    nodes: Annotated[
+        int | None, typer.Option(help="Nodes (default: one per URL); on loopback here.")
+    ] = None,
+    quick: Annotated[bool, typer.Option(help="At most 2 s per node (smoke).")] = False,
+    spec: Annotated[
+        Path | None, typer.Option(help="A TrainingJob giving image, volumes and queue.")
+    ] = None,
+    render: Annotated[
+        str | None, typer.Option(help="Print the cluster objects for this target; needs --spec.")
+    ] = None,
+    outdir: Annotated[
+        Path, typer.Option(help="Where coordinated.json and each node's logs go.")
+    ] = Path("bench-results/coordinated"),
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+) -> None:
+    """MLPerf LoadGen on every node at once (started together at the rendezvous), merged per
+    scenario with per-node rows; exit 1 unless every node is VALID."""
+    from gpufleet.serve.loadgen.settings import BenchConfig
+
+    endpoints = [u.strip() for u in urls.split(",") if u.strip()]
+    if not endpoints:
+        _bad("--urls", "give at least one endpoint")
+    count = nodes or len(endpoints)
+    errors = BenchConfig(
+        url=endpoints[0],
+        model=model,
+        scenario=scenario,
+        target_qps=target_qps,
+        latency_ms=latency_ms,
+        duration=duration,
+    ).errors()
+    if errors:
+        fail(UserInputError(errors))
+    if render is not None and spec is None:
+        _bad("--render", "needs --spec: a TrainingJob that can run on the cluster")
+    base = _bench_base(spec, count, 1)
+    if spec is not None and base.spec.checkpoint.dir and "://" not in base.spec.checkpoint.dir:
+        results = f"{base.spec.checkpoint.dir.rstrip('/')}/coordinated"  # the shared volume
+    else:
+        results = str(outdir.resolve())
+    args = [
+        "--urls",
+        ",".join(endpoints),
+        "--model",
+        model,
+        "--scenario",
+        scenario,
+        "--latency-ms",
+        str(latency_ms),
+        "--duration",
+        str(duration),
+        "--outdir",
+        results,
+    ]
+    if target_qps is not None:
+        args += ["--target-qps", str(target_qps)]
+    if quick:
+        args.append("--quick")
+    from gpufleet.bench.jobs import bench_job
+
+    name = f"{base.metadata.name}-coordinated" if spec else "coordinated"
+    job = bench_job(base, name, "gpufleet.bench.coordinated", args)
+    if render is not None:
+        _print_rendered(job, render)
+        return
+    from gpufleet.launch.local import run_local
+    from gpufleet.runtime.files import read_json
+
+    err_console.print(f"coordinated: LoadGen {scenario} on {count} node(s) at once")
+    with contextlib.redirect_stdout(sys.stderr):
+        summary = run_local(job, fresh=True)
+    merged = read_json(outdir / "coordinated.json")
+    if not merged:
+        err_console.print(f"coordinated run failed ({summary.status}): {summary.message or ''}")
+        raise typer.Exit(summary.exit_code or EXIT_FAILED)
+    if output == Output.json:
+        from gpufleet.cli.common import print_json
+
+        print_json(merged)
+    else:
+        print("\n".join(coordinated_table(merged)))
+    if not merged["aggregate"]["valid"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def coordinated_table(merged: dict[str, object]) -> list[str]:
+    """Per-node rows and the aggregate, as text lines."""
+    agg: dict[str, Any] = merged["aggregate"]  # type: ignore[assignment]
+    nodes: list[dict[str, Any]] = merged["nodes"]  # type: ignore[assignment]
+    key = agg["rate_key"]
+    unit = "samples/s" if key == "samples_per_second" else "QPS"
+    lines = [
+        f"{'node':<6}{'url':<28}{'result':<9}{unit if key else '':>10}"
+        f"{'p50 ms':>9}{'p99 ms':>9}{'queries':>9}{'errors':>8}"
+    ]
+    for n in nodes:
+        rate = f"{n.get(key) or 0:.1f}" if key else ""
+        lat = n["latency_ms"]
+        lines.append(
+            f"{n['node']:<6}{n['url'][:27]:<28}{n['result']:<9}{rate:>10}"
+            f"{lat.get('p50', float('nan')):>9.2f}{lat.get('p99', float('nan')):>9.2f}"
+            f"{n['queries']:>9}{n['errors']:>8}"
+        )
+    total = f"{agg['aggregate_rate']:.1f}" if key else ""
+    verdict = "VALID" if agg["valid"] else "INVALID"
+    worst = agg["worst_latency_ms"]
+    lines.append(
+        f"{'all':<6}{'':<28}{verdict:<9}{total:>10}{worst['p50']:>9.2f}"
+        f"{worst['p99']:>9.2f}{agg['queries']:>9}{agg['errors']:>8}"
+    )
+    lines.append(f"start skew across nodes: {agg['start_skew_seconds'] * 1e3:.1f} ms")
+    return lines

@@ -1,0 +1,103 @@
+"""``gpufleet bench coordinated``: MLPerf LoadGen on every node at once, results merged.
+
+One worker per node runs under gpufleet's launcher, locally (N agents on loopback) or as the
+pods of a rendered job. The c10d rendezvous that forms the group is the start line: after it, a
+barrier, and every node starts its LoadGen run against its own endpoint (``--urls``; node i
+takes entry i). Every node's result is gathered to rank 0 over the process group. Rank 0 merges
+them per scenario and writes ``coordinated.json``: one row per node with its validity, plus the
+aggregate. Each node's LoadGen logs stay in ``<outdir>/node-<i>/``.
+
+The aggregate, per scenario:
+- **Offline**: samples/s summed over the nodes.
+- **Server**: scheduled QPS summed.
+- **SingleStream**: the nodes' latencies side by side (a sum means nothing there).
+
+Latency percentiles are the worst node's, which is conservative. The aggregate is VALID only
+when every node is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RATE_KEY = {"Offline": "samples_per_second", "Server": "scheduled_qps"}
+
+
+def merge(scenario: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The aggregate of per-node LoadGen results (BenchResult.to_json() plus ``node``,
+    ``started``)."""
+    key = RATE_KEY.get(scenario)
+    rates = [n.get(key) or 0.0 for n in nodes] if key else []
+    started = [n["started"] for n in nodes]
+    percentiles = ("p50", "p90", "p99")
+    worst = {p: max(n["latency_ms"].get(p, float("nan")) for n in nodes) for p in percentiles}
+    return {
+        "scenario": scenario,
+        "nodes": len(nodes),
+        "valid": all(n["valid"] for n in nodes),
+        "rate_key": key,
+        "aggregate_rate": sum(rates) if key else None,
+        "per_node_rate": rates,
+        "worst_latency_ms": worst,
+        "queries": sum(n["queries"] for n in nodes),
+        "errors": sum(n["errors"] for n in nodes),
+        "start_skew_seconds": max(started) - min(started),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """This node's LoadGen run; rank 0 writes the merged ``coordinated.json``."""
+    parser = argparse.ArgumentParser(prog="python -m gpufleet.bench.coordinated")
+    parser.add_argument("--urls", required=True, help="one endpoint per node, comma-separated")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--scenario", default="Offline")
+    parser.add_argument("--target-qps", type=float, default=None)
+    parser.add_argument("--latency-ms", type=float, default=100.0)
+    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--outdir", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    import torch.distributed as dist
+
+    from gpufleet.runtime.distributed import ensure_process_group, init_distributed
+    from gpufleet.runtime.files import write_json_atomic
+    from gpufleet.serve.loadgen import BenchConfig, run_bench
+
+    info = init_distributed()
+    ensure_process_group()
+    urls = [u.strip() for u in args.urls.split(",") if u.strip()]
+    url = urls[info.rank % len(urls)]
+    outdir = args.outdir or Path(os.environ.get("GPUFLEET_RUN_DIR", ".")) / "coordinated"
+    cfg = BenchConfig(
+        url=url,
+        model=args.model,
+        scenario=args.scenario,
+        target_qps=args.target_qps,
+        latency_ms=args.latency_ms,
+        duration=args.duration,
+        quick=args.quick,
+        outdir=outdir / f"node-{info.rank}",
+    )
+    dist.barrier()  # the start line: every node's LoadGen begins now
+    started = time.time()
+    result = run_bench(cfg).to_json()
+    from gpufleet.bench.system import describe
+
+    mine = {**result, "node": info.rank, "started": started, "system": describe()}
+    gathered: list[Any] = [None] * info.world_size
+    dist.all_gather_object(gathered, mine)
+    if info.is_main:
+        merged = {"aggregate": merge(args.scenario, gathered), "nodes": gathered}
+        write_json_atomic(outdir / "coordinated.json", merged)
+        print(f"coordinated {args.scenario}: {merged['aggregate']}", flush=True)
+    return 0 if all(n["valid"] for n in gathered) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
