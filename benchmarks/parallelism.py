@@ -165,15 +165,17 @@ def main() -> None:
         "through `gpufleet run` (2 workers, gloo), in rotating order; medians of the Trainer's "
         "samples/s (start-up excluded).",
         "",
-        "| config | samples/s | test accuracy | rank-0 parameters + optimizer |",
-        "| --- | --- | --- | --- |",
+        "| config | samples/s | final loss | test accuracy | rank-0 parameters + optimizer |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for n in runs:
         extra = runs[n][0]["extra"]
         mem = (extra["parameter_bytes"] + extra["optimizer_bytes"]) / 2**20
         acc = runs[n][0]["accuracy"]
+        loss = runs[n][0]["final_loss"]
         lines.append(
-            f"| {n} | {sps[n]:,.0f} | {'-' if acc is None else f'{acc:.4f}'} | {mem:.2f} MiB |"
+            f"| {n} | {sps[n]:,.0f} | {loss:.4f} | {'-' if acc is None else f'{acc:.4f}'} | "
+            f"{mem:.2f} MiB |"
         )
     b = summary["bf16_over_fp32_step_time"]
     d = summary["bf16_accuracy_delta_points"]
