@@ -238,3 +238,31 @@ def test_a_global_batch_this_world_cannot_split_is_refused(tmp_path: Path) -> No
         resumed.fit()
     assert info.value.exit_code == 2 and info.value.fatal
     assert sorted((tmp_path / "ckpt").iterdir()) == before  # nothing written
+
+
+def test_a_checkpoint_from_before_the_global_batch_resumes_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints written before progress kept the global batch (no such key) still load:
+    the position reads as steps of batch_size x their world size."""
+    from gpufleet.runtime.checkpoint import Checkpointer
+    from gpufleet.runtime.trainer import _JobState
+
+    straight = trainer(tmp_path / "a", ParallelismSettings()).fit()
+    new_format = _JobState.state_dict
+
+    def old_format(self: _JobState) -> dict[str, Any]:
+        state = new_format(self)
+        del state["progress"]["global_batch"]
+        return state
+
+    monkeypatch.setattr(_JobState, "state_dict", old_format)
+    with pytest.raises(SystemExit):
+        trainer(tmp_path / "b", ParallelismSettings(), stop_at=5).fit()
+    monkeypatch.undo()
+    ckpts = Checkpointer(str(tmp_path / "b" / "ckpt"), log=lambda _m: None)
+    (ref,) = [r for r in ckpts.complete() if r.step == 5]
+    assert not ckpts.has_key(ref, "job.progress.global_batch")
+    resumed = trainer(tmp_path / "b", ParallelismSettings()).fit()
+    assert resumed.resumed_from == 5 and resumed.metrics["global_batch"] == 16
+    assert resumed.state_digest == straight.state_digest

@@ -246,7 +246,7 @@ class Trainer:
         state = {"job": job}
         ref = self.checkpointer.latest()
         if ref is not None:
-            self._resume(ref, job, state)
+            self._resume(ref, state)
         self._open_sample_log()
         self.guard.install()
         self.watchdog.start()
@@ -310,21 +310,30 @@ class Trainer:
             self._finish_preempted(result)
         return result
 
-    def _resume(self, ref: CheckpointRef, job: _JobState, state: dict[str, Any]) -> None:
-        """Load ``ref``; at another world size DCP reshards model and optimizer state and the
-        data continue from the same global sample with the checkpoint's global batch."""
+    def _load(self, ref: CheckpointRef, state: dict[str, Any]) -> bool:
+        """Load ``ref`` into ``state`` (a resume or a rollback); returns whether it was written
+        at another world size. DCP reshards model and optimizer state; ranks the checkpoint has
+        no RNG state for keep theirs; the data continue from the same global sample with the
+        checkpoint's global batch."""
+        job: _JobState = state["job"]
         resized = ref.world_size not in (None, self.info.world_size)
         job.with_rng = not resized or self.info.rank < (ref.world_size or 0)
         job.with_global_batch = self.checkpointer.has_key(ref, "job.progress.global_batch")
-        self.checkpointer.load(ref, state)
-        job.with_rng = job.with_global_batch = True
+        try:
+            self.checkpointer.load(ref, state)
+        finally:
+            job.with_rng = job.with_global_batch = True
         if not self.progress.global_batch:  # written before the global batch was kept
             self.progress.global_batch = self.config.batch_size * (
                 ref.world_size or self.info.world_size
             )
         if self.progress.global_batch != self.sampler.global_batch:
             self._use_global_batch(self.progress.global_batch, ref)
-        if resized:
+        return resized
+
+    def _resume(self, ref: CheckpointRef, state: dict[str, Any]) -> None:
+        """Load ``ref`` at the start of fit(), and say so (and how, after a resize)."""
+        if self._load(ref, state):
             per_worker = self.progress.global_batch // self.info.world_size
             self._log_main(
                 f"gpufleet: checkpoint written by {ref.world_size} processes, resuming with "
@@ -461,7 +470,7 @@ class Trainer:
         if ref is None:
             raise NonFiniteError(f"{exc} (spec.onNonFinite rollback: no checkpoint to roll back "
                                  "to)", step=exc.step) from None  # fmt: skip
-        self.checkpointer.load(ref, state)
+        self._load(ref, state)
         self._first_bad.zero_()
         self._skip.add(exc.step)
         self._rollbacks += 1
