@@ -76,3 +76,35 @@ def test_triton_serves_a_gpu_model_on_cuda(tmp_path: Path) -> None:
         client.close()
         assert torch.cuda.memory_allocated() > 0  # the model ran on the GPU in this process
     np.testing.assert_allclose(got, model(torch.from_numpy(x)).detach().numpy(), atol=1e-4)
+
+
+def test_fsdp_bf16_on_gpus_shards_and_resumes_exactly(workdir: Path) -> None:
+    """FSDP2 over nccl with bf16 parameters in compute, activation checkpointing and 2
+    micro-batches: a crash and restart ends with the uninterrupted run's weights."""
+    procs = min(2, torch.cuda.device_count())
+    full = {"strategy": "fsdp", "mixedPrecision": "bf16", "activationCheckpointing": True,
+            "gradientAccumulation": 2}  # fmt: skip
+    docs = [digits_job(name, procsPerNode=procs, resources={"gpu": procs}, parallelism=full)
+            for name in ("gpu-fsdp", "gpu-fsdp-chaos")]  # fmt: skip
+    straight = run_cli("run", str(write_spec(workdir, docs[0])), "-o", "json", cwd=workdir)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    env = dict(__import__("os").environ, GPUFLEET_FAULTS="kill@step=17,rank=0")
+    chaos = run_cli("run", str(write_spec(workdir, docs[1], "c.yaml")), "-o", "json",
+                    cwd=workdir, env=env)  # fmt: skip
+    assert chaos.returncode == 0, chaos.stderr[-3000:]
+    a, b = summary_of(straight), summary_of(chaos)
+    assert b["restarts"] == 1 and a["state_digest"] == b["state_digest"]
+    assert a["accuracy"] > 0.9
+
+
+def test_collectives_over_nccl_are_checked_and_reported(workdir: Path) -> None:
+    """nccl on the GPUs here (one GPU: world size 1, still every op through NCCL)."""
+    procs = min(2, torch.cuda.device_count())
+    out = workdir / "res"
+    sizes = ["--min-bytes", "1MiB", "--max-bytes", "256MiB"]
+    proc = run_cli("bench", "collectives", "--procs", str(procs), *sizes, "--outdir", str(out),
+                   "-o", "json", cwd=workdir)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert "nccl" in result["backend"] and result["system"]["gpus"]
+    assert all(r["correct"] for r in result["rows"])
