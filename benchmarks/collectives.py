@@ -124,6 +124,7 @@ def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "bare_busbw_gbps": statistics.median(s["bare"] for s in runs),
                 "ratio": statistics.median(ratios),
                 "ratio_worst_pair": min(ratios),
+                "pairs": len(ratios),
             }
         )
     return rows
@@ -172,6 +173,8 @@ def main() -> None:
         ]
         subprocess.run(cmd, check=True)
         data = json.loads(out.read_text())
+    raw = result_path("collectives").with_suffix(".samples.json")
+    raw.write_text(json.dumps(data) + "\n")  # kept first: the summary can be redone from it
     rows = summarize(data)
     worst = min(r["ratio"] for r in rows)
     env = environment()
