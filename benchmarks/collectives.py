@@ -225,8 +225,8 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> None:
         "",
         f"`python benchmarks/collectives.py --rounds {args.rounds} --pairs {args.pairs} "
         f"--max-bytes {args.max_bytes}`: {data['ranks']} ranks, {data['backend']}; each size "
-        "measured by gpufleet's timed loop and by a bare loop, back to back, same iterations; medians over "
-        "pairs. busbw as nccl-tests defines it.",
+        "measured by gpufleet's timed loop and by a bare loop, back to back, same iterations; "
+        "medians over pairs. busbw as nccl-tests defines it.",
         "",
         "| op | mode | size | gpufleet busbw GB/s | bare busbw GB/s | ratio (median of pairs) "
         "| worst pair | pairs |",
