@@ -86,11 +86,6 @@ def elements(op: Op, size: int, n: int) -> int:
     return count
 
 
-def buffer_bytes(size: int, mode_count: int = 2) -> int:
-    """Memory one rank needs for ``size``: input, output and the expected result."""
-    return 3 * max(size, ELEMENT) if mode_count else size
-
-
 @dataclass
 class Row:
     """One (op, size, mode) measured."""

@@ -20,7 +20,8 @@ from gpufleet.serve.loadgen.settings import BenchConfig
 DEFAULTS = BenchConfig(url="", model="")
 
 bench = typer.Typer(
-    help="Benchmarks: inference with MLPerf LoadGen, collective bandwidth.", no_args_is_help=True
+    help="Benchmarks: LoadGen inference (one node or all at once), collectives, scaling.",
+    no_args_is_help=True,
 )
 
 
