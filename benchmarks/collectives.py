@@ -193,7 +193,7 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(args: argparse.Namespace, data: dict[str, Any]) -> None:
     """The .md and .json results of ``data``."""
-    from common import environment, result_path
+    from common import environment, environment_section, result_path
 
     from gpufleet.bench.collectives import human_bytes
 
@@ -243,10 +243,7 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> None:
         f"**{overall:.3f}**. Both loops make the same torch calls: where a size's median falls "
         "short, its pairs spread to both sides of 1 with the machine's noise.",
         "",
-        "## Environment",
-        "",
-        *[f"- {k}: {v}" for k, v in env.items()],
-        "",
+        *environment_section(env),
     ]
     path.write_text("\n".join(lines))
     print("\n".join(lines))

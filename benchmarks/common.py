@@ -54,3 +54,8 @@ def result_path(theme: str) -> Path:
     """benchmarks/results/<theme>_<hardware>_<date>.md"""
     RESULTS.mkdir(parents=True, exist_ok=True)
     return RESULTS / f"{theme}_{hardware()}_{dt.date.today().isoformat()}.md"
+
+
+def environment_section(env: dict[str, str]) -> list[str]:
+    """The "## Environment" section of a results .md, one line per fact."""
+    return ["## Environment", "", *[f"- {k}: {v}" for k, v in env.items()], ""]

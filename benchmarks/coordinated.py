@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import environment, result_path
+from common import environment, environment_section, result_path
 
 from gpufleet.net import free_port
 from gpufleet.serve.repository import Batching
@@ -184,10 +184,7 @@ def main() -> None:
         f"- Offline: {offline_ratio:.3f}. Both nodes and both Tritons share 2 cores here, so "
         "throughput-bound runs split the machine rather than add up.",
         "",
-        "## Environment",
-        "",
-        *[f"- {k}: {v}" for k, v in env.items()],
-        "",
+        *environment_section(env),
     ]
     path.write_text("\n".join(lines))
     print("\n".join(lines))

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import environment, median, result_path
+from common import environment, environment_section, median, result_path
 
 MLP = {
     "name": "synthetic",
@@ -189,10 +189,7 @@ def main() -> None:
         f"- bf16 - fp32 test accuracy (digits, points): DDP **{d['ddp']:+.2f}**, FSDP "
         f"**{d['fsdp']:+.2f}** (bound: 0.5)",
         "",
-        "## Environment",
-        "",
-        *[f"- {k}: {v}" for k, v in env.items()],
-        "",
+        *environment_section(env),
     ]
     path.write_text("\n".join(lines))
     print(f"wrote {path}", file=sys.stderr)
