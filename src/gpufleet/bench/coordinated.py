@@ -84,12 +84,18 @@ def main(argv: list[str] | None = None) -> int:
         quick=args.quick,
         outdir=outdir / f"node-{info.rank}",
     )
-    dist.barrier()  # the start line: every node's LoadGen begins now
-    started = time.time()
-    result = run_bench(cfg).to_json()
+    started = [0.0]
+
+    def start_line() -> None:
+        # After each node has measured its endpoint (Offline's expected rate, SingleStream's
+        # latency), so one node's load cannot lower another's estimate and end its run short.
+        dist.barrier()  # the start line: every node's LoadGen begins now
+        started[0] = time.time()
+
+    result = run_bench(cfg, start_line).to_json()
     from gpufleet.bench.system import describe
 
-    mine = {**result, "node": info.rank, "started": started, "system": describe()}
+    mine = {**result, "node": info.rank, "started": started[0], "system": describe()}
     gathered: list[Any] = [None] * info.world_size
     dist.all_gather_object(gathered, mine)
     if info.is_main:

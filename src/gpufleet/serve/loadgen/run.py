@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gpufleet.errors import UserInputError
@@ -13,8 +14,10 @@ from gpufleet.serve.loadgen.report import parse_summary, result_of, write_output
 from gpufleet.serve.loadgen.settings import BenchConfig, BenchResult
 
 
-def run_bench(cfg: BenchConfig) -> BenchResult:
-    """Run LoadGen for ``cfg`` and write its logs and gpufleet's outputs into ``cfg.outdir``."""
+def run_bench(cfg: BenchConfig, start_line: Callable[[], None] | None = None) -> BenchResult:
+    """Run LoadGen for ``cfg`` and write its logs and gpufleet's outputs into ``cfg.outdir``.
+    ``start_line``, when given, is called after the endpoint is measured and just before LoadGen
+    starts (a coordinated run waits there for every node)."""
     import mlperf_loadgen as lg
 
     errors = cfg.errors()
@@ -24,12 +27,18 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     try:
         data = samples_for(target, cfg.samples, cfg.seed)
         requests = [target.request(s) for s in data]
-        return _run(cfg, target, requests, lg)
+        return _run(cfg, target, requests, lg, start_line)
     finally:
         target.close()
 
 
-def _run(cfg: BenchConfig, target: Target, requests: list[list[Any]], lg: Any) -> BenchResult:
+def _run(
+    cfg: BenchConfig,
+    target: Target,
+    requests: list[list[Any]],
+    lg: Any,
+    start_line: Callable[[], None] | None,
+) -> BenchResult:
     duration, min_queries = cfg.effective()
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, cfg.scenario)
@@ -87,6 +96,8 @@ def _run(cfg: BenchConfig, target: Target, requests: list[list[Any]], lg: Any) -
     log_settings.log_output.outdir = str(cfg.outdir)
     log_settings.log_output.copy_summary_to_stdout = False
     log_settings.enable_trace = False
+    if start_line is not None:
+        start_line()
     try:
         lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
     finally:
