@@ -34,10 +34,10 @@ def bare_busbw(op_name: str, count: int, iters: int, device: Any) -> float:
     import torch
     import torch.distributed as dist
 
-    from gpufleet.bench.collectives import ELEMENT, OPS, _fns, bandwidths
+    from gpufleet.bench.collectives import ELEMENT, OPS, bandwidths, single_tensor_fns
 
     n = dist.get_world_size()
-    gather, scatter = _fns(dist)
+    gather, scatter = single_tensor_fns(dist)
     part = count // n
     a = torch.zeros(count, device=device)
     b = torch.zeros(part if op_name == "all_gather" else count, device=device)

@@ -111,7 +111,7 @@ def bandwidths(op: Op, nbytes: int, seconds: float, n: int) -> tuple[float, floa
 # ---- the worker ---------------------------------------------------------------------------
 
 
-def _fns(dist: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def single_tensor_fns(dist: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """all-gather and reduce-scatter into single tensors (renamed in torch 2.13)."""
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -128,7 +128,7 @@ class Collective:
         self.op, self.mode, self.count = op, mode, count
         self.rank, self.n = dist.get_rank(), dist.get_world_size()
         self.dist = dist
-        self.gather, self.scatter = _fns(dist)
+        self.gather, self.scatter = single_tensor_fns(dist)
         part = count // self.n if op.split() else count
         self.part = part
         if op.name == "all_gather":
@@ -221,7 +221,7 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def _slowest(value: float, device: Any) -> float:
+def slowest(value: float, device: Any) -> float:
     """The largest ``value`` over all ranks."""
     import torch
     import torch.distributed as dist
@@ -243,14 +243,14 @@ def time_calls(
     for _ in range(warmup):
         fn()
     _sync(device)
-    pace = _slowest((time.perf_counter() - started) / max(1, warmup), device)
+    pace = slowest((time.perf_counter() - started) / max(1, warmup), device)
     iters = int(max(1, min(max_iters, min_seconds / pace if pace > 0 else max_iters)))
     dist.barrier()
     started = time.perf_counter()
     for _ in range(iters):
         fn()
     _sync(device)
-    return _slowest((time.perf_counter() - started) / iters, device), iters
+    return slowest((time.perf_counter() - started) / iters, device), iters
 
 
 def measure(
@@ -266,7 +266,7 @@ def measure(
     seconds, iters = time_calls(coll, device, min_seconds=min_seconds, max_iters=max_iters)
     nbytes = count * ELEMENT
     algbw, busbw = bandwidths(op, nbytes, seconds, n)
-    ok = _slowest(0.0 if correct else 1.0, device) == 0.0  # wrong on any rank: wrong
+    ok = slowest(0.0 if correct else 1.0, device) == 0.0  # wrong on any rank: wrong
     return Row(op.name, mode, nbytes, count, n, seconds, algbw, busbw, ok, iters)
 
 

@@ -134,9 +134,9 @@ def efficiencies(points: list[Point]) -> None:
 
 
 def _median_slowest(values: list[float], device: Any) -> float:
-    from gpufleet.bench.collectives import _slowest
+    from gpufleet.bench.collectives import slowest
 
-    return _slowest(statistics.median(values), device)
+    return slowest(statistics.median(values), device)
 
 
 def run_point(args: argparse.Namespace) -> dict[str, Any]:

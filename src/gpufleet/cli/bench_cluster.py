@@ -1,4 +1,4 @@
-"""``gpufleet bench collectives`` and ``gpufleet bench scaling``: cluster benchmarks run as
+"""``gpufleet bench collectives``, ``scaling`` and ``coordinated``: cluster benchmarks run as
 gpufleet jobs (gpufleet.bench), here on loopback or rendered for a cluster."""
 
 from __future__ import annotations
@@ -6,18 +6,17 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 
-from gpufleet.cli.common import Output, err_console, fail
+from gpufleet.bench.collectives import OPS  # a light module: torch is imported on use
+from gpufleet.cli.common import Output, err_console, fail, print_json
 from gpufleet.errors import EXIT_FAILED, FieldError, UserInputError
 from gpufleet.spec import TrainingJob
 
-# gpufleet.bench.collectives.OPS's names (that module imports torch lazily, but this one
-# stays light for the CLI's start).
-_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 SIZE_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
@@ -53,7 +52,7 @@ def memory_per_rank() -> tuple[int, str]:
 def collectives(
     procs: Annotated[int, typer.Option(help="Worker processes per node.")] = 2,
     nodes: Annotated[int, typer.Option(help="Nodes (elastic agents; on loopback here).")] = 1,
-    ops: Annotated[str, typer.Option(help="Comma-separated: " + ", ".join(_OPS))] = ",".join(_OPS),
+    ops: Annotated[str, typer.Option(help="Comma-separated: " + ", ".join(OPS))] = ",".join(OPS),
     min_bytes: Annotated[str, typer.Option(help="Smallest size (8, 4KiB, 1MiB).")] = "8",
     max_bytes: Annotated[
         str | None,
@@ -86,9 +85,9 @@ def collectives(
     from gpufleet.bench.collectives import MAX_BYTES, human_bytes, sweep
 
     wanted = [o.strip() for o in ops.split(",") if o.strip()]
-    unknown = [o for o in wanted if o not in _OPS]
+    unknown = [o for o in wanted if o not in OPS]
     if unknown or not wanted:
-        _bad("--ops", f"unknown {', '.join(unknown) or 'empty'}; choose from {', '.join(_OPS)}")
+        _bad("--ops", f"unknown {', '.join(unknown) or 'empty'}; choose from {', '.join(OPS)}")
     low = parse_size(min_bytes, "--min-bytes")
     high = parse_size(max_bytes, "--max-bytes") if max_bytes else (1 << 20 if quick else MAX_BYTES)
     if low > high:
@@ -173,6 +172,36 @@ def _fit_memory(high: int, local_ranks: int, *, explicit: bool) -> int:
     return fits
 
 
+def _run_job(job: TrainingJob, result: Callable[[Path], Path], what: str) -> dict[str, Any]:
+    """Run a benchmark job here and read its result file (``result(run_dir)``); exit with the
+    job's code, saying why, when it wrote none. Workers' live output goes to stderr: stdout
+    holds only the table or the JSON."""
+    from gpufleet.launch.local import run_local
+    from gpufleet.runtime.files import read_json
+
+    with contextlib.redirect_stdout(sys.stderr):
+        summary = run_local(job, fresh=True)
+    data = read_json(result(Path(summary.run_dir)))
+    if not data:
+        err_console.print(f"{what} failed ({summary.status}): {summary.message or ''}")
+        raise typer.Exit(summary.exit_code or EXIT_FAILED)
+    return dict(data)
+
+
+def _write_result(
+    outdir: Path, name: str, result: dict[str, Any], plot: Callable[[Path], None]
+) -> None:
+    """``<outdir>/<name>.json`` and, with matplotlib, ``<name>.png``."""
+    from gpufleet.runtime.files import write_json_atomic
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(outdir / f"{name}.json", result)
+    try:
+        plot(outdir / f"{name}.png")
+    except ImportError:
+        err_console.print("note: no plot: pip install 'gpufleet[bench]' for matplotlib")
+
+
 def _print_rendered(job: TrainingJob, target: str) -> None:
     import yaml
 
@@ -188,33 +217,17 @@ def _print_rendered(job: TrainingJob, target: str) -> None:
 
 
 def _run_collectives(job: TrainingJob, outdir: Path, output: Output) -> None:
-    from gpufleet.bench.collectives import Row, format_row, plot
-    from gpufleet.cli.common import print_json
-    from gpufleet.launch.local import run_local
-    from gpufleet.runtime.files import read_json, write_json_atomic
-
-    # Workers' live output goes to stderr; stdout holds only the table or the JSON.
-    with contextlib.redirect_stdout(sys.stderr):
-        summary = run_local(job, fresh=True)
-    data = read_json(Path(summary.run_dir) / "collectives.json")
-    if not data:
-        err_console.print(f"collectives failed ({summary.status}): {summary.message or ''}")
-        raise typer.Exit(summary.exit_code or EXIT_FAILED)
-    rows = [Row(**r) for r in data["rows"]]
-    outdir.mkdir(parents=True, exist_ok=True)
+    from gpufleet.bench.collectives import HEADER, Row, format_row, plot
     from gpufleet.bench.system import describe
 
+    data = _run_job(job, lambda run_dir: run_dir / "collectives.json", "collectives")
+    rows = [Row(**r) for r in data["rows"]]
     result = {**data, "system": describe()}
-    write_json_atomic(outdir / "collectives.json", result)
-    try:
-        plot(rows, outdir / "collectives.png", f"busbw, {data['ranks']} ranks, {data['backend']}")
-    except ImportError:
-        err_console.print("note: no plot: pip install 'gpufleet[bench]' for matplotlib")
+    title = f"busbw, {data['ranks']} ranks, {data['backend']}"
+    _write_result(outdir, "collectives", result, lambda png: plot(rows, png, title))
     if output == Output.json:
         print_json(result)
     else:
-        from gpufleet.bench.collectives import HEADER
-
         print(HEADER)
         for row in rows:
             print(format_row(row))
@@ -268,8 +281,6 @@ def scaling(
     ]
     from gpufleet.bench.jobs import bench_job, local_job
     from gpufleet.bench.scaling import Point, analyze, plot, table
-    from gpufleet.launch.local import run_local
-    from gpufleet.runtime.files import read_json, write_json_atomic
 
     points: list[Point] = []
     allreduce = None
@@ -281,14 +292,9 @@ def scaling(
                 base, f"scaling-{m}-{n}", "gpufleet.bench.scaling", [*args, "--mode", m, *fit]
             )
             err_console.print(f"scaling: {m}, {n} worker(s)")
-            with contextlib.redirect_stdout(sys.stderr):
-                summary = run_local(job, fresh=True)
-            data = read_json(Path(summary.run_dir) / "scaling.json")
-            if not data:
-                err_console.print(
-                    f"scaling failed at {n} workers ({summary.status}): {summary.message or ''}"
-                )
-                raise typer.Exit(summary.exit_code or EXIT_FAILED)
+            data = _run_job(
+                job, lambda run_dir: run_dir / "scaling.json", f"scaling at {n} workers"
+            )
             points.append(Point(**data["point"]))
             allreduce = data.get("allreduce") or allreduce
     analysis = analyze(points, allreduce)
@@ -302,15 +308,8 @@ def scaling(
         "allreduce": allreduce,
         "system": describe(),
     }
-    outdir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(outdir / "scaling.json", result)
-    try:
-        plot(points, analysis, outdir / "scaling.png")
-    except ImportError:
-        err_console.print("note: no plot: pip install 'gpufleet[bench]' for matplotlib")
+    _write_result(outdir, "scaling", result, lambda png: plot(points, analysis, png))
     if output == Output.json:
-        from gpufleet.cli.common import print_json
-
         print_json(result)
     else:
         print("\n".join(table(points, analysis)))
@@ -411,19 +410,9 @@ def coordinated(
     if render is not None:
         _print_rendered(job, render)
         return
-    from gpufleet.launch.local import run_local
-    from gpufleet.runtime.files import read_json
-
     err_console.print(f"coordinated: LoadGen {scenario} on {count} node(s) at once")
-    with contextlib.redirect_stdout(sys.stderr):
-        summary = run_local(job, fresh=True)
-    merged = read_json(outdir / "coordinated.json")
-    if not merged:
-        err_console.print(f"coordinated run failed ({summary.status}): {summary.message or ''}")
-        raise typer.Exit(summary.exit_code or EXIT_FAILED)
+    merged = _run_job(job, lambda _run_dir: outdir / "coordinated.json", "coordinated run")
     if output == Output.json:
-        from gpufleet.cli.common import print_json
-
         print_json(merged)
     else:
         print("\n".join(coordinated_table(merged)))

@@ -197,6 +197,11 @@ class Trainer:
         self._samples: SampleLog | None = None
 
     @property
+    def steps_per_epoch(self) -> int:
+        """Global batches in an epoch (the sampler's: it changes with the global batch)."""
+        return self.sampler.steps_per_epoch
+
+    @property
     def module(self) -> torch.nn.Module:
         """What the step function calls: the DDP wrapper, or the model (FSDP2 shards it in
         place)."""
@@ -224,7 +229,6 @@ class Trainer:
             # draw must not move the global RNG a resumed run restores.
             generator=torch.Generator().manual_seed(self.config.seed),
         )
-        self.steps_per_epoch = self.sampler.steps_per_epoch
         if self.steps_per_epoch == 0:
             raise JobConfigError(
                 f"a global batch of {global_batch} ({self.config.batch_size} per worker) is "
