@@ -87,6 +87,7 @@ def test_collectives_render_as_the_specs_cluster_job(workdir: Path) -> None:
     command = " ".join(pod["containers"][0]["command"] + pod["containers"][0].get("args", []))
     assert "-m gpufleet.bench.collectives --ops all_reduce" in command
     assert "--max-bytes 1073741824" in command  # the full sweep: memory is the nodes' to judge
+    assert "--results /ckpt/run/bench-collectives" in command  # for `gpufleet bench collect`
     assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 4
 
 
@@ -145,11 +146,18 @@ def test_scaling_measures_splits_and_predicts(workdir: Path) -> None:
         ),
         ("coordinated", ["--urls", ",", "--model", "m"], "--urls: give at least one endpoint"),
         ("coordinated", ["--urls", "h:1", "--model", "m", "--render", "job"], "--render: needs"),
+        ("training", ["--runs", "0"], "--runs: must be at least 1"),
+        ("training", ["--strategy", "zero3"], "--strategy: must be ddp or fsdp, got 'zero3'"),
+        ("training", ["--precision", "fp8"], "--precision: must be fp32 or bf16, got 'fp8'"),
+        ("training", ["--lr", "0"], "--lr: must be positive"),
+        ("training", ["--render", "job"], "--render: needs --spec"),
+        ("collect", ["empty"], "RESULTS: empty: none of collectives.json, coordinated.json"),
     ],
 )
 def test_bad_input_is_one_error_and_exit_2_with_nothing_written(
     workdir: Path, command: str, args: list[str], want: str
 ) -> None:
+    (workdir / "empty").mkdir()
     proc = run_cli("bench", command, *args, "--outdir", str(workdir / "res"), cwd=workdir)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()  # the CLI's field-error shape, no traceback
@@ -172,3 +180,51 @@ def test_coordinated_renders_one_pod_per_node_writing_to_the_shared_volume(workd
     command = " ".join(job["spec"]["template"]["spec"]["containers"][0]["command"])
     assert "-m gpufleet.bench.coordinated --urls " + urls in command
     assert "--outdir /ckpt/run/coordinated" in command  # the spec's checkpoint volume
+
+
+def test_training_reaches_the_target_on_two_nodes_and_the_collector_agrees(workdir: Path) -> None:
+    """Time to target on two "nodes" (one worker each, FSDP): every run's MLLOG log passes the
+    compliance checker, each node's system is described, and `bench collect` on what the job
+    published scores it the same."""
+    out = workdir / "res"
+    args = ["--quick", "--nodes", "2", "--procs", "1", "--strategy", "fsdp"]
+    proc = run_cli("bench", "training", *args, "--outdir", str(out), "-o", "json", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result == json.loads((out / "training.json").read_text())
+    assert (out / "training.png").read_bytes()[:4] == b"\x89PNG"
+    agg = result["aggregate"]
+    assert agg["valid"] and agg["runs"] == agg["passed"] == 1
+    (run,) = result["runs"]
+    assert run["status"] == "success" and run["compliant"] and run["problems"] == []
+    assert run["accuracy"] >= 0.97 and run["accuracy_history"][-1] == run["accuracy"]
+    assert all(a < 0.97 for a in run["accuracy_history"][:-1])  # stopped at the first hit
+    assert agg["score_minutes"] == pytest.approx(run["minutes"]) and run["minutes"] > 0
+    assert result["nodes"] == 2 and result["world_size"] == 2 and result["global_batch"] == 64
+    assert result["parallelism"]["strategy"] == "fsdp"
+    assert [s["rank"] for s in result["systems"]] == [0, 1]  # one per node
+    log = (out / "logs" / "result_0.txt").read_text()
+    assert '"key": "number_of_nodes", "value": 2' in log
+    assert log.count('"key": "eval_accuracy"') == run["epochs"]
+
+    collected = run_cli("bench", "collect", str(out / "published"), "--outdir",
+                        str(workdir / "coll"), "-o", "json", cwd=workdir)  # fmt: skip
+    assert collected.returncode == 0, collected.stderr[-3000:]
+    again = json.loads(collected.stdout)
+    assert again["aggregate"] == agg and again["runs"] == result["runs"]
+
+
+def test_training_renders_to_publish_on_the_shared_volume(workdir: Path) -> None:
+    doc = cluster_job(nodes=2, procsPerNode=4, parallelism={"strategy": "fsdp"})
+    spec = write_spec(workdir, doc)
+    proc = run_cli("bench", "training", "--spec", str(spec), "--render", "job", "--runs", "5",
+                   cwd=workdir)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job = next(o for o in yaml.safe_load_all(proc.stdout) if o["kind"] == "Job")
+    assert job["metadata"]["name"] == "train-training"
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    command = " ".join(container["command"])
+    assert "-m gpufleet.bench.training --runs 5" in command
+    assert "--results /ckpt/run/bench-training" in command
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert json.loads(env["GPUFLEET_PARALLELISM"])["strategy"] == "fsdp"  # the spec's, kept

@@ -106,3 +106,22 @@ def test_a_corrupt_s3_checkpoint_is_set_aside_and_verify_reads_the_bucket(
     assert torch.equal(into["m"]["w"], torch.full((64, 64), 5.0))
     assert fs.exists(newest + ".corrupt") and not fs.exists(newest)
     assert any("is corrupt" in ln and shard.rsplit("/", 1)[-1] in ln for ln in lines), lines
+
+
+def test_bench_training_publishes_to_s3_and_the_collector_reads_it_back(
+    workdir: Path, s3_env: dict[str, str]
+) -> None:
+    """A cluster run's pods publish their MLLOG files to S3; `gpufleet bench collect` fetches,
+    checks and scores them from there."""
+    env = {**cli_env(), **s3_env}
+    run = run_cli("bench", "training", "--quick", "--results", "s3://ckpt/bench", "--outdir",
+                  str(workdir / "a"), "-o", "json", cwd=workdir, env=env)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    collected = run_cli("bench", "collect", "s3://ckpt/bench", "--outdir", str(workdir / "b"),
+                        "-o", "json", cwd=workdir, env=env)  # fmt: skip
+    assert collected.returncode == 0, collected.stderr[-3000:]
+    first, second = json.loads(run.stdout), json.loads(collected.stdout)
+    assert second["aggregate"]["valid"] and second["aggregate"] == first["aggregate"]
+    assert (workdir / "b" / "logs" / "result_0.txt").read_text() == (
+        workdir / "a" / "logs" / "result_0.txt"
+    ).read_text()

@@ -67,3 +67,26 @@ def test_finished_job_reruns_to_the_same_state(tmp_path: Path) -> None:
     first = make_trainer(tmp_path).fit()
     again = make_trainer(tmp_path).fit()
     assert again.resumed_from == STEPS and again.state_digest == first.state_digest
+
+
+def test_after_step_sees_every_step_and_ends_training_when_it_says_so(tmp_path: Path) -> None:
+    """The hook the time-to-target benchmark stops on: called after each step with its number,
+    and True ends the run there (steps, and the result, say so); no hook time in step times."""
+    import time
+
+    seen: list[int] = []
+
+    def hook(step: int) -> bool:
+        seen.append(step)
+        time.sleep(0.3)
+        return step == 7
+
+    trainer = make_trainer(tmp_path)
+    trainer.after_step = hook
+    result = trainer.fit()
+    assert seen == list(range(1, 8))
+    assert result.steps == 7 and not result.preempted
+    assert len(result.step_seconds) == 7
+    # Counted, the hook's 0.3 s would be in every step after the first; not counted, a step of
+    # this 16-wide MLP is milliseconds, and one of six is enough to tell.
+    assert min(result.step_seconds[1:]) < 0.3

@@ -3,6 +3,7 @@ where and how wide to run (image, volumes, queue, nodes), or a plain local one."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from gpufleet.spec.loader import validate_training_job
@@ -25,17 +26,38 @@ def local_job(name: str, *, nodes: int, procs_per_node: int, gpus: int) -> Train
     return validate_training_job(doc)
 
 
-def bench_job(base: TrainingJob, name: str, module: str, args: list[str]) -> TrainingJob:
+def bench_job(
+    base: TrainingJob, name: str, module: str, args: list[str], *, parallelism: bool = False
+) -> TrainingJob:
     """``base`` running ``python -m module args`` instead of its own command or workload: no
-    restarts (a benchmark restarted halfway measures nothing), no parallelism settings."""
+    restarts (a benchmark restarted halfway measures nothing), and no parallelism settings
+    unless ``parallelism`` (a benchmark that trains with the Trainer keeps the spec's)."""
     spec = base.spec.model_copy(
         update={
             "command": ["-m", module, *args],
             "workload": None,
-            "parallelism": type(base.spec.parallelism)(),
+            "parallelism": base.spec.parallelism if parallelism else type(base.spec.parallelism)(),
             "max_restarts": 0,
             "hang_timeout": 0.0,  # a 1 GiB all-to-all on CPU may take minutes per size
         }
     )
     metadata = base.metadata.model_copy(update={"name": name})
     return base.model_copy(update={"spec": spec, "metadata": metadata})
+
+
+def shared_results(base: TrainingJob, name: str) -> str | None:
+    """Where a rendered benchmark's pods publish results for ``gpufleet bench collect``: the
+    spec's checkpoint directory (the shared volume, or S3), under ``bench-<name>``."""
+    root = base.spec.checkpoint.dir
+    return f"{root.rstrip('/')}/bench-{name}" if root else None
+
+
+def publish(files: list[Path], results: str) -> None:
+    """Copy ``files`` into ``results`` (a directory or an fsspec URI such as s3://...), each
+    whole, so a reader finds a file complete or not at all."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(results)
+    fs.makedirs(root, exist_ok=True)
+    for path in files:
+        fs.put_file(str(path), f"{root.rstrip('/')}/{path.name}")

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.cli.bench_cluster import collectives, coordinated, scaling
+from gpufleet.cli.bench_cluster import collect, collectives, coordinated, scaling, training
 from gpufleet.cli.common import Output, err_console, fail
 from gpufleet.errors import EXIT_FAILED, UserInputError
 from gpufleet.serve.loadgen.settings import BenchConfig
@@ -114,3 +114,5 @@ def inference(
 bench.command()(collectives)
 bench.command()(scaling)
 bench.command()(coordinated)
+bench.command()(training)
+bench.command()(collect)

@@ -103,8 +103,11 @@ def collectives(
     args = ["--ops", ",".join(wanted), "--min-bytes", str(low), "--max-bytes", str(high)]
     if quick:
         args += ["--min-seconds", "0.02", "--max-iters", "5"]
-    from gpufleet.bench.jobs import bench_job
+    from gpufleet.bench.jobs import bench_job, shared_results
 
+    shared = shared_results(base, "collectives") if render is not None else None
+    if shared:
+        args += ["--results", shared]
     job = bench_job(
         base,
         f"{base.metadata.name}-collectives" if spec else "collectives",
@@ -447,3 +450,167 @@ def coordinated_table(merged: dict[str, object]) -> list[str]:
     )
     lines.append(f"start skew across nodes: {agg['start_skew_seconds'] * 1e3:.1f} ms")
     return lines
+
+
+def training(
+    runs: Annotated[
+        int, typer.Option(help="Timed runs (seeds seed, seed+1, ...); MLPerf scores 5 or more.")
+    ] = 5,
+    procs: Annotated[int, typer.Option(help="Worker processes per node.")] = 2,
+    nodes: Annotated[int, typer.Option(help="Nodes (elastic agents; on loopback here).")] = 1,
+    batch_size: Annotated[int, typer.Option(help="Samples per worker and step.")] = 32,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (SGD, cosine decay).")] = 0.05,
+    max_epochs: Annotated[
+        int, typer.Option(help="A run that has not reached the target by then is aborted.")
+    ] = 40,
+    seed: Annotated[int, typer.Option(help="The first run's seed.")] = 0,
+    strategy: Annotated[
+        str | None, typer.Option(help="ddp or fsdp (default: the spec's, else ddp).")
+    ] = None,
+    precision: Annotated[
+        str | None, typer.Option(help="fp32 or bf16 (default: the spec's, else fp32).")
+    ] = None,
+    quick: Annotated[bool, typer.Option(help="Smoke run: one run (seconds).")] = False,
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="A TrainingJob giving nodes, resources, image, volumes, parallelism."),
+    ] = None,
+    render: Annotated[
+        str | None, typer.Option(help="Print the cluster objects for this target; needs --spec.")
+    ] = None,
+    results: Annotated[
+        str | None,
+        typer.Option(
+            help="Where the job publishes its MLLOG files (a directory or s3:// URI). Default: "
+            "--outdir here; rendered, <spec.checkpoint.dir>/bench-training."
+        ),
+    ] = None,
+    outdir: Annotated[
+        Path, typer.Option(help="Where training.json, training.png and the logs go.")
+    ] = Path("bench-results/training"),
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+) -> None:
+    """MLPerf Training-style time to target: the digits CNN to 97% test accuracy on every node
+    at once, MLLOG lines from mlperf-logging, each run checked by its compliance checker and
+    the set scored as MLPerf does; exit 1 unless the result is valid."""
+    for option, value in (("--runs", runs), ("--batch-size", batch_size), ("--max-epochs",
+                          max_epochs)):  # fmt: skip
+        if value < 1:
+            _bad(option, "must be at least 1")
+    if lr <= 0:
+        _bad("--lr", "must be positive")
+    if strategy not in (None, "ddp", "fsdp"):
+        _bad("--strategy", f"must be ddp or fsdp, got {strategy!r}")
+    if precision not in (None, "fp32", "bf16"):
+        _bad("--precision", f"must be fp32 or bf16, got {precision!r}")
+    if render is not None and spec is None:
+        _bad("--render", "needs --spec: a TrainingJob that can run on the cluster")
+    base = _bench_base(spec, nodes, procs)
+    chosen = {"strategy": strategy, "mixed_precision": precision}
+    parallelism = base.spec.parallelism.model_copy(
+        update={k: v for k, v in chosen.items() if v is not None}
+    )
+    micro = parallelism.gradient_accumulation
+    if batch_size % micro:
+        _bad("--batch-size", f"{batch_size} does not split into {micro} micro-batches "
+             "(the spec's parallelism.gradientAccumulation)")  # fmt: skip
+    base = base.model_copy(
+        update={"spec": base.spec.model_copy(update={"parallelism": parallelism})}
+    )
+    from gpufleet.bench.jobs import bench_job, shared_results
+
+    if results is None and render is not None:
+        results = shared_results(base, "training")  # the shared volume or S3
+        if results is None:
+            _bad("--results", "the rendered job needs somewhere shared to write: set "
+                 "spec.checkpoint.dir or --results")  # fmt: skip
+    results = results or str((outdir / "published").resolve())
+    args = ["--runs", str(1 if quick else runs), "--batch-size", str(batch_size), "--lr",
+            str(lr), "--max-epochs", str(max_epochs), "--seed", str(seed), "--results",
+            results]  # fmt: skip
+    if spec is not None:
+        args += ["--config-name", spec.name]
+    name = f"{base.metadata.name}-training" if spec else "training"
+    job = bench_job(base, name, "gpufleet.bench.training", args, parallelism=True)
+    if render is not None:
+        _print_rendered(job, render)
+        return
+    err_console.print(
+        f"training: digits to 97% on {base.spec.world_size} worker(s), "
+        f"{1 if quick else runs} run(s), {parallelism.strategy}/{parallelism.mixed_precision}"
+    )
+    _run_job(job, lambda run_dir: run_dir / "bench-training" / "training.json", "training run")
+    _collect_training(results, outdir, output)
+
+
+def _collect_training(results: str, outdir: Path, output: Output) -> None:
+    from gpufleet.bench.system import describe
+    from gpufleet.bench.training import collect, plot, table
+
+    try:
+        summary = collect(results, outdir)
+    except FileNotFoundError as exc:
+        _bad("RESULTS", str(exc))
+    summary["collector"] = describe()
+    _write_result(outdir, "training", summary, lambda png: plot(summary, png))
+    if output == Output.json:
+        print_json(summary)
+    else:
+        print("\n".join(table(summary)))
+        err_console.print(f"results: {outdir}/training.json, training.png, logs in {outdir}/logs")
+    if not summary["aggregate"]["valid"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def collect(
+    results: Annotated[
+        str,
+        typer.Argument(
+            help="Where a rendered benchmark job wrote its results: a directory on the shared "
+            "volume, or an s3:// URI."
+        ),
+    ],
+    outdir: Annotated[Path, typer.Option(help="Where the collected result and logs go.")] = Path(
+        "bench-results/collected"
+    ),
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+) -> None:
+    """The collector step of a cluster benchmark: read what the job's pods wrote (bench
+    training, coordinated or collectives), check it and print the aggregate; exit 1 unless it
+    is valid."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(results)
+    names = {"training.json", "coordinated.json", "collectives.json"}
+    try:
+        found = [n for n in sorted(names) if fs.isfile(f"{root.rstrip('/')}/{n}")]
+    except Exception as exc:  # an unreachable bucket, a bad URI: one line, not a traceback
+        _bad("RESULTS", f"{results}: {exc}")
+    if not found:
+        _bad("RESULTS", f"{results}: none of {', '.join(sorted(names))} (has the job finished?)")
+    kind = found[0]
+    if kind == "training.json":
+        _collect_training(results, outdir, output)
+        return
+    import json
+
+    data = json.loads(fs.cat_file(f"{root.rstrip('/')}/{kind}"))
+    if kind == "coordinated.json":
+        if output == Output.json:
+            print_json(data)
+        else:
+            print("\n".join(coordinated_table(data)))
+        if not data["aggregate"]["valid"]:
+            raise typer.Exit(EXIT_FAILED)
+        return
+    from gpufleet.bench.collectives import HEADER, Row, format_row
+
+    rows = [Row(**r) for r in data["rows"]]
+    if output == Output.json:
+        print_json(data)
+    else:
+        print(HEADER)
+        for row in rows:
+            print(format_row(row))
+    if not all(r.correct for r in rows):
+        raise typer.Exit(EXIT_FAILED)

@@ -139,6 +139,11 @@ class Trainer:
     ``parallelism`` defaults to the job's (spec.parallelism); ``blocks`` are the modules FSDP
     shards and activation checkpointing recomputes one by one (default:
     gpufleet.runtime.parallel.default_blocks).
+
+    ``after_step(step)``, when given, runs on every rank after each step (after its checkpoint
+    and log line); returning True ends training there, as reaching ``config.steps`` does. Every
+    rank must return the same: an evaluation every rank runs, such as a target accuracy
+    reached (gpufleet.bench.training). Its time is not counted in step times.
     """
 
     def __init__(
@@ -154,6 +159,7 @@ class Trainer:
         log: Callable[[str], None] | None = None,
         parallelism: ParallelismSettings | None = None,
         blocks: list[torch.nn.Module] | None = None,
+        after_step: Callable[[int], bool] | None = None,
     ) -> None:
         self.config = config
         self.context = context or JobContext.from_env()
@@ -195,6 +201,7 @@ class Trainer:
         if self.metrics is not None:
             self.checkpointer.on_commit = self.metrics.record_checkpoint
         self._samples: SampleLog | None = None
+        self.after_step = after_step
 
     @property
     def steps_per_epoch(self) -> int:
@@ -257,11 +264,11 @@ class Trainer:
         self._last_ckpt = ref.path if ref else None
         self._step_seconds: list[float] = []
         last_loss: torch.Tensor | None = None
-        preempted = False
+        preempted = done = False
         micro = self.settings.gradient_accumulation
         try:
             mark = time.perf_counter()
-            while self.progress.step < cfg.steps and not preempted:
+            while self.progress.step < cfg.steps and not (preempted or done):
                 p = self.progress
                 if p.batch_in_epoch >= self.steps_per_epoch:  # a legacy or resized position
                     p.epoch, p.batch_in_epoch = p.epoch + 1, 0
@@ -295,7 +302,12 @@ class Trainer:
                             self.progress.step, now - mark, data_wait, self.sampler.rank_batch
                         )
                     mark = now
-                    if preempted or self.progress.step >= cfg.steps:
+                    if preempted:
+                        break
+                    if self.after_step is not None:
+                        done = self.after_step(self.progress.step)
+                        mark = time.perf_counter()  # the hook's time is no step's
+                    if done or self.progress.step >= cfg.steps:
                         break
                     if self.progress.batch_in_epoch == 0:
                         break  # epoch done: the sampler moves on
