@@ -20,7 +20,8 @@ from gpufleet.serve.loadgen.settings import BenchConfig
 DEFAULTS = BenchConfig(url="", model="")
 
 bench = typer.Typer(
-    help="Benchmarks: LoadGen inference (one node or all at once), collectives, scaling.",
+    help="Benchmarks: LoadGen inference (one node or all at once), collectives, scaling, "
+    "time to target (MLPerf Training logs), and the collector of cluster runs.",
     no_args_is_help=True,
 )
 
