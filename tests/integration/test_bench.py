@@ -64,6 +64,10 @@ def test_collectives_print_a_table(workdir: Path) -> None:
         ["all_reduce", "in-place", str(8 << k), "B"] for k in range(7)
     ] + [["all_reduce", "in-place", "1", "KiB"]]
     assert all(ln.endswith("ok") for ln in lines[1:])
+    # The collector reads a results directory (here this run's) into the same table.
+    collected = run_cli("bench", "collect", str(workdir / "res"), cwd=workdir)
+    assert collected.returncode == 0, collected.stderr[-2000:]
+    assert collected.stdout == proc.stdout
 
 
 def test_collectives_render_as_the_specs_cluster_job(workdir: Path) -> None:

@@ -17,6 +17,16 @@ from gpufleet.cli.common import Output, err_console, fail, print_json
 from gpufleet.errors import EXIT_FAILED, FieldError, UserInputError
 from gpufleet.spec import TrainingJob
 
+# The options every cluster benchmark shares.
+RenderOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Print the cluster objects for this target (job, jobset, pytorchjob, ...) "
+        "instead of running here; needs --spec."
+    ),
+]
+OutputOption = Annotated[Output, typer.Option("--output", "-o", help="text or json.")]
+
 SIZE_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
@@ -68,17 +78,11 @@ def collectives(
             "(its command is replaced by the benchmark)."
         ),
     ] = None,
-    render: Annotated[
-        str | None,
-        typer.Option(
-            help="Print the cluster objects for this target (job, jobset, "
-            "pytorchjob, ...) instead of running here; needs --spec."
-        ),
-    ] = None,
+    render: RenderOption = None,
     outdir: Annotated[
         Path, typer.Option(help="Where collectives.json and collectives.png go.")
     ] = Path("bench-results/collectives"),
-    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+    output: OutputOption = Output.text,
 ) -> None:
     """Collective bandwidth (nccl-tests' algbw and busbw), every result checked; exit 1 if any
     result is wrong."""
@@ -220,7 +224,7 @@ def _print_rendered(job: TrainingJob, target: str) -> None:
 
 
 def _run_collectives(job: TrainingJob, outdir: Path, output: Output) -> None:
-    from gpufleet.bench.collectives import HEADER, Row, format_row, plot
+    from gpufleet.bench.collectives import Row, plot
     from gpufleet.bench.system import describe
 
     data = _run_job(job, lambda run_dir: run_dir / "collectives.json", "collectives")
@@ -228,13 +232,22 @@ def _run_collectives(job: TrainingJob, outdir: Path, output: Output) -> None:
     result = {**data, "system": describe()}
     title = f"busbw, {data['ranks']} ranks, {data['backend']}"
     _write_result(outdir, "collectives", result, lambda png: plot(rows, png, title))
+    if output != Output.json:
+        err_console.print(f"results: {outdir}/collectives.json, collectives.png")
+    _show_collectives(result, output)
+
+
+def _show_collectives(data: dict[str, Any], output: Output) -> None:
+    """The table or the JSON; exit 1 if any result was wrong."""
+    from gpufleet.bench.collectives import HEADER, Row, format_row
+
+    rows = [Row(**r) for r in data["rows"]]
     if output == Output.json:
-        print_json(result)
+        print_json(data)
     else:
         print(HEADER)
         for row in rows:
             print(format_row(row))
-        err_console.print(f"results: {outdir}/collectives.json, collectives.png")
     if not all(r.correct for r in rows):
         wrong = sum(not r.correct for r in rows)
         err_console.print(f"error: {wrong} result(s) were wrong")
@@ -254,7 +267,7 @@ def scaling(
     outdir: Annotated[Path, typer.Option(help="Where scaling.json and scaling.png go.")] = Path(
         "bench-results/scaling"
     ),
-    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+    output: OutputOption = Output.text,
 ) -> None:
     """Strong and weak scaling of DDP training (synthetic MLP): efficiency, the step split into
     compute, communication and data, and predicted efficiency at 4-64 workers on this link,
@@ -355,13 +368,11 @@ def coordinated(
     spec: Annotated[
         Path | None, typer.Option(help="A TrainingJob giving image, volumes and queue.")
     ] = None,
-    render: Annotated[
-        str | None, typer.Option(help="Print the cluster objects for this target; needs --spec.")
-    ] = None,
+    render: RenderOption = None,
     outdir: Annotated[
         Path, typer.Option(help="Where coordinated.json and each node's logs go.")
     ] = Path("bench-results/coordinated"),
-    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+    output: OutputOption = Output.text,
 ) -> None:
     """MLPerf LoadGen on every node at once (started together at the rendezvous), merged per
     scenario with per-node rows; exit 1 unless every node is VALID."""
@@ -415,6 +426,11 @@ def coordinated(
         return
     err_console.print(f"coordinated: LoadGen {scenario} on {count} node(s) at once")
     merged = _run_job(job, lambda _run_dir: outdir / "coordinated.json", "coordinated run")
+    _show_coordinated(merged, output)
+
+
+def _show_coordinated(merged: dict[str, Any], output: Output) -> None:
+    """The table or the JSON; exit 1 unless every node was VALID."""
     if output == Output.json:
         print_json(merged)
     else:
@@ -475,9 +491,7 @@ def training(
         Path | None,
         typer.Option(help="A TrainingJob giving nodes, resources, image, volumes, parallelism."),
     ] = None,
-    render: Annotated[
-        str | None, typer.Option(help="Print the cluster objects for this target; needs --spec.")
-    ] = None,
+    render: RenderOption = None,
     results: Annotated[
         str | None,
         typer.Option(
@@ -488,7 +502,7 @@ def training(
     outdir: Annotated[
         Path, typer.Option(help="Where training.json, training.png and the logs go.")
     ] = Path("bench-results/training"),
-    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+    output: OutputOption = Output.text,
 ) -> None:
     """MLPerf Training-style time to target: the digits CNN to 97% test accuracy on every node
     at once, MLLOG lines from mlperf-logging, each run checked by its compliance checker and
@@ -573,7 +587,7 @@ def collect(
     outdir: Annotated[Path, typer.Option(help="Where the collected result and logs go.")] = Path(
         "bench-results/collected"
     ),
-    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
+    output: OutputOption = Output.text,
 ) -> None:
     """The collector step of a cluster benchmark: read what the job's pods wrote (bench
     training, coordinated or collectives), check it and print the aggregate; exit 1 unless it
@@ -596,21 +610,6 @@ def collect(
 
     data = json.loads(fs.cat_file(f"{root.rstrip('/')}/{kind}"))
     if kind == "coordinated.json":
-        if output == Output.json:
-            print_json(data)
-        else:
-            print("\n".join(coordinated_table(data)))
-        if not data["aggregate"]["valid"]:
-            raise typer.Exit(EXIT_FAILED)
-        return
-    from gpufleet.bench.collectives import HEADER, Row, format_row
-
-    rows = [Row(**r) for r in data["rows"]]
-    if output == Output.json:
-        print_json(data)
+        _show_coordinated(data, output)
     else:
-        print(HEADER)
-        for row in rows:
-            print(format_row(row))
-    if not all(r.correct for r in rows):
-        raise typer.Exit(EXIT_FAILED)
+        _show_collectives(data, output)
