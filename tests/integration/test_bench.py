@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gpufleet.bench.collectives import OPS
-from tests.conftest import cluster_job, run_cli, write_spec
+from tests.conftest import cli_env, cluster_job, run_cli, write_spec
 
 
 def test_collectives_measure_and_check_every_op_mode_and_size(workdir: Path) -> None:
@@ -139,6 +141,12 @@ def test_scaling_measures_splits_and_predicts(workdir: Path) -> None:
         ("scaling", ["--mode", "sideways"], "--mode: must be strong, weak or both"),
         ("scaling", ["--batch", "255"], "--batch: strong scaling splits the global batch 255"),
         (
+            "scaling",
+            ["--workers", "1,3", "--per-node", "2", "--mode", "weak"],
+            "--workers: 3 workers do not",
+        ),
+        ("scaling", ["--render", "job"], "--render: needs --spec"),
+        (
             "coordinated",
             ["--urls", "h:1", "--model", "m", "--scenario", "Sideways"],
             "--scenario: 'Sideways': one of SingleStream, Server, Offline",
@@ -232,3 +240,58 @@ def test_training_renders_to_publish_on_the_shared_volume(workdir: Path) -> None
     assert "--results /ckpt/run/bench-training" in command
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert json.loads(env["GPUFLEET_PARALLELISM"])["strategy"] == "fsdp"  # the spec's, kept
+
+
+def test_scaling_spans_nodes_when_a_world_size_outgrows_one(workdir: Path) -> None:
+    """--per-node 1: two workers are two "nodes" (two agents, one rendezvous)."""
+    out = workdir / "res"
+    proc = run_cli("bench", "scaling", "--quick", "--mode", "weak", "--per-node", "1",
+                   "--outdir", str(out), "-o", "json", cwd=workdir)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    points = {p["world"]: p for p in json.loads(proc.stdout)["points"]}
+    assert {w: p["nodes"] for w, p in points.items()} == {1: 1, 2: 2}
+    assert "weak, 2 worker(s) on 2 node(s)" in proc.stderr
+
+
+def test_scaling_renders_a_job_per_point_and_the_collector_assembles_them(
+    workdir: Path,
+) -> None:
+    spec = write_spec(workdir, cluster_job(nodes=2, procsPerNode=4, resources={"gpu": 4}))
+    proc = run_cli("bench", "scaling", "--spec", str(spec), "--render", "jobset", "--workers",
+                   "1,4,8", "--mode", "weak", cwd=workdir)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobsets = [o for o in yaml.safe_load_all(proc.stdout) if o and o["kind"] == "JobSet"]
+    assert [j["metadata"]["name"] for j in jobsets] == [
+        "train-scaling-weak-1", "train-scaling-weak-4", "train-scaling-weak-8"
+    ]  # fmt: skip
+    for js, nodes, fit in zip(jobsets, (1, 1, 2), (False, False, True), strict=True):
+        replicated = js["spec"]["replicatedJobs"][0]["template"]["spec"]
+        assert replicated["parallelism"] == nodes
+        container = replicated["template"]["spec"]["containers"][0]
+        command = " ".join(container["command"] + container.get("args", []))
+        assert "-m gpufleet.bench.scaling" in command
+        assert "--results /ckpt/run/bench-scaling" in command
+        assert ("--fit" in command) == fit
+
+    # What the pods publish, made here by the same worker (torchrun for the 2-rank point),
+    # and the collector step on it.
+    results = workdir / "published"
+    worker = ["-m", "gpufleet.bench.scaling", "--mode", "weak", "--batch", "64", "--steps", "3",
+              "--warmup", "1", "--input-size", "64", "--hidden-size", "256", "--layers", "2",
+              "--results", str(results)]  # fmt: skip
+    for launcher in ([], ["-m", "torch.distributed.run", "--nproc-per-node", "2"]):
+        args = [*worker, "--fit"] if launcher else worker
+        ran = subprocess.run([sys.executable, *launcher, *args], cwd=workdir, env=cli_env(),
+                             capture_output=True, text=True, timeout=240, check=False)  # fmt: skip
+        assert ran.returncode == 0, ran.stderr[-3000:]
+    assert sorted(p.name for p in results.iterdir()) == [
+        "point-weak-00001.json", "point-weak-00002.json"
+    ]  # fmt: skip
+    collected = run_cli("bench", "collect", str(results), "--outdir", str(workdir / "coll"),
+                        "-o", "json", cwd=workdir)  # fmt: skip
+    assert collected.returncode == 0, collected.stderr[-3000:]
+    result = json.loads(collected.stdout)
+    assert [p["world"] for p in result["points"]] == [1, 2]
+    checks = result["analysis"]["modes"]["weak"]["checks"]
+    assert [c["world"] for c in checks] == [1, 2] and result["allreduce"]["ranks"] == 2
+    assert (workdir / "coll" / "scaling.png").is_file()

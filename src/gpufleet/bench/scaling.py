@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import sys
 import time
@@ -66,6 +67,7 @@ class Point:
     samples_per_second: float
     gradient_bytes: int
     efficiency: float = 1.0
+    nodes: int = 1  # the world size spread over this many nodes
 
 
 def ring_allreduce_seconds(p: int, nbytes: float, bandwidth_gbps: float, alpha: float) -> float:
@@ -202,6 +204,7 @@ def run_point(args: argparse.Namespace) -> dict[str, Any]:
                 max(0.0, step_s - compute_s - data_s),
                 global_batch / step_s,
                 grad_bytes,
+                nodes=max(world // int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), 1),
             )
         ),
     }
@@ -223,8 +226,6 @@ def run_point(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """One world size's measurement; rank 0 writes ``$GPUFLEET_RUN_DIR/scaling.json``."""
-    import os
-
     from gpufleet.runtime.distributed import init_distributed
     from gpufleet.runtime.files import write_json_atomic
 
@@ -237,12 +238,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden-size", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--fit", action="store_true", help="also time all-reduce for alpha-beta")
+    parser.add_argument("--results", default=None, help="also publish there (dir or URI)")
     args = parser.parse_args(argv)
     result = run_point(args)
-    if init_distributed().is_main:
+    info = init_distributed()
+    if info.is_main:
         run_dir = Path(os.environ.get("GPUFLEET_RUN_DIR", "."))
         write_json_atomic(run_dir / "scaling.json", result)
+        if args.results:  # a cluster run: `gpufleet bench collect` assembles the points
+            from gpufleet.bench.jobs import publish
+
+            named = run_dir / point_file(args.mode, info.world_size)
+            write_json_atomic(named, result)
+            publish([named], args.results)
     return 0
+
+
+def point_file(mode: str, world: int) -> str:
+    """The name one rendered point publishes under: ``point-<mode>-<world>.json``."""
+    return f"point-{mode}-{world:05d}.json"
 
 
 if __name__ == "__main__":
@@ -304,13 +318,13 @@ def analyze(points: list[Point], allreduce: dict[str, Any] | None) -> dict[str, 
 def table(points: list[Point], analysis: dict[str, Any]) -> list[str]:
     """The measured points, their prediction check, and the predictions, as text lines."""
     lines = [
-        f"{'mode':<7}{'workers':>8}{'batch':>7}{'samples/s':>11}{'eff':>7}{'pred':>7}"
-        f"{'step ms':>9}{'compute':>9}{'data':>7}{'comm':>8}"
+        f"{'mode':<7}{'workers':>8}{'nodes':>6}{'batch':>7}{'samples/s':>11}{'eff':>7}"
+        f"{'pred':>7}{'step ms':>9}{'compute':>9}{'data':>7}{'comm':>8}"
     ]
     for p in sorted(points, key=lambda p: (p.mode, p.world)):
         check = next(c for c in analysis["modes"][p.mode]["checks"] if c["world"] == p.world)
         lines.append(
-            f"{p.mode:<7}{p.world:>8}{p.global_batch:>7}{p.samples_per_second:>11.0f}"
+            f"{p.mode:<7}{p.world:>8}{p.nodes:>6}{p.global_batch:>7}{p.samples_per_second:>11.0f}"
             f"{p.efficiency:>7.3f}{check['predicted']:>7.3f}{p.step_seconds * 1e3:>9.1f}"
             f"{p.compute_seconds * 1e3:>9.1f}{p.data_seconds * 1e3:>7.1f}"
             f"{p.communication_seconds * 1e3:>8.1f}"

@@ -263,7 +263,19 @@ def scaling(
         int, typer.Option(help="Strong: the global batch; weak: the batch per worker.")
     ] = 256,
     steps: Annotated[int, typer.Option(help="Timed steps per world size and kind.")] = 20,
+    per_node: Annotated[
+        int,
+        typer.Option(
+            help="Workers per node: a larger world size spans nodes (elastic agents, on "
+            "loopback here). Default: all on one node; with --spec, its procsPerNode."
+        ),
+    ] = 0,
     quick: Annotated[bool, typer.Option(help="Smoke run: few steps, a small model.")] = False,
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="A TrainingJob giving image, volumes, resources and procsPerNode."),
+    ] = None,
+    render: RenderOption = None,
     outdir: Annotated[Path, typer.Option(help="Where scaling.json and scaling.png go.")] = Path(
         "bench-results/scaling"
     ),
@@ -276,8 +288,9 @@ def scaling(
     modes = {"both": ["strong", "weak"], "strong": ["strong"], "weak": ["weak"]}.get(mode)
     if modes is None:
         _bad("--mode", f"must be strong, weak or both, got {mode!r}")
-    if batch < 1 or steps < 1:
-        _bad("--batch" if batch < 1 else "--steps", "must be at least 1")
+    if batch < 1 or steps < 1 or per_node < 0:
+        _bad("--batch" if batch < 1 else "--steps" if steps < 1 else "--per-node",
+             "must be at least 1" if per_node >= 0 else "must be 0 or more")  # fmt: skip
     for n in sizes:
         if modes and "strong" in modes and batch % n:
             _bad(
@@ -285,39 +298,71 @@ def scaling(
                 f"strong scaling splits the global batch {batch} over {n} "
                 f"workers: use a batch divisible by {max(sizes)}",
             )
+    if render is not None and spec is None:
+        _bad("--render", "needs --spec: a TrainingJob that can run on the cluster")
+    from gpufleet.bench.jobs import bench_job, local_job, shared_results
+
+    base = _bench_base(spec, 1, 1) if spec is not None else None
+    per_node = per_node or (base.spec.procs_per_node if base else max(sizes))
+    for n in sizes:
+        if n > per_node and n % per_node:
+            _bad("--workers", f"{n} workers do not fill whole nodes of {per_node} (--per-node)")
     model = ["--input-size", "64", "--hidden-size", "256", "--layers", "2"] if quick else []
-    args = [
-        "--batch",
-        str(batch),
-        "--steps",
-        str(3 if quick else steps),
-        "--warmup",
-        "1" if quick else "4",
-        *model,
-    ]
-    from gpufleet.bench.jobs import bench_job, local_job
-    from gpufleet.bench.scaling import Point, analyze, plot, table
+    args = ["--batch", str(batch), "--steps", str(3 if quick else steps), "--warmup",
+            "1" if quick else "4", *model]  # fmt: skip
+    shared = shared_results(base, "scaling") if base is not None and render else None
+    if shared:
+        args += ["--results", shared]
+    jobs = []
+    for m in modes or []:
+        for n in sizes:
+            nodes, procs = (1, n) if n <= per_node else (n // per_node, per_node)
+            fit = ["--fit"] if n == max(sizes) else []
+            if base is None:
+                point_base = local_job("scaling", nodes=nodes, procs_per_node=procs, gpus=0)
+            else:
+                gpus = base.spec.resources.gpu and procs
+                update = {
+                    "nodes": nodes,
+                    "procs_per_node": procs,
+                    "min_nodes": None,
+                    "resources": base.spec.resources.model_copy(update={"gpu": gpus}),
+                }
+                point_base = base.model_copy(
+                    update={"spec": base.spec.model_copy(update=update)}
+                )  # fmt: skip
+            prefix = f"{base.metadata.name}-" if base is not None else ""
+            job = bench_job(point_base, f"{prefix}scaling-{m}-{n}", "gpufleet.bench.scaling",
+                            [*args, "--mode", m, *fit])  # fmt: skip
+            jobs.append((m, n, nodes, job))
+    if render is not None:
+        for _m, _n, _nodes, job in jobs:
+            _print_rendered(job, render)
+            sys.stdout.write("---\n")
+        return
+    from gpufleet.bench.scaling import Point
 
     points: list[Point] = []
     allreduce = None
-    for m in modes or []:
-        for n in sizes:
-            fit = ["--fit"] if n == max(sizes) else []
-            base = local_job("scaling", nodes=1, procs_per_node=n, gpus=0)
-            job = bench_job(
-                base, f"scaling-{m}-{n}", "gpufleet.bench.scaling", [*args, "--mode", m, *fit]
-            )
-            err_console.print(f"scaling: {m}, {n} worker(s)")
-            data = _run_job(
-                job, lambda run_dir: run_dir / "scaling.json", f"scaling at {n} workers"
-            )
-            points.append(Point(**data["point"]))
-            allreduce = data.get("allreduce") or allreduce
-    analysis = analyze(points, allreduce)
+    for m, n, nodes, job in jobs:
+        err_console.print(f"scaling: {m}, {n} worker(s) on {nodes} node(s)")
+        data = _run_job(job, lambda run_dir: run_dir / "scaling.json", f"scaling at {n} workers")
+        points.append(Point(**data["point"]))
+        allreduce = data.get("allreduce") or allreduce
+    _show_scaling(points, allreduce, outdir, output)
+
+
+def _show_scaling(
+    points: list[Any], allreduce: dict[str, Any] | None, outdir: Path, output: Output
+) -> None:
+    """Analyse the points (efficiency, the predictor and its check), write scaling.json and
+    the plot, print the table or the JSON."""
     from dataclasses import asdict
 
+    from gpufleet.bench.scaling import analyze, plot, table
     from gpufleet.bench.system import describe
 
+    analysis = analyze(points, allreduce)
     result = {
         "points": [asdict(p) for p in points],
         "analysis": analysis,
@@ -590,25 +635,35 @@ def collect(
     output: OutputOption = Output.text,
 ) -> None:
     """The collector step of a cluster benchmark: read what the job's pods wrote (bench
-    training, coordinated or collectives), check it and print the aggregate; exit 1 unless it
-    is valid."""
+    training, coordinated, collectives or scaling's points), check it and print the aggregate;
+    exit 1 unless it is valid."""
+    import json
+
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(results)
+    root = root.rstrip("/")
     names = {"training.json", "coordinated.json", "collectives.json"}
     try:
-        found = [n for n in sorted(names) if fs.isfile(f"{root.rstrip('/')}/{n}")]
+        found = [n for n in sorted(names) if fs.isfile(f"{root}/{n}")]
+        points = sorted(fs.glob(f"{root}/point-*.json"))
     except Exception as exc:  # an unreachable bucket, a bad URI: one line, not a traceback
         _bad("RESULTS", f"{results}: {exc}")
+    if not found and not points:
+        _bad("RESULTS", f"{results}: none of {', '.join(sorted(names))} or scaling's "
+             "point-*.json (has the job finished?)")  # fmt: skip
     if not found:
-        _bad("RESULTS", f"{results}: none of {', '.join(sorted(names))} (has the job finished?)")
+        from gpufleet.bench.scaling import Point
+
+        measured = [json.loads(fs.cat_file(p)) for p in points]
+        allreduce = next((m["allreduce"] for m in measured if m.get("allreduce")), None)
+        _show_scaling([Point(**m["point"]) for m in measured], allreduce, outdir, output)
+        return
     kind = found[0]
     if kind == "training.json":
         _collect_training(results, outdir, output)
         return
-    import json
-
-    data = json.loads(fs.cat_file(f"{root.rstrip('/')}/{kind}"))
+    data = json.loads(fs.cat_file(f"{root}/{kind}"))
     if kind == "coordinated.json":
         _show_coordinated(data, output)
     else:
