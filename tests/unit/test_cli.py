@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -67,3 +68,16 @@ def test_fuzz_validate_never_tracebacks(tmp_path: Path, content: bytes, sets: li
     assert result.exit_code in (0, EXIT_BAD_INPUT), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
+
+
+def test_bench_training_without_mlperf_logging_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mlperf_logging", None)  # as if not installed
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["bench", "training", "--quick"])
+    assert result.exit_code == 1
+    assert "pip install 'gpufleet[bench]'" in result.output
+    assert not (tmp_path / ".gpufleet").exists()  # nothing started

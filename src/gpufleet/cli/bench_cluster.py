@@ -564,6 +564,8 @@ def training(
         _bad("--precision", f"must be fp32 or bf16, got {precision!r}")
     if render is not None and spec is None:
         _bad("--render", "needs --spec: a TrainingJob that can run on the cluster")
+    if render is None:
+        _need_mlperf_logging()
     base = _bench_base(spec, nodes, procs)
     chosen = {"strategy": strategy, "mixed_precision": precision}
     parallelism = base.spec.parallelism.model_copy(
@@ -602,7 +604,19 @@ def training(
     _collect_training(results, outdir, output)
 
 
+def _need_mlperf_logging() -> None:
+    """Exit 1 with the install line when the optional mlperf-logging package is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlperf_logging") is None:
+        err_console.print(
+            "error: bench training needs mlperf-logging: pip install 'gpufleet[bench]'"
+        )
+        raise typer.Exit(EXIT_FAILED)
+
+
 def _collect_training(results: str, outdir: Path, output: Output) -> None:
+    _need_mlperf_logging()
     from gpufleet.bench.system import describe
     from gpufleet.bench.training import collect, plot, table
 
