@@ -84,6 +84,8 @@ def worker(args: argparse.Namespace) -> None:
     samples: dict[str, list[dict[str, float]]] = {}
     for r in range(args.rounds):
         for name, op in OPS.items():
+            if args.ops and name not in args.ops.split(","):
+                continue
             mode = op.modes[0]
             for size in sizes:
                 count = elements(op, size, info.world_size)
@@ -138,6 +140,7 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=2)
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--min-seconds", type=float, default=0.3)
+    parser.add_argument("--ops", default="", help="comma-separated; default: all five")
     parser.add_argument("--worker", action="store_true")
     parser.add_argument("--out", default="")
     parser.add_argument(
@@ -155,6 +158,11 @@ def main() -> None:
     else:
         data = measure_all(args)
     report(args, data)
+
+
+def theme(args: argparse.Namespace) -> str:
+    """The result files' theme: ``collectives``, or ``collectives-<ops>`` for a subset."""
+    return "collectives" + (f"-{args.ops.replace(',', '-')}" if args.ops else "")
 
 
 def measure_all(args: argparse.Namespace) -> dict[str, Any]:
@@ -183,10 +191,12 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
             str(args.min_seconds),
             "--pairs",
             str(args.pairs),
+            "--ops",
+            args.ops,
         ]
         subprocess.run(cmd, check=True)
         data = json.loads(out.read_text())
-    raw = result_path("collectives").with_suffix(".samples.json")
+    raw = result_path(theme(args)).with_suffix(".samples.json")
     raw.write_text(json.dumps(data) + "\n")  # kept first: the summary can be redone from it
     return data  # type: ignore[no-any-return]
 
@@ -202,7 +212,7 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> None:
     overall = statistics.median(ratios)
     worst = min(r["ratio"] for r in rows)
     env = environment()
-    path = result_path("collectives")
+    path = result_path(theme(args))
     config = {k: v for k, v in vars(args).items() if k not in ("worker", "out", "from_samples")}
     path.with_suffix(".json").write_text(
         json.dumps(
@@ -224,7 +234,8 @@ def report(args: argparse.Namespace, data: dict[str, Any]) -> None:
         "# Collectives: `gpufleet bench collectives` vs a bare torch.distributed loop",
         "",
         f"`python benchmarks/collectives.py --rounds {args.rounds} --pairs {args.pairs} "
-        f"--max-bytes {args.max_bytes}`: {data['ranks']} ranks, {data['backend']}; each size "
+        f"--max-bytes {args.max_bytes}{' --ops ' + args.ops if args.ops else ''}`: "
+        f"{data['ranks']} ranks, {data['backend']}; each size "
         "measured by gpufleet's timed loop and by a bare loop, back to back, same iterations; "
         "medians over pairs. busbw as nccl-tests defines it.",
         "",
