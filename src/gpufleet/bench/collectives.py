@@ -365,9 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--results", default=None, help="also publish there (dir or URI)")
     args = parser.parse_args(argv)
-    import torch.distributed as dist
-
-    from gpufleet.bench.system import describe
+    from gpufleet.bench.system import node_systems
     from gpufleet.runtime.distributed import ensure_process_group, init_distributed
     from gpufleet.runtime.files import write_json_atomic
 
@@ -383,18 +381,16 @@ def main(argv: list[str] | None = None) -> int:
         max_iters=args.max_iters,
         log=log,
     )
-    systems: list[Any] = [None] * info.world_size
-    dist.all_gather_object(systems, {"rank": info.rank, **describe()})
+    systems = node_systems()
     if info.is_main:
         out = args.out or Path(os.environ.get("GPUFLEET_RUN_DIR", ".")) / "collectives.json"
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) or 1
         write_json_atomic(
             out,
             {
                 "ranks": info.world_size,
                 "backend": info.backend,
                 "rows": [asdict(r) for r in rows],
-                "systems": [s for s in systems if s["rank"] % local == 0],  # one per node
+                "systems": systems,  # one per node
             },
         )
         if args.results:  # a cluster run: where `gpufleet bench collect` reads it

@@ -149,6 +149,7 @@ def run_point(args: argparse.Namespace) -> dict[str, Any]:
     from torch.utils.data import DataLoader
 
     from gpufleet.bench.collectives import OPS, measure
+    from gpufleet.bench.system import nodes_of
     from gpufleet.runtime.data import GlobalBatchSampler
     from gpufleet.runtime.distributed import ensure_process_group, init_distributed
     from gpufleet.runtime.rng import seed_everything
@@ -204,7 +205,7 @@ def run_point(args: argparse.Namespace) -> dict[str, Any]:
                 max(0.0, step_s - compute_s - data_s),
                 global_batch / step_s,
                 grad_bytes,
-                nodes=max(world // int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), 1),
+                nodes=nodes_of(world),
             )
         ),
     }

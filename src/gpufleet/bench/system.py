@@ -73,3 +73,23 @@ def describe() -> dict[str, Any]:
     }
     info.update(_gpus())
     return info
+
+
+def local_world_size() -> int:
+    """Workers per node (torchrun's LOCAL_WORLD_SIZE; 1 outside it)."""
+    return max(int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
+
+
+def nodes_of(world_size: int) -> int:
+    """How many nodes a job of ``world_size`` workers spans."""
+    return max(world_size // local_world_size(), 1)
+
+
+def node_systems() -> list[dict[str, Any]]:
+    """Every node's description, gathered over the process group (collective: every rank
+    calls it): the first rank of each node speaks for it, with its ``rank``."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, {"rank": dist.get_rank(), **describe()})
+    return [s for s in gathered if s["rank"] % local_world_size() == 0]

@@ -276,18 +276,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=None, help="directory or fsspec URI")
     args = parser.parse_args(argv)
 
-    import torch.distributed as dist
-
     from gpufleet.bench.jobs import publish
-    from gpufleet.bench.system import describe
+    from gpufleet.bench.system import node_systems, nodes_of
     from gpufleet.runtime import JobContext
     from gpufleet.runtime.distributed import ensure_process_group, init_distributed
     from gpufleet.runtime.files import write_json_atomic
 
     info = init_distributed()
     ensure_process_group()
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    nodes = max(info.world_size // max(local, 1), 1)
+    nodes = nodes_of(info.world_size)
     run_dir = Path(os.environ.get("GPUFLEET_RUN_DIR", "."))
     results = args.results or str(run_dir / "training")
     staging = run_dir / "bench-training"  # this node's copy; `results` is the shared one
@@ -295,8 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
     runs = [one_run(args, i, nodes, staging) for i in range(args.runs)]
-    systems: list[Any] = [None] * info.world_size
-    dist.all_gather_object(systems, {"rank": info.rank, **describe()})
+    systems = node_systems()
     if info.is_main:
         summary = {
             "benchmark": BENCHMARK,
@@ -307,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             "global_batch": args.batch_size * info.world_size,
             "parallelism": JobContext.from_env().parallelism.to_json(),
             "runs": runs,
-            # one description per node: its first rank's
-            "systems": [s for s in systems if s["rank"] % local == 0],
+            "systems": systems,  # one per node
         }
         # the logs first: a collector that sees training.json finds every log it names
         publish(sorted(staging.glob("result_*.txt")), results)
