@@ -14,9 +14,18 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 import yaml
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
+
+# Property tests: `ci` (the default, `make test`) draws the same examples on every run, each
+# test's seed derived from its name, so CI never fails at random; `explore` (`make fuzz`) draws
+# new ones each run and keeps failures in .hypothesis/ to replay. Both print the failing example
+# and the blob that reproduces it (@reproduce_failure).
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def poll_until(

@@ -123,6 +123,18 @@ def test_bad_spec_field_paths(spec: dict[str, Any], want_path: str, want_text: s
     assert want_text.replace(">= 1", "greater than or equal to 1") in errs[want_path]
 
 
+def test_a_command_job_dump_validates_back() -> None:
+    """A default is never an error: a command job's own dump (which writes every default,
+    parallelism's among them, as `gpufleet validate -o json` prints it) validates back to the
+    same job; a parallelism setting other than the default is still refused."""
+    job = validate_training_job(digits_job(command=["t.py"], workload=None))
+    dump = job.model_dump(mode="json", by_alias=True)
+    assert dump["spec"]["parallelism"]  # the defaults are written
+    assert validate_training_job(dump) == job
+    dump["spec"]["parallelism"]["activationCheckpointing"] = True
+    assert "spec.parallelism" in errors_of(dump)
+
+
 def test_all_errors_reported_at_once() -> None:
     doc = digits_job(nodes=0, procsPerNode=0, maxRestarts=-1)
     doc["metadata"]["name"] = "Not_A_Label"

@@ -721,7 +721,9 @@ def _parallelism_problems(data: dict[str, Any], has_command: bool) -> list[Probl
     raw = data.get("parallelism")
     if not isinstance(raw, dict) or not raw:
         return []
-    if has_command:
+    # A default value sets nothing, so a command job may carry it (its own dump writes them all).
+    defaults = Parallelism().model_dump(by_alias=True)
+    if has_command and any(key not in defaults or raw[key] != defaults[key] for key in raw):
         return [(("parallelism",), "applies to built-in workloads (spec.workload), not to a "
                  "command: a script picks its own (gpufleet.runtime.Trainer(..., parallelism="
                  "ParallelismSettings(strategy='fsdp')), or its own fully_shard)")]  # fmt: skip
