@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpufleet-installed
 TOOLS := .tools/bin
 
-.PHONY: demo test lint unit fmt docs goldens bench bench-controlplane clean tools controlplane
+.PHONY: demo test lint unit fuzz fmt docs goldens schemas bench bench-controlplane clean tools \
+	controlplane
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +42,11 @@ test: lint tools controlplane
 unit: $(STAMP) tools
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q tests/unit
 
+# The property tests with new random examples on every run (`make test` draws the same ones each
+# time: hypothesis profile "ci"); a failing example is printed and kept in .hypothesis/ to replay.
+fuzz: $(STAMP) tools
+	HYPOTHESIS_PROFILE=explore PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -m hypothesis
+
 fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks scripts examples
 	$(BIN)/ruff check --fix src tests benchmarks scripts examples
@@ -51,6 +57,10 @@ docs: $(STAMP)
 # Rewrite tests/golden/* from the renderers after an intended change; review with git diff.
 goldens: $(STAMP)
 	$(BIN)/python -m tests.goldens
+
+# Rewrite tests/k8s-schemas/* from the CRDs of the pinned controllers after a pin changes.
+schemas: $(STAMP) controlplane
+	$(BIN)/python -m tests.k8s_schemas
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/runtime_overhead.py
