@@ -42,10 +42,13 @@ test: lint tools controlplane
 unit: $(STAMP) tools
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q tests/unit
 
-# The property tests with new random examples on every run (`make test` draws the same ones each
-# time: hypothesis profile "ci"); a failing example is printed and kept in .hypothesis/ to replay.
+# The property tests with new random examples, and the chaos tests with a new seed, on every run
+# (`make test` draws the same ones each time: hypothesis profile "ci", a fixed chaos seed); a
+# failing example is printed and kept in .hypothesis/ to replay, a chaos failure prints its seed.
 fuzz: $(STAMP) tools
 	HYPOTHESIS_PROFILE=explore PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -m hypothesis
+	GPUFLEET_CHAOS_SEED=$$($(BIN)/python -c 'import random; print(random.randrange(10**6))') \
+	  $(BIN)/python -m pytest -q tests/chaos
 
 fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks scripts examples

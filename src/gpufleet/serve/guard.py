@@ -29,6 +29,7 @@ import math
 import re
 import socket
 import threading
+import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,6 +48,11 @@ _UNBOUNDED_MAX_BODY = 64 << 20  # a model with variable dims: Triton's later def
 # the 413, as clients that send all of a body before reading the answer would otherwise see a
 # broken pipe instead of it; larger ones are answered at once and the connection closed.
 _DRAIN_MAX = 128 << 20
+# A connection closed with a body left unread (a chunked one, one too large to drain) is closed
+# lingering, as nginx's lingering_close: the answer sent, writing shut, what the client still
+# sends read and dropped for up to this long. Closed at once, the unread bytes make the kernel
+# reset the connection, and the client's next write fails (EPIPE) before it reads the answer.
+_LINGER_S = 2.0
 _INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/infer$")
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
                "trailer", "transfer-encoding", "upgrade", "content-length", "host"}  # fmt: skip
@@ -267,6 +273,18 @@ class GuardServer(ThreadingHTTPServer):
         self.limits = limits
         self.models = list(models)
         super().__init__(address, _Handler)
+
+    def shutdown_request(self, request: Any) -> None:
+        """Close lingering (_LINGER_S): socketserver's own shuts writing and closes at once."""
+        try:
+            request.shutdown(socket.SHUT_WR)
+            request.settimeout(_LINGER_S)
+            deadline = time.monotonic() + _LINGER_S
+            while time.monotonic() < deadline and request.recv(1 << 16):
+                pass
+        except OSError:
+            pass
+        self.close_request(request)
 
     def upstream(
         self,
