@@ -138,13 +138,18 @@ def mutants(doc: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
                     yield name, f"{key} {rule[key]} -> {_halved(rule[key])}", halved
 
 
-def survives(promtool: str, mutated: dict[str, Any], work: Path) -> bool:
-    """Whether every promtool test passes on the mutated rules."""
+def survives(promtool: str, mutated: dict[str, Any], work: Path, rule: str) -> bool:
+    """Whether every promtool test passes on the mutated rules. The test files that name the
+    rule go first, one file at a time, up to the first that fails: the same verdict as all files
+    at once, in about half the time (most mutants die in their own rule's file)."""
     (work / "gpufleet-rules.yaml").write_text(yaml.safe_dump(mutated, sort_keys=False))
-    tests = sorted(p.name for p in (work / "tests").glob("*.test.yaml"))
-    done = subprocess.run([promtool, "test", "rules", *tests], cwd=work / "tests",
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-    return done.returncode == 0
+    tests = sorted((work / "tests").glob("*.test.yaml"))
+    for test in sorted(tests, key=lambda path: rule not in path.read_text()):
+        done = subprocess.run([promtool, "test", "rules", test.name], cwd=work / "tests",
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        if done.returncode != 0:
+            return False
+    return True
 
 
 def run(promtool: str) -> list[Mutant]:
@@ -156,7 +161,7 @@ def run(promtool: str) -> list[Mutant]:
             i, (name, description, mutated) = item
             work = Path(tmp) / str(i)
             shutil.copytree(TESTS, work / "tests")
-            return Mutant(name, description, killed=not survives(promtool, mutated, work))
+            return Mutant(name, description, killed=not survives(promtool, mutated, work, name))
 
         if check((-1, ("", "", doc))).killed:
             raise SystemExit("error: the promtool tests fail on the unmutated rules")
