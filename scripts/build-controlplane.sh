@@ -143,8 +143,8 @@ if [ ! -s "$out" ] || [ controlplane/volcano/go.sum -nt "$out" ] || [ controlpla
   echo "  volcano manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs"
 fi
 
-# CRDs of components not run here (Prometheus Operator, Volcano, KEDA), from their modules at the
-# versions and hashes pinned in controlplane/crds.txt.
+# CRDs of components not run here (Prometheus Operator, Volcano, KEDA, KServe), from their modules
+# at the versions and hashes pinned in controlplane/crds.txt.
 crds="$DEST/crds"
 if [ ! -d "$crds" ] || [ controlplane/crds.txt -nt "$crds" ]; then
   rm -rf "$crds.tmp" && mkdir -p "$crds.tmp"

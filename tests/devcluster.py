@@ -20,6 +20,9 @@ from tests.conftest import REPO, cli_env, poll_until, run_cli
 
 CHART = REPO / "deploy" / "helm" / "gpufleet"
 NODES, GPUS_PER_NODE, PRODUCT = 3, 4, "NVIDIA-A30"
+# kwok's pod Stages capped at this (`cluster up --pod-delay-ms`): they wait 1-5 s at each step of
+# a pod's life, most of a test's time; still long enough that a 1 s poll sees a pod Running.
+POD_DELAY_MS = 300
 BUILT = all((binaries_dir() / name).is_file() for name in COMPONENTS)
 needs_controlplane = pytest.mark.skipif(
     not BUILT, reason=f"control plane not built in {binaries_dir()} (make controlplane)"
@@ -141,7 +144,8 @@ def start(
     leave_out = [arg for name in without for arg in ("--without", name)]
     leave_out += ["--values", str(values)] if values else []
     up = run_cli("cluster", "up", "--nodes", str(nodes), "--gpus-per-node", str(gpus),
-                 "--gpu-product", PRODUCT, "--dir", str(state_dir), *leave_out, cwd=root,
+                 "--gpu-product", PRODUCT, "--pod-delay-ms", str(POD_DELAY_MS),
+                 "--dir", str(state_dir), *leave_out, cwd=root,
                  timeout=900)  # fmt: skip
     assert up.returncode == 0, up.stderr[-3000:]
     return DevCluster(root, state_dir, up)

@@ -265,3 +265,33 @@ def test_volcanos_processes_share_its_manifests_and_leave_together() -> None:
                 Path("/w"), Path("ca.crt"))  # fmt: skip
     assert "--listen-address=127.0.0.1:3" in args and "--healthz-address=127.0.0.1:2" in args
     assert "--scheduler-conf=/w/vc-scheduler-files/volcano-scheduler.conf" in args
+
+
+def test_capped_pod_stages_shorten_only_pod_delays_and_keep_annotated_ones(tmp_path: Path) -> None:
+    """`cluster up --pod-delay-ms`: each Pod Stage's own delay and jitter capped; a node Stage
+    (the heartbeat's 10 minutes) and a pod's annotated delay (RUN_FOR_A_DAY) left as they are."""
+    from gpufleet.devcluster.cluster import capped_pod_stages
+
+    annotated = {
+        "expressionFrom": '.metadata.annotations["pod-complete.stage.kwok.x-k8s.io/delay"]'
+    }
+    stages = {
+        "pod-complete.yaml": {"kind": "Stage", "spec": {"resourceRef": {"kind": "Pod"}, "delay": {
+            "durationMilliseconds": 1000, "durationFrom": annotated,
+            "jitterDurationMilliseconds": 5000}}},
+        "node-heartbeat.yaml": {"kind": "Stage", "spec": {"resourceRef": {"kind": "Node"},
+            "delay": {"durationMilliseconds": 600000, "jitterDurationMilliseconds": 610000}}},
+        "pod-delete.yaml": {"kind": "Stage", "spec": {"resourceRef": {"kind": "Pod"}}},
+    }  # fmt: skip
+    kwok = tmp_path / "kwok"
+    kwok.mkdir()
+    for name, stage in stages.items():
+        (kwok / name).write_text(yaml.safe_dump(stage))
+    out = capped_pod_stages(kwok, tmp_path / "out", 300)
+    got = {p.name: yaml.safe_load(p.read_text()) for p in out.glob("*.yaml")}
+    assert set(got) == set(stages)
+    pod = got["pod-complete.yaml"]["spec"]["delay"]
+    assert pod == {"durationMilliseconds": 300, "durationFrom": annotated,
+                   "jitterDurationMilliseconds": 300}  # fmt: skip
+    assert got["node-heartbeat.yaml"] == stages["node-heartbeat.yaml"]
+    assert got["pod-delete.yaml"] == stages["pod-delete.yaml"]

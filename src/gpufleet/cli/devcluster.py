@@ -49,6 +49,14 @@ def up(
     kueue_fair_sharing: Annotated[
         bool, typer.Option(help="Turn on Kueue's fair sharing among a cohort's queues.")
     ] = False,
+    pod_delay_ms: Annotated[
+        int | None,
+        typer.Option(
+            help="At most this many ms at each step of a fake pod's life (created, ready, "
+            "completed); kwok's own Stages wait 1-5 s at each. For fast tests.",
+            min=0,
+        ),
+    ] = None,
     values: Annotated[
         Path | None,
         typer.Option(
@@ -80,6 +88,7 @@ def up(
             pools,
             without=tuple(without or ()),
             fair_sharing=kueue_fair_sharing,
+            pod_delay_ms=pod_delay_ms,
         )
     except ClusterUpError as exc:
         err_console.print(f"cluster up failed: {exc}", markup=False)

@@ -177,6 +177,23 @@ def owner_complete_stage(kwok_stages: Path, directory: Path) -> Path:
     return path
 
 
+def capped_pod_stages(kwok_stages: Path, directory: Path, cap_ms: int) -> Path:
+    """kwok's Stages, each Pod Stage's own delay and jitter at most ``cap_ms``, written to
+    ``directory``: kwok's wait 1 s plus up to 4 s more at each step of a pod's life (created,
+    ready, completed), most of a short job's time. A delay a pod's annotation sets
+    (RUN_FOR_A_DAY) still applies."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in sorted(kwok_stages.glob("*.yaml")):
+        stage = yaml.safe_load(path.read_text())
+        delay = stage["spec"].get("delay") or {}
+        if stage["spec"]["resourceRef"]["kind"] == "Pod":
+            for key in ("durationMilliseconds", "jitterDurationMilliseconds"):
+                if key in delay:
+                    delay[key] = min(delay[key], cap_ms)
+        (directory / path.name).write_text(yaml.safe_dump(stage, sort_keys=False))
+    return directory
+
+
 def binaries_dir() -> Path:
     """Where the built components are: $GPUFLEET_CONTROLPLANE_BIN, else the checkout's
     .tools/controlplane."""
@@ -310,10 +327,12 @@ class LocalCluster:
         timeout: float = 120,
         without: tuple[str, ...] = (),
         fair_sharing: bool = False,
+        pod_delay_ms: int | None = None,
     ) -> State:
         """Start every component in order, each once the one before is ready; create the nodes.
         ``without`` names controllers (addons.PROJECTS) to leave out, as on a cluster that lacks
-        them; ``fair_sharing`` turns on Kueue's fair sharing. A running cluster in the same
+        them; ``fair_sharing`` turns on Kueue's fair sharing; ``pod_delay_ms`` caps kwok's delays at
+        each step of a pod's life (capped_pod_stages). A running cluster in the same
         directory is found and returned as it is."""
         unknown = sorted(set(without) - set(addons.PROJECTS))
         if unknown:
@@ -357,8 +376,11 @@ class LocalCluster:
         configs = {u: kubeconfig(self.dir / f"{u}.kubeconfig", server, pki, u)
                    for u in ("kube-controller-manager", "kube-scheduler", "kwok")}  # fmt: skip
         kubeconfig(self.kubeconfig, server, pki, "admin")
-        stages = sorted((binaries / "kwok-stages").glob("*.yaml")) + sorted(STAGES.glob("*.yaml"))
-        stages.append(owner_complete_stage(binaries / "kwok-stages", self.dir / "stages"))
+        kwok_stages = binaries / "kwok-stages"
+        if pod_delay_ms is not None:
+            kwok_stages = capped_pod_stages(kwok_stages, self.dir / "stages" / "kwok", pod_delay_ms)
+        stages = sorted(kwok_stages.glob("*.yaml")) + sorted(STAGES.glob("*.yaml"))
+        stages.append(owner_complete_stage(kwok_stages, self.dir / "stages"))
         plan = [
             etcd(binaries / "etcd", self.dir / "etcd-data", ports["etcd"], ports["etcd-peer"]),
             kube_apiserver(
@@ -523,7 +545,8 @@ class LocalCluster:
 
     def _install_other_crds(self, binaries: Path, timeout: float) -> None:
         """The CRDs of projects a cluster of the chart's design has but that do not run here
-        (Prometheus Operator, Volcano, KEDA: controlplane/crds.txt), from their modules."""
+        (Prometheus Operator, Volcano, KEDA, KServe: controlplane/crds.txt), from their
+        modules."""
         from kubernetes import client
 
         ext = client.ApiextensionsV1Api(self._api())
