@@ -20,8 +20,8 @@ from tests.conftest import REPO, cli_env, poll_until, run_cli
 
 CHART = REPO / "deploy" / "helm" / "gpufleet"
 NODES, GPUS_PER_NODE, PRODUCT = 3, 4, "NVIDIA-A30"
-# kwok's pod Stages capped at this (`cluster up --pod-delay-ms`): they wait 1-5 s at each step of
-# a pod's life, most of a test's time; still long enough that a 1 s poll sees a pod Running.
+# kwok's pod Stages capped at this (`cluster up --pod-delay-ms`): uncapped they wait 1-5 s at each
+# step of a pod's life (created, ready, completed), most of a cluster test's time.
 POD_DELAY_MS = 300
 BUILT = all((binaries_dir() / name).is_file() for name in COMPONENTS)
 needs_controlplane = pytest.mark.skipif(
