@@ -21,7 +21,7 @@ tools:
 	bash scripts/get-prometheus.sh
 
 # The local control plane (etcd, kube-*, kwok, Kueue, JobSet, Kubeflow operators, Volcano) built
-# with Go from controlplane/ into .tools/controlplane (scripts/build-controlplane.sh: ~15 min cold
+# with Go from controlplane/ into .tools/controlplane (scripts/build-controlplane.sh: ~13 min cold
 # on 2 cores, then cached).
 controlplane:
 	bash scripts/build-controlplane.sh

@@ -183,8 +183,8 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip `gpu` tests without CUDA and `cluster` tests without KUBECONFIG, with the reason.
     The modules that use the session's control plane run last: it runs from its first test to
-    the end of the session, and its processes (a fifth of a core, idle) would otherwise run
-    beside every test after it. Whole modules move, so no module fixture is set up twice."""
+    the end of the session, and its processes would otherwise run beside every test after
+    it. Whole modules move, so no module fixture is set up twice."""
     cluster_modules = {
         item.path for item in items if "devcluster" in getattr(item, "fixturenames", ())
     }
