@@ -18,8 +18,8 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
 
+from gpufleet.devcluster.addons import CRD, load_manifests
 from tests.conftest import REPO
 
 K8S_VERSION = "1.33"
@@ -111,9 +111,7 @@ def crds(binaries: Path) -> Iterator[dict[str, Any]]:
     a kind, the running controller's wins."""
     for folder in ("crds", "manifests"):
         for path in sorted((binaries / folder).glob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-                    yield doc
+            yield from (doc for doc in load_manifests(path) if doc.get("kind") == CRD)
 
 
 def generate(binaries: Path) -> dict[Path, str]:
