@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -113,23 +114,81 @@ class DevCluster:
     def run_to_end(
         self, name: str, namespace: str, timeout: float = 120
     ) -> tuple[str, dict[str, dict[str, Any]]]:
-        """Wait for the job's verdict (Succeeded or Failed); also every pod of it seen bound to
-        a node meanwhile (some controllers remove their workers once the job ends)."""
-        pods: dict[str, dict[str, Any]] = {}
-
-        def verdict() -> str:
-            pods.update({p["metadata"]["name"]: p for p in self.pods(namespace, name)
-                         if p["spec"].get("nodeName")})  # fmt: skip
-            phase = self.phase(name, namespace)
-            return phase if phase in ("Succeeded", "Failed") else ""
-
-        return poll_until(verdict, what=f"{namespace}/{name} to end", timeout=timeout), pods
+        """Wait for the job's verdict (Succeeded or Failed); also every pod of it bound to a node
+        meanwhile, from a watch (some controllers remove their workers once the job ends, and
+        with kwok's short delays a pod can be created, run and go between two polls)."""
+        with BoundPods(self, namespace, name) as seen:
+            phase = poll_until(
+                lambda: (p := self.phase(name, namespace)) in ("Succeeded", "Failed") and p,
+                what=f"{namespace}/{name} to end", timeout=timeout,
+            )  # fmt: skip
+        return phase, seen.pods
 
     def namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
         """Create a namespace (a test's own, so tests sharing the cluster do not meet)."""
         body = {"metadata": {"name": name, "labels": labels or {}}}
         self.core.create_namespace(body)
         return name
+
+
+class BoundPods:
+    """Every state, seen bound to a node, of the pods of a job: a list, then a watch from the
+    list's resourceVersion (the API server sends every change after it, deletions included),
+    in a thread until the block ends. At the end, one more list and the rest of the watch's
+    window (a second) so changes made before the end are in."""
+
+    WINDOW_S = 1
+
+    def __init__(self, cluster: DevCluster, namespace: str, job: str) -> None:
+        self.cluster, self.namespace = cluster, namespace
+        self.selector = f"gpufleet.dev/job={job}"
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.done = threading.Event()
+        self.failed: BaseException | None = None
+        self.thread = threading.Thread(target=self.watch, args=(self.list(),), daemon=True)
+
+    def seen(self, pod: Any) -> None:
+        doc = self.cluster.as_dict(pod)
+        if doc["spec"].get("nodeName"):
+            self.pods[doc["metadata"]["name"]] = doc
+
+    def list(self) -> str:
+        listed = self.cluster.core.list_namespaced_pod(self.namespace, label_selector=self.selector)
+        for pod in listed.items:
+            self.seen(pod)
+        return str(listed.metadata.resource_version)
+
+    def watch(self, version: str) -> None:
+        try:
+            self.follow(version)
+        except BaseException as exc:
+            self.failed = exc
+
+    def follow(self, version: str) -> None:
+        from kubernetes import watch
+
+        while True:
+            for event in watch.Watch().stream(
+                self.cluster.core.list_namespaced_pod, self.namespace,
+                label_selector=self.selector, resource_version=version,
+                timeout_seconds=self.WINDOW_S,
+            ):  # fmt: skip
+                self.seen(event["object"])
+                version = event["object"].metadata.resource_version
+            if self.done.is_set():
+                return
+
+    def __enter__(self) -> BoundPods:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.list()
+        self.done.set()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the pod watch did not end"
+        if self.failed is not None:
+            raise self.failed
 
 
 def start(
