@@ -41,6 +41,17 @@ MAX_ROLLBACKS = 3
 # prometheus_client's multiprocess mode: each worker writes its metrics into files there, and
 # one server (the launcher, locally) serves the sum of all of them.
 ENV_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+# Where what is derived once per machine is kept (the built-in digits data as arrays, so that a
+# worker need not import scikit-learn); unset: $XDG_CACHE_HOME/gpufleet, else ~/.cache/gpufleet.
+ENV_CACHE_DIR = "GPUFLEET_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """gpufleet's cache directory (ENV_CACHE_DIR); it may not exist, or not be writable."""
+    if where := os.environ.get(ENV_CACHE_DIR):
+        return Path(where)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "gpufleet"
 
 
 @dataclass(frozen=True, kw_only=True)

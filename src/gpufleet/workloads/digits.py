@@ -2,23 +2,57 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import zipfile
+from importlib.metadata import version
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import torch
-from sklearn.datasets import load_digits
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from gpufleet.runtime.context import cache_dir
+
 TEST_FRACTION = 0.2
+Arrays = tuple[npt.NDArray[Any], npt.NDArray[Any]]
+
+
+def digits_arrays() -> Arrays:
+    """scikit-learn's digits as it loads them (images 1797 x 8 x 8, targets), kept in the cache
+    directory by the first call on a machine: importing scikit-learn costs each worker process
+    about a second of CPU, more than a short job's training. The file is named by
+    scikit-learn's version; one that is unreadable or damaged (a zip CRC) is loaded anew."""
+    cached = cache_dir() / f"digits-scikit-learn-{version('scikit-learn')}.npz"
+    try:  # our own handle: np.load given a path leaves it open when the zip is damaged
+        with cached.open("rb") as fh, np.load(fh, allow_pickle=False) as f:
+            images, target = f["images"], f["target"]
+        if images.shape == (len(target), 8, 8):
+            return images, target
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        pass
+    from sklearn.datasets import load_digits
+
+    bunch: Any = load_digits()
+    tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
+    try:  # whole or not at all: written aside, then renamed
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as out:
+            np.savez(out, images=bunch.images, target=bunch.target)
+        os.replace(tmp, cached)
+    except OSError:  # a read-only home (a pod's): load it every time
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    return bunch.images, bunch.target
 
 
 def digits_datasets(seed: int = 0) -> tuple[TensorDataset, TensorDataset]:
     """(train, test) split of the 1,797 digits images, fixed by ``seed``; pixels scaled to [0,1]."""
-    bunch: Any = load_digits()
-    images = np.asarray(bunch.images, dtype=np.float32) / 16.0
-    labels = np.asarray(bunch.target, dtype=np.int64)
+    raw_images, raw_labels = digits_arrays()
+    images = np.asarray(raw_images, dtype=np.float32) / 16.0
+    labels = np.asarray(raw_labels, dtype=np.int64)
     order = np.random.default_rng(seed).permutation(len(labels))
     n_test = int(len(labels) * TEST_FRACTION)
     test, train = order[:n_test], order[n_test:]
