@@ -36,8 +36,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python scripts/gen_spec_docs.py --check
 
+# One pytest-xdist worker per core: the test modules are handed out whole, the control plane's
+# together (tests/conftest.py, work_unit). PYTEST_WORKERS=0 runs them in this one process.
+PYTEST_WORKERS ?= auto
 test: lint tools controlplane
-	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 unit: $(STAMP) tools
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q tests/unit

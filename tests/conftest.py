@@ -145,15 +145,17 @@ def summary_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return json.loads(lines[-1])  # type: ignore[no-any-return]
 
 
-def processes_mentioning(text: str) -> list[psutil.Process]:
-    """Live processes whose command line or working directory mentions ``text``."""
+def processes_mentioning(text: str, cwd: Path | None = None) -> list[psutil.Process]:
+    """Live processes whose command line or working directory mentions ``text``; with ``cwd``,
+    only those working there (read once in the listing: another test's processes come and go)."""
     found = []
     for p in psutil.process_iter(["cmdline", "cwd", "status"]):
         try:
             if p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            cmd = " ".join(p.info["cmdline"] or [])
-            if p.pid != os.getpid() and (text in cmd or text == (p.info["cwd"] or "")):
+            cmd, where = " ".join(p.info["cmdline"] or []), p.info["cwd"] or ""
+            mentions = text in cmd or text == where
+            if p.pid != os.getpid() and mentions and (cwd is None or where == str(cwd)):
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
@@ -180,15 +182,34 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     assert not left, f"orphan processes: {[(p.pid, p.cmdline()) for p in left]}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The session's own gpufleet cache (the digits arrays): nothing read from, or left in, the
+    user's; the first worker of the session fills it, the others read it."""
+    from gpufleet.runtime.context import ENV_CACHE_DIR
+
+    os.environ[ENV_CACHE_DIR] = str(tmp_path_factory.mktemp("gpufleet-cache"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip `gpu` tests without CUDA and `cluster` tests without KUBECONFIG, with the reason.
-    The modules that use the session's control plane run last: it runs from its first test to
-    the end of the session, and its processes would otherwise run beside every test after
-    it. Whole modules move, so no module fixture is set up twice."""
-    cluster_modules = {
-        item.path for item in items if "devcluster" in getattr(item, "fixturenames", ())
-    }
-    items.sort(key=lambda item: item.path in cluster_modules)
+    """Skip `gpu` tests without CUDA and `cluster` tests without KUBECONFIG, with the reason;
+    order the modules (work_unit)."""
+    strays = sorted({item.nodeid.split("::")[0] for item in items
+                     if "devcluster" in getattr(item, "fixturenames", ())
+                     and work_unit(item.nodeid) != CONTROL_PLANE})  # fmt: skip
+    if strays:  # it would start a second control plane in its own worker
+        raise pytest.UsageError(f"tests using the devcluster fixture belong in {CONTROL_PLANE}/: "
+                                f"{', '.join(strays)}")  # fmt: skip
+    in_one_process = not hasattr(config, "workerinput")
+    slow = {work_unit(item.nodeid) for item in items if "slow" in item.keywords}
+
+    def rank(item: pytest.Item) -> tuple[bool, ...]:
+        unit = work_unit(item.nodeid)
+        if in_one_process:
+            return (unit == CONTROL_PLANE,)
+        return (unit != CONTROL_PLANE, unit not in slow)
+
+    items.sort(key=rank)
     import torch
 
     no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
@@ -198,6 +219,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_gpu)
         if "cluster" in item.keywords and not os.environ.get("KUBECONFIG"):
             item.add_marker(no_cluster)
+
+
+# The modules that use the session's control plane (the devcluster fixture) live here.
+CONTROL_PLANE = "tests/controlplane"
+
+
+def work_unit(nodeid: str) -> str:
+    """What runs whole, in one process: a test module (its module fixtures are set up once), or
+    all of tests/controlplane/ (one control plane per process: a second would cost a minute
+    to start, and the MPI operator's fixed port allows only one).
+
+    In one process the control plane's modules run last: it runs from their first test to the
+    end of the session, and its processes would otherwise run beside every test after them.
+    Under pytest-xdist (`make test`: ``-n auto``, this scheduler) a worker takes the next unit
+    when it is done, in this order: the control plane's first (mostly waiting on controllers,
+    it runs beside the rest), then the modules with `slow` tests (real processes, seconds
+    each), then the others."""
+    module = nodeid.split("::")[0]
+    return CONTROL_PLANE if module.startswith(CONTROL_PLANE + "/") else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's own scope scheduler, by work_unit (its `--dist loadgroup` marks no longer group
+    on pytest 9.2: pytest-xdist issue 1386), in the order the workers collected."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByWorkUnit(config, log)
 
 
 @pytest.fixture(scope="session")

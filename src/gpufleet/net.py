@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import socket
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -13,13 +15,42 @@ def free_port() -> int:
         return port
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago (all bound at once
-    while chosen, so no two are the same, as separate free_port() calls may be)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+# Where the kernel picks the ports it hands out itself (a bind to port 0, the local end of an
+# outgoing connection), and the lowest port free_ports() uses below that range.
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+QUIET_FLOOR = 10000
+
+
+def quiet_ports() -> range:
+    """Ports the kernel never hands out on its own: from QUIET_FLOOR to below the ephemeral
+    range (empty when that range starts lower)."""
     try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    return range(QUIET_FLOOR, low)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago, all bound at once
+    while chosen (so no two are the same, as separate free_port() calls may be). Taken at random
+    from quiet_ports(): a control plane starts its listeners one by one over a minute, and a
+    port the kernel may hand out could meanwhile become the local end of some program's
+    connection; from the kernel's own when that range is too small."""
+    quiet = quiet_ports()
+    candidates = random.sample(quiet, len(quiet)) if len(quiet) >= 8 * count else []
+    sockets: list[socket.socket] = []
+    try:
+        for port in [*candidates, *[0] * count]:
+            if len(sockets) == count:
+                break
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # taken, or lingering after a connection
+                s.close()
+                continue
+            sockets.append(s)
         return [int(s.getsockname()[1]) for s in sockets]
     finally:
         for s in sockets:

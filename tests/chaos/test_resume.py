@@ -156,7 +156,7 @@ def test_external_sigkill_of_a_worker(workdir: Path, long_baseline: dict[str, An
                                 env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)  # fmt: skip
     _wait_for_step(workdir / ".gpufleet/runs/victim", RNG.randint(2, 30), launcher)
-    workers = [p for p in processes_mentioning("gpufleet.launch.shim") if p.cwd() == str(workdir)]
+    workers = processes_mentioning("gpufleet.launch.shim", cwd=workdir)
     assert len(workers) == 2
     RNG.choice(workers).send_signal(signal.SIGKILL)
     out, err = launcher.communicate(timeout=180)
@@ -183,8 +183,7 @@ def test_preempt_launcher_then_resume(
     assert first["status"] == "Preempted" and "run the same command again" in first["message"]
     stopped_at = read_json(run_dir / "preempted.json")["step"]
     assert 0 < stopped_at < LONG_STEPS
-    assert not [p for p in processes_mentioning("gpufleet.launch.shim")
-                if p.cwd() == str(workdir)]  # fmt: skip
+    assert not processes_mentioning("gpufleet.launch.shim", cwd=workdir)
 
     again = run_cli("run", str(spec), "-o", "json", cwd=workdir)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -52,7 +52,7 @@ def test_kueue_quota_names_the_cluster_queue_and_what_is_used_up() -> None:
 
 
 # Kueue v0.19.2's conditions on a workload preempted by its lender (recorded on the local
-# control plane, tests/integration/test_devcluster_platform.py).
+# control plane, tests/controlplane/test_devcluster_platform.py).
 PREEMPTED_BY_LENDER = (
     "Preempted to accommodate a workload (UID: 11c56a05-d67f-4747-9162-e0594e1b6a27, JobUID: "
     "87967475-8792-4ea6-8091-863b5e14ddc9) due to reclamation within the cohort; preemptor path: "

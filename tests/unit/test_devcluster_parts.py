@@ -6,6 +6,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -240,6 +241,36 @@ def test_ports_chosen_together_are_distinct() -> None:
 
     ports = free_ports(40)
     assert len(set(ports)) == 40
+
+
+def test_cluster_ports_are_ones_the_kernel_never_hands_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control plane's ports come from below the kernel's ephemeral range (no connection
+    opened meanwhile takes one before its listener starts), skipping a held one; with no room
+    below that range, from the kernel's own."""
+    import socket
+
+    from gpufleet import net
+
+    span = tmp_path / "ip_local_port_range"
+    span.write_text("32768\t60999\n")
+    monkeypatch.setattr(net, "EPHEMERAL_RANGE", span)
+    assert net.quiet_ports() == range(net.QUIET_FLOOR, 32768)
+    ports = net.free_ports(40)
+    assert len(set(ports)) == 40 and all(net.QUIET_FLOOR <= p < 32768 for p in ports), ports
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", ports[0]))
+        with monkeypatch.context() as narrow:
+            narrow.setattr(net, "quiet_ports", lambda: range(ports[0], ports[0] + 8))
+            (port,) = net.free_ports(1)
+        assert ports[0] < port < ports[0] + 8
+
+    span.write_text("1024 65535\n")
+    assert not net.quiet_ports()
+    ports = net.free_ports(3)
+    assert len(set(ports)) == 3 and all(p >= 1024 for p in ports)
 
 
 def test_volcanos_processes_share_its_manifests_and_leave_together() -> None:
