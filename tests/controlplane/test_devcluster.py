@@ -135,6 +135,8 @@ def test_a_gpu_job_runs_to_succeeded_and_cancel_leaves_nothing(devcluster: DevCl
     submit = devcluster.gpufleet("submit", str(write_spec(devcluster.root, doc, "gpujob.yaml")))
     assert submit.returncode == 0, submit.stderr[-2000:]
     assert devcluster.wait_phase("gpujob", ns, "Succeeded", "Failed") == "Succeeded"
+    st = devcluster.gpufleet("status", "gpujob", "-n", ns, "-o", "json")  # what phase() reads
+    assert st.returncode == 0 and json.loads(st.stdout)["phase"] == "Succeeded", st.stderr
     pods = devcluster.pods(ns, "gpujob")
     assert len(pods) == 2
     for pod in pods:
