@@ -103,13 +103,10 @@ class DevCluster:
         this process ("" when it fails): a CLI process per poll cost a second of CPU, most of
         what the cluster tests used while waiting."""
         from gpufleet.cluster.client import Cluster, api_errors
-        from gpufleet.cluster.kinds import BUILTIN_KINDS
         from gpufleet.errors import GpufleetError
 
-        apis = {n: self.typed(n) for n, _ in BUILTIN_KINDS.values() if n != "CoreV1Api"}
-        cluster = Cluster(self.custom, self.core, namespace, apis)
         try:
-            return str(cluster.status(name).as_dict()["phase"])
+            return str(Cluster.of(self.api, namespace).status(name).as_dict()["phase"])
         except (GpufleetError, *api_errors()):
             return ""
 
@@ -169,24 +166,19 @@ class BoundPods:
         return str(listed.metadata.resource_version)
 
     def watch(self, version: str) -> None:
-        try:
-            self.follow(version)
-        except BaseException as exc:
-            self.failed = exc
-
-    def follow(self, version: str) -> None:
         from kubernetes import watch
 
-        while True:
-            for event in watch.Watch().stream(
-                self.cluster.core.list_namespaced_pod, self.namespace,
-                label_selector=self.selector, resource_version=version,
-                timeout_seconds=self.WINDOW_S,
-            ):  # fmt: skip
-                self.seen(event["object"])
-                version = event["object"].metadata.resource_version
-            if self.done.is_set():
-                return
+        try:
+            while not self.done.is_set():
+                for event in watch.Watch().stream(
+                    self.cluster.core.list_namespaced_pod, self.namespace,
+                    label_selector=self.selector, resource_version=version,
+                    timeout_seconds=self.WINDOW_S,
+                ):  # fmt: skip
+                    self.seen(event["object"])
+                    version = event["object"].metadata.resource_version
+        except BaseException as exc:  # re-raised by the test's thread at the end
+            self.failed = exc
 
     def __enter__(self) -> BoundPods:
         self.thread.start()

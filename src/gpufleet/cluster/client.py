@@ -102,8 +102,17 @@ class Cluster:
                     ]
                 ) from exc
             default_ns = _incluster_namespace()
-        apis = {n: getattr(client, n)() for n, _ in BUILTIN_KINDS.values() if n != "CoreV1Api"}
-        return cls(client.CustomObjectsApi(), client.CoreV1Api(), namespace or default_ns, apis)
+        return cls.of(client.ApiClient(), namespace or default_ns)
+
+    @classmethod
+    def of(cls, api_client: Any, namespace: str) -> Cluster:
+        """The Cluster whose API calls go through ``api_client`` (a kubernetes.client.ApiClient)."""
+        from kubernetes import client
+
+        apis = {n: getattr(client, n)(api_client) for n, _ in BUILTIN_KINDS.values()
+                if n != "CoreV1Api"}  # fmt: skip
+        custom, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+        return cls(custom, core, namespace, apis)
 
     # -- submit ----------------------------------------------------------------------------
 

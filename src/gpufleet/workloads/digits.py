@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
+import io
 import zipfile
 from importlib.metadata import version
 from typing import Any
@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from gpufleet.runtime.context import cache_dir
+from gpufleet.runtime.files import write_bytes_atomic
 
 TEST_FRACTION = 0.2
 Arrays = tuple[npt.NDArray[Any], npt.NDArray[Any]]
@@ -36,15 +37,10 @@ def digits_arrays() -> Arrays:
     from sklearn.datasets import load_digits
 
     bunch: Any = load_digits()
-    tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
-    try:  # whole or not at all: written aside, then renamed
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as out:
-            np.savez(out, images=bunch.images, target=bunch.target)
-        os.replace(tmp, cached)
-    except OSError:  # a read-only home (a pod's): load it every time
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    npz = io.BytesIO()
+    np.savez(npz, images=bunch.images, target=bunch.target)
+    with contextlib.suppress(OSError):  # a read-only home (a pod's): load it every time
+        write_bytes_atomic(cached, npz.getvalue())
     return bunch.images, bunch.target
 
 
