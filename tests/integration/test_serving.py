@@ -286,6 +286,13 @@ def test_fuzzed_bodies_never_break_the_server(served: Served, body: bytes) -> No
 FUZZ_RSS: dict[str, int] = {}  # tritonserver's RSS before the first fuzzed request
 
 
+# The latency bound of the Server-scenario tests that expect VALID. These tests check that
+# LoadGen runs, schedules and merges, not how fast a shared 2-core machine answers: a quick run
+# issues 700 queries, and at that count LoadGen's early stopping allows one over the bound
+# (tried: a SUT holding back 2 of 700 gets INVALID), so two stalls of the host fail the run.
+# With a torch job beside it, the slowest of 700 queries took 65-86 ms; the old 100 ms bound
+# failed 1 full parallel suite in 5. Latency is measured by benchmarks/, never asserted here.
+SMOKE_LATENCY_MS = "2000"
 GZIP_JSON = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
 
 
@@ -452,11 +459,12 @@ def server_bench(
 
 
 def test_loadgen_server_reachable_target_is_valid(served: Served, tmp_path: Path) -> None:
-    code, result, output = server_bench(served, tmp_path, "100", "250")
+    code, result, output = server_bench(served, tmp_path, "100", SMOKE_LATENCY_MS)
     assert code == 0, output
     assert result["result"] == "VALID"
     assert 80 < result["scheduled_qps"] < 120
-    assert result["latency_ms"]["p99"] < 250
+    assert result["latency_bound_ms"] == float(SMOKE_LATENCY_MS)
+    assert 0 < result["latency_ms"]["p99"] <= result["latency_bound_ms"]
 
 
 def test_loadgen_server_impossible_target_is_invalid(served: Served, tmp_path: Path) -> None:
@@ -621,7 +629,10 @@ def test_cli_serve_exits_non_zero_when_triton_dies(served: Served, tmp_path: Pat
 
 @pytest.mark.parametrize(
     ("scenario", "extra", "rate_key"),
-    [("Offline", [], "samples_per_second"), ("Server", ["--target-qps", "40"], "scheduled_qps")],
+    [
+        ("Offline", [], "samples_per_second"),
+        ("Server", ["--target-qps", "40", "--latency-ms", SMOKE_LATENCY_MS], "scheduled_qps"),
+    ],
 )
 def test_coordinated_loadgen_runs_on_every_node_at_once_and_merges(
     served: Served, tmp_path: Path, scenario: str, extra: list[str], rate_key: str

@@ -63,6 +63,10 @@ class SickDevice:
 
 
 DEADLINE = 0.3
+# A scrape that waited on a hung read would take until the client's 10 s timeout; one that
+# kept its deadline takes DEADLINE plus the host's noise, which on a shared 2-core machine
+# running the suite in two workers is not bounded by much less than this.
+PROMPT = 5.0
 
 
 @settings(max_examples=20, deadline=None)
@@ -74,7 +78,7 @@ def test_sick_devices_never_fail_the_scrape(behaviours: list[str]) -> None:
         for _ in range(2):  # the second scrape meets reads still hanging from the first
             status, samples, elapsed = scrape(url)
             assert status == 200
-            assert elapsed < DEADLINE + 1.0
+            assert elapsed < PROMPT
             up = {labels["gpu"]: value for labels, value in samples["gpufleet_gpu_up"]}
             assert up == {str(d.index): float(d.behaviour == "ok") for d in devices}
             utilized = {

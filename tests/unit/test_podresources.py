@@ -163,7 +163,7 @@ def test_kubelet_missing_or_slow_never_fails_the_scrape(kubelet: Kubelet) -> Non
             status, samples, elapsed = scrape(url)
         finally:
             stop(server)
-        assert status == 200 and elapsed < 2.0
+        assert status == 200 and elapsed < 5.0  # not the list's 10 s timeout: the 0.5 s deadline
         assert samples["gpufleet_gpu_up"][0][1] == 1
         assert samples["gpufleet_exporter_pod_resources_up"][0][1] == 0
         assert "gpufleet_gpu_allocated" not in samples
