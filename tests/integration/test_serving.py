@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from gpufleet.errors import EXIT_FAILED
 from gpufleet.net import free_port
 from gpufleet.runtime.checkpoint import Checkpointer
+from gpufleet.runtime.faults import ENV_FAULTS
 from gpufleet.serve.export import export
 from gpufleet.serve.repository import Batching, read_repository
 from gpufleet.serve.server import Endpoints, ServeConfig, serving
@@ -627,6 +628,31 @@ def test_cli_serve_exits_non_zero_when_triton_dies(served: Served, tmp_path: Pat
             proc.communicate(timeout=30)
 
 
+def test_an_offline_run_measured_too_slow_runs_again_and_is_valid(
+    served: Served, tmp_path: Path
+) -> None:
+    """The endpoint's rate measured 100 times too low (as on a busy host): LoadGen's run ends
+    before its minimum duration (INVALID), so gpufleet runs it once more expecting twice the
+    rate the run reached, and that run is VALID. It once ended INVALID, in 1 full suite of 6."""
+    out = tmp_path / "loadgen"
+    args = ["--url", served.endpoints.grpc, "--model", MODEL, "--scenario", "Offline", "--quick"]
+    proc = subprocess.run(
+        gpufleet_cmd("bench", "inference", *args, "--outdir", str(out), "-o", "json"),
+        cwd=tmp_path,
+        env={**cli_env(), ENV_FAULTS: "slow@calibrate=1"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "gpufleet-fault: slow at calibrate=1" in proc.stderr
+    assert "ended before its minimum duration" in proc.stderr, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["valid"] and result["min_duration_met"] is True
+    assert result["target_qps"] > 0  # the second run's expectation, from the first's rate
+    assert "Min duration satisfied : Yes" in (out / "mlperf_log_summary.txt").read_text()
+
+
 @pytest.mark.parametrize(
     ("scenario", "extra", "rate_key"),
     [
@@ -639,14 +665,16 @@ def test_coordinated_loadgen_runs_on_every_node_at_once_and_merges(
 ) -> None:
     """Two "nodes" on loopback (two agents, one rendezvous), node 0 on Triton's gRPC endpoint
     and node 1 on its HTTP one: both run LoadGen from the same start line, rank 0 gathers and
-    merges; every node's own LoadGen logs are kept."""
+    merges; every node's own LoadGen logs are kept. Offline: node 1 measures its endpoint 100
+    times too slow (as on a busy host) and runs short, so both nodes run again, together."""
     out = tmp_path / "res"
     urls = f"{served.endpoints.grpc},{served.endpoints.http}"
     args = ["--urls", urls, "--model", MODEL, "--scenario", scenario, *extra, "--quick"]
+    faults = {ENV_FAULTS: "slow@calibrate=1,rank=1"} if scenario == "Offline" else {}
     proc = subprocess.run(
         gpufleet_cmd("bench", "coordinated", *args, "--outdir", str(out), "-o", "json"),
         cwd=tmp_path,
-        env=cli_env(),
+        env={**cli_env(), **faults},
         capture_output=True,
         text=True,
         timeout=240,
@@ -665,5 +693,9 @@ def test_coordinated_loadgen_runs_on_every_node_at_once_and_merges(
     for n in nodes:
         assert (out / f"node-{n['node']}" / "mlperf_log_summary.txt").is_file()
         assert n["system"]["torch"] and n["system"]["cores"]
+    if scenario == "Offline":  # both ran again, each expecting twice its own first rate
+        short = [ln for ln in proc.stderr.splitlines() if "ended before its minimum" in ln]
+        assert any(ln.startswith("[rank1]:") for ln in short), proc.stderr
+        assert all(n["target_qps"] and n["min_duration_met"] for n in nodes)
     if scenario == "Server":
         assert agg["aggregate_rate"] == pytest.approx(80, rel=0.05)  # 2 nodes x 40 scheduled

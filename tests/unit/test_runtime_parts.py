@@ -65,7 +65,8 @@ def test_parse_faults() -> None:
         Fault("kill", "step", 7, 1, 0),
         Fault("hang", "checkpoint_written", 10, 0, 1),
     ]
-    for bad in ("boom@step=1", "kill@when=3", "kill@step=x", "kill"):
+    assert parse_faults("slow@calibrate=1,rank=1") == [Fault("slow", "calibrate", 1, 1, 0)]
+    for bad in ("boom@step=1", "kill@when=3", "kill@step=x", "kill", "slow@calibration=1"):
         with pytest.raises(ValueError):
             parse_faults(bad)
 

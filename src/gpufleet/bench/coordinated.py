@@ -22,6 +22,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,7 @@ def merge(scenario: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """This node's LoadGen run; rank 0 writes the merged ``coordinated.json``."""
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m gpufleet.bench.coordinated")
     parser.add_argument("--urls", required=True, help="one endpoint per node, comma-separated")
     parser.add_argument("--model", required=True)
@@ -61,21 +61,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--outdir", type=Path, default=None)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """This node's LoadGen run; rank 0 writes the merged ``coordinated.json``."""
+    args = parse(argv)
 
     import torch.distributed as dist
 
+    from gpufleet.bench.system import describe
     from gpufleet.runtime.distributed import ensure_process_group, init_distributed
     from gpufleet.runtime.files import write_json_atomic
     from gpufleet.serve.loadgen import BenchConfig, run_bench
+    from gpufleet.serve.loadgen.run import rerun_rate, say_rerun
 
     info = init_distributed()
     ensure_process_group()
     urls = [u.strip() for u in args.urls.split(",") if u.strip()]
-    url = urls[info.rank % len(urls)]
     outdir = args.outdir or Path(os.environ.get("GPUFLEET_RUN_DIR", ".")) / "coordinated"
     cfg = BenchConfig(
-        url=url,
+        url=urls[info.rank % len(urls)],
         model=args.model,
         scenario=args.scenario,
         target_qps=args.target_qps,
@@ -88,16 +94,27 @@ def main(argv: list[str] | None = None) -> int:
 
     def start_line() -> None:
         # After each node has measured its endpoint (Offline's expected rate, SingleStream's
-        # latency), so one node's load cannot lower another's estimate and end its run short.
+        # latency): the runs start together, whatever each measurement took.
         dist.barrier()  # the start line: every node's LoadGen begins now
         started[0] = time.time()
 
-    result = run_bench(cfg, start_line).to_json()
-    from gpufleet.bench.system import describe
+    def run(cfg: BenchConfig) -> list[dict[str, Any]]:
+        """This node's run, and every node's as gathered (the same list on every node)."""
+        result = run_bench(cfg, start_line, again=False).to_json()
+        mine = {**result, "node": info.rank, "started": started[0], "system": describe()}
+        gathered: list[Any] = [None] * info.world_size
+        dist.all_gather_object(gathered, mine)
+        return gathered
 
-    mine = {**result, "node": info.rank, "started": started[0], "system": describe()}
-    gathered: list[Any] = [None] * info.world_size
-    dist.all_gather_object(gathered, mine)
+    gathered = run(cfg)
+    # An Offline node that ran short (rerun_rate) makes every node run again, each expecting
+    # twice its own rate: the second runs still start together, as the first did.
+    if any(rerun_rate(cfg, n) for n in gathered):
+        own = gathered[info.rank]
+        rate = 2.0 * max(own["samples_per_second"] or 0.0, 1.0)
+        if rerun_rate(cfg, own):
+            say_rerun(own, rate)
+        gathered = run(replace(cfg, target_qps=rate))
     if info.is_main:
         merged = {"aggregate": merge(args.scenario, gathered), "nodes": gathered}
         write_json_atomic(outdir / "coordinated.json", merged)

@@ -5,10 +5,12 @@
 first attempt, so the restarted group can get past the point). Actions: ``kill`` (SIGKILL
 itself), ``hang`` (stop making progress), ``exit`` (exit code 1), ``nan`` (fill a weight of
 this rank with NaN, as a bad batch or a too-large learning rate would; only where the caller
-passes ``poison``). Points: ``step`` (after step N's
+passes ``poison``), ``slow`` (a measurement reads 100 times slower, as on a host busy while it
+measured; where the caller asks ``active``). Points: ``step`` (after step N's
 optimizer update), ``batch`` (step N's loss, before its backward: ``nan@batch=N`` is a bad
-batch, met again whenever step N's batch is trained) and ``checkpoint_written`` (step N's
-checkpoint data is written, its completion marker is not).
+batch, met again whenever step N's batch is trained), ``checkpoint_written`` (step N's
+checkpoint data is written, its completion marker is not) and ``calibrate`` (LoadGen's N-th
+measurement of the endpoint's rate in this process).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from dataclasses import dataclass
 from functools import cache
 
 ENV_FAULTS = "GPUFLEET_FAULTS"
-_ACTIONS = ("kill", "hang", "exit", "nan")
-_POINTS = ("step", "batch", "checkpoint_written")
+_ACTIONS = ("kill", "hang", "exit", "nan", "slow")
+_POINTS = ("step", "batch", "checkpoint_written", "calibrate")
+SLOWDOWN = 100.0  # what ``slow`` divides a measured rate by
 
 
 @dataclass(frozen=True)
@@ -66,16 +69,29 @@ def _active() -> tuple[Fault, ...]:
     return tuple(parse_faults(os.environ.get(ENV_FAULTS, "")))
 
 
-def maybe_fire(point: str, step: int, poison: Callable[[], None] | None = None) -> None:
-    """Fire the faults configured for this point, step, rank and restart (no-op normally)."""
+def _here(point: str, at: int) -> list[Fault]:
+    """The faults configured for this point and count, on this rank and restart."""
     faults = _active()
     if not faults:
-        return
+        return []
     rank = int(os.environ.get("RANK", "0"))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    for f in faults:
-        if (f.point, f.at, f.rank, f.restart) != (point, step, rank, restart):
-            continue
+    return [f for f in faults if (f.point, f.at, f.rank, f.restart) == (point, at, rank, restart)]
+
+
+def active(action: str, point: str, at: int) -> bool:
+    """Whether fault ``action`` is configured here (for actions the caller carries out)."""
+    hit = [f for f in _here(point, at) if f.action == action]
+    if hit:
+        rank = os.environ.get("RANK", "0")
+        print(f"gpufleet-fault: {action} at {point}={at} on rank {rank}", file=sys.stderr)
+    return bool(hit)
+
+
+def maybe_fire(point: str, step: int, poison: Callable[[], None] | None = None) -> None:
+    """Fire the faults configured for this point, step, rank and restart (no-op normally)."""
+    for f in _here(point, step):
+        rank = int(os.environ.get("RANK", "0"))
         print(f"gpufleet-fault: {f.action} at {point}={step} on rank {rank}", file=sys.stderr)
         sys.stderr.flush()
         if f.action == "kill":

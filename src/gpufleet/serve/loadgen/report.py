@@ -26,6 +26,11 @@ def _num(summary: dict[str, str], key: str) -> float | None:
         return None
 
 
+def _yes(summary: dict[str, str], key: str) -> bool | None:
+    value = summary.get(key, "").lower()
+    return {"yes": True, "no": False}.get(value)
+
+
 def result_of(
     cfg: BenchConfig, summary: dict[str, str], latencies: list[float], errors: list[str]
 ) -> BenchResult:
@@ -59,6 +64,7 @@ def result_of(
         errors=len(errors),
         first_error=errors[0] if errors else None,
         outdir=str(cfg.outdir),
+        min_duration_met=_yes(summary, "Min duration satisfied"),
         summary=summary,
     )
 

@@ -74,6 +74,7 @@ class BenchResult:
     errors: int
     first_error: str | None
     outdir: str
+    min_duration_met: bool | None = None  # LoadGen's "Min duration satisfied" (None: unread)
     summary: dict[str, str] = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict[str, Any]:
