@@ -27,7 +27,8 @@ import yaml
 from common import environment, median, result_path
 
 from gpufleet.cluster import Cluster
-from gpufleet.devcluster.cluster import RUN_FOR_A_DAY, LocalCluster, NodeSpec, State, exit_with
+from gpufleet.devcluster import LocalCluster, NodeSpec, State
+from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
 

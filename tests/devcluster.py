@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.devcluster.cluster import COMPONENTS, binaries_dir
+from gpufleet.devcluster.build import COMPONENTS, binaries_dir
 from tests.conftest import REPO, cli_env, poll_until, run_cli
 
 CHART = REPO / "deploy" / "helm" / "gpufleet"

@@ -133,7 +133,7 @@ def generate(binaries: Path) -> dict[Path, str]:
 
 def main() -> None:
     """Write tests/k8s-schemas/ from the built control plane's CRDs (`make schemas`)."""
-    from gpufleet.devcluster.cluster import binaries_dir
+    from gpufleet.devcluster.build import binaries_dir
 
     files = generate(binaries_dir())
     for path, text in files.items():

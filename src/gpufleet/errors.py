@@ -33,7 +33,9 @@ traceback)::
     ├── NonFiniteError            exit 5, fatal: NaN/Inf loss or weights
     ├── MetricsPortError          the metrics port cannot be opened (also an OSError)
     ├── ServingError              Triton died or its models never became ready (gpufleet serve)
-    └── ClusterError              the cluster said no (gpufleet.cluster.client)
+    ├── JobLockedError            another run of the same job holds its directory (gpufleet run)
+    ├── ClusterError              the cluster said no (gpufleet.cluster)
+    └── ClusterUpError            a local control plane's component did not start or get ready
 """
 
 from __future__ import annotations
@@ -137,6 +139,19 @@ class MetricsPortError(GpufleetError, OSError):
 class ServingError(GpufleetError):
     """``gpufleet serve``: tritonserver died, or a model never became READY. Exit 1, so a
     supervisor (systemd, the kubelet) restarts the server."""
+
+
+class JobLockedError(GpufleetError):
+    """Another run of the same job holds its directory."""
+
+
+class ClusterError(GpufleetError):
+    """The cluster said no (forbidden, conflict, unreachable): exit 1 with its words."""
+
+
+class ClusterUpError(GpufleetError):
+    """A component of the local control plane did not start or did not become ready (its log's
+    last lines attached)."""
 
 
 class UserInputError(GpufleetError):

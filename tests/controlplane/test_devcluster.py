@@ -19,13 +19,9 @@ from typing import Any
 import pytest
 
 from gpufleet.devcluster.addons import PROJECTS
-from gpufleet.devcluster.cluster import (
-    BASE,
-    COMPONENTS,
-    RUN_FOR_A_DAY,
-    State,
-    exit_with,
-)
+from gpufleet.devcluster.build import COMPONENTS, CONTROL_PLANE
+from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
+from gpufleet.devcluster.state import State
 from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 from tests.conftest import cluster_job, poll_until, processes_mentioning, run_cli, write_spec
 from tests.devcluster import (
@@ -170,7 +166,7 @@ def test_a_cluster_without_kueue_then_down_stops_everything(tmp_path: Path) -> N
     cluster = start(tmp_path, nodes=1, gpus=1, without=CONTROLLERS)
     state = State.read(cluster.dir)
     try:  # a failed assertion must not leave the cluster running
-        assert state is not None and set(state.pids) == set(BASE)
+        assert state is not None and set(state.pids) == {*CONTROL_PLANE, "kwok"}
         doc = cluster_job(nodes=1, procsPerNode=1, queue="team-a",
                           checkpoint={"dir": "s3://b/c"}, volumes=[])  # fmt: skip
         doc["metadata"] = {"name": "queued", "namespace": "default"}

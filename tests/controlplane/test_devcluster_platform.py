@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.devcluster.cluster import RUN_FOR_A_DAY, exit_with
+from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from gpufleet.kube import Obj
 from tests.conftest import REPO, cluster_job, pod_templates, poll_until, write_spec
 from tests.devcluster import CHART, DevCluster, needs_controlplane
@@ -369,14 +369,14 @@ def test_what_kueue_admits_with_borrowing_the_namespace_quota_also_allows(lab: D
 def tenant_user(cluster: DevCluster, name: str, group: str) -> dict[str, str]:
     """The env of a tenant's user: a kubeconfig with a client certificate for ``name`` in
     ``group`` from the cluster's CA (how a real cluster's users authenticate, here)."""
-    from gpufleet.devcluster.cluster import State, kubeconfig
-    from gpufleet.devcluster.pki import Pki, issue
+    from gpufleet.devcluster.pki import Pki, issue, write_kubeconfig
+    from gpufleet.devcluster.state import State
 
     pki = Pki(cluster.dir / "pki")
     issue(pki, f"user-{name}", name, [group])
     state = State.read(cluster.dir)
     assert state is not None
-    path = kubeconfig(cluster.root / f"{name}.kubeconfig", state.server, pki, f"user-{name}")
+    path = write_kubeconfig(cluster.root / f"{name}.kubeconfig", state.server, pki, f"user-{name}")
     return cluster.env | {"KUBECONFIG": str(path)}
 
 
@@ -615,8 +615,8 @@ def test_bad_input_on_the_live_server_is_one_line_and_leaves_nothing(lab: DevClu
     client certificate (exit 1, unauthorized): one line each, no traceback."""
     import datetime
 
-    from gpufleet.devcluster.cluster import State, kubeconfig
-    from gpufleet.devcluster.pki import Pki, issue
+    from gpufleet.devcluster.pki import Pki, issue, write_kubeconfig
+    from gpufleet.devcluster.state import State
 
     lost = queued_job("lost", "research", nodes=1, gpus=1)
     lost["spec"]["queue"] = "nope"
@@ -647,7 +647,7 @@ def test_bad_input_on_the_live_server_is_one_line_and_leaves_nothing(lab: DevClu
     issue(pki, "user-expired", "dave", ["research"], not_after=yesterday)
     state = State.read(lab.dir)
     assert state is not None
-    config = kubeconfig(lab.root / "expired.kubeconfig", state.server, pki, "user-expired")
+    config = write_kubeconfig(lab.root / "expired.kubeconfig", state.server, pki, "user-expired")
     r = lab.gpufleet_as(lab.env | {"KUBECONFIG": str(config)}, "status", "anything", "-n",
                         "research")  # fmt: skip
     assert r.returncode == 1, r.stderr

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.devcluster.cluster import NOT_KWOK_COMPLETE, exit_with
+from gpufleet.devcluster.kwok import NOT_KWOK_COMPLETE, exit_with
 from tests.conftest import cluster_job, poll_until, write_spec
 from tests.devcluster import DevCluster, needs_controlplane
 

@@ -3,7 +3,7 @@ from the manifests the control-plane build extracted writes the same bytes."""
 
 from __future__ import annotations
 
-from gpufleet.devcluster.cluster import binaries_dir
+from gpufleet.devcluster.build import binaries_dir
 from tests.conftest import REPO
 from tests.k8s_schemas import generate
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gpufleet.devcluster.cluster import NodeSpec, node_object
+from gpufleet.devcluster.kwok import node_object
+from gpufleet.devcluster.nodes import NodeSpec
 from gpufleet.devcluster.components import KWOK_NODE_ANNOTATION, kube_apiserver
 from gpufleet.devcluster.pki import CLIENTS, make_pki
 from tests.conftest import REPO
@@ -70,7 +72,7 @@ def test_down_never_signals_a_process_that_is_not_ours(tmp_path: Path) -> None:
     (here: this test's own interpreter): down skips it and status reports the component gone."""
     import os
 
-    from gpufleet.devcluster.cluster import LocalCluster, State
+    from gpufleet.devcluster import LocalCluster, State
 
     State(pids={"etcd": os.getpid()}, ports={"etcd": 1}, server="https://127.0.0.1:1",
           binaries=str(tmp_path / "bin")).write(tmp_path)  # fmt: skip
@@ -88,7 +90,7 @@ def test_node_pools_follow_the_charts_flavors_and_topology() -> None:
     (product from the flavor's label), and a value for each Kueue topology level."""
     import yaml
 
-    from gpufleet.devcluster.cluster import pools_from_values
+    from gpufleet.devcluster.nodes import pools_from_values
 
     values = yaml.safe_load(
         (REPO / "deploy/helm/gpufleet/ci/onprem-50node-values.yaml").read_text()
@@ -196,7 +198,8 @@ def test_pods_of_the_training_operators_kinds_complete_as_a_jobs_do(tmp_path: Pa
     PyTorchJob's pods the same way, and a changed kwok Stage is an error, not a silent miss."""
     import pytest
 
-    from gpufleet.devcluster.cluster import ClusterUpError, owner_complete_stage
+    from gpufleet.devcluster.kwok import owner_complete_stage
+    from gpufleet.errors import ClusterUpError
 
     stage = {
         "kind": "Stage",
@@ -284,13 +287,13 @@ def test_volcanos_processes_share_its_manifests_and_leave_together() -> None:
         VOLCANO_SCHEDULER,
         Ports,
         argv,
+        manifest_path,
     )
-    from gpufleet.devcluster.cluster import manifests
 
     where = Path("/bin")
     for addon in (VOLCANO_ADMISSION, VOLCANO_CONTROLLERS, VOLCANO_SCHEDULER):
-        assert manifests(where, addon) == where / "manifests" / "volcano.yaml"
-        assert addon.project_name == "volcano"
+        assert manifest_path(where, addon) == where / "manifests" / "volcano.yaml"
+        assert addon.project == "volcano"
     assert "volcano" in PROJECTS and "vc-scheduler" not in PROJECTS
     args = argv(VOLCANO_SCHEDULER, where / "vc-scheduler", None, Path("kc"), Ports(1, 2, 3),
                 Path("/w"), Path("ca.crt"))  # fmt: skip
@@ -301,7 +304,7 @@ def test_volcanos_processes_share_its_manifests_and_leave_together() -> None:
 def test_capped_pod_stages_shorten_only_pod_delays_and_keep_annotated_ones(tmp_path: Path) -> None:
     """`cluster up --pod-delay-ms`: each Pod Stage's own delay and jitter capped; a node Stage
     (the heartbeat's 10 minutes) and a pod's annotated delay (RUN_FOR_A_DAY) left as they are."""
-    from gpufleet.devcluster.cluster import capped_pod_stages
+    from gpufleet.devcluster.kwok import capped_pod_stages
 
     annotated = {
         "expressionFrom": '.metadata.annotations["pod-complete.stage.kwok.x-k8s.io/delay"]'
@@ -326,3 +329,57 @@ def test_capped_pod_stages_shorten_only_pod_delays_and_keep_annotated_ones(tmp_p
                    "jitterDurationMilliseconds": 300}  # fmt: skip
     assert got["node-heartbeat.yaml"] == stages["node-heartbeat.yaml"]
     assert got["pod-delete.yaml"] == stages["pod-delete.yaml"]
+
+
+def test_an_addon_whose_fields_contradict_its_modes_is_refused_when_declared() -> None:
+    """The modes are enums checked against the fields they need: a rotated certificate without
+    the Secret it lands in, flags for a file-configured manager, a Lease-ready manager without
+    its Lease, a webhook without a probe are errors at import, not if-chains at start."""
+    from gpufleet.devcluster.addons import ADDONS, Addon, Certs, Config, Ready
+
+    base = {"name": "x", "project": "x", "namespace": "ns", "service_account": "sa"}
+    Addon(**base)  # no webhook, file config, HTTP readiness: consistent
+    for wrong, field in [
+        ({"certs": Certs.ROTATED, "webhook_service": "svc", "probe": {}}, "cert_secret"),
+        ({"flags": ("--a",)}, "flags"),
+        ({"config": Config.FLAGS}, "flags"),
+        ({"ready": Ready.LEASE}, "ready_lease"),
+        ({"certs": Certs.ISSUED, "webhook_service": "svc"}, "probe"),
+        ({"webhook_service": "svc"}, "webhook_service"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            Addon(**base, **wrong)  # type: ignore[arg-type]
+    assert {a.project for a in ADDONS if not a.installs} == {"volcano"}
+    assert all(a.installs for a in ADDONS if a.project != "volcano")
+
+
+def test_kwok_nodes_create_their_nodes_and_the_nvidia_runtime_class_only_with_gpus() -> None:
+    """kwok's node kind: every pool's nodes by name, and the RuntimeClass the GPU Operator
+    installs only when some node has GPUs."""
+    from gpufleet.devcluster.kwok import KwokNodes
+
+    gpu, cpu = NodeSpec(count=2, gpus=4, prefix="g"), NodeSpec(count=1, gpus=0, prefix="c")
+    names = [(o["kind"], o["metadata"]["name"]) for o in KwokNodes([gpu, cpu]).objects()]
+    assert names == [("Node", "g-0"), ("Node", "g-1"), ("Node", "c-0"), ("RuntimeClass", "nvidia")]
+    kinds = [o["kind"] for o in KwokNodes([cpu]).objects()]
+    assert kinds == ["Node"]
+
+
+def test_state_keeps_the_start_order_and_down_stops_newest_first(tmp_path: Path) -> None:
+    """state.json records components in the order they started (a restarted one keeps its
+    place); a state written before the order was kept is read in the build's order; `up`'s
+    success is recorded, so a half-started cluster is never taken for a running one."""
+    from gpufleet.devcluster import LocalCluster, State
+
+    state = State(server="https://127.0.0.1:1", binaries=str(tmp_path))
+    for name, pid in [("etcd", 11), ("kube-apiserver", 12), ("kwok", 13), ("etcd", 14)]:
+        state.record(name, pid)
+    state.write(tmp_path)
+    read = State.read(tmp_path)
+    assert read is not None and read.started == ["etcd", "kube-apiserver", "kwok"]
+    assert read.pids["etcd"] == 14 and not read.complete
+    legacy = {"pids": {"kwok": 1, "etcd": 2, "kube-scheduler": 3}, "ports": {}, "server": ""}
+    (tmp_path / "state.json").write_text(json.dumps(legacy))
+    old = State.read(tmp_path)
+    assert old is not None and old.started == ["etcd", "kube-scheduler", "kwok"]
+    assert LocalCluster(tmp_path, log=lambda _: None).state_if_running() is None

@@ -10,14 +10,10 @@ import typer
 import yaml
 
 from gpufleet.cli.common import err_console, fail
-from gpufleet.devcluster.cluster import (
-    DEFAULT_DIR,
-    ClusterUpError,
-    LocalCluster,
-    NodeSpec,
-    pools_from_values,
-)
-from gpufleet.errors import EXIT_FAILED, FieldError, UserInputError
+from gpufleet.devcluster import LocalCluster, NodeSpec
+from gpufleet.devcluster.nodes import pools_from_values
+from gpufleet.devcluster.state import DEFAULT_DIR
+from gpufleet.errors import EXIT_FAILED, ClusterUpError, FieldError, UserInputError
 
 NODE_DEFAULTS = NodeSpec()
 devcluster = typer.Typer(
@@ -95,13 +91,10 @@ def up(
         raise typer.Exit(EXIT_FAILED) from None
     except UserInputError as exc:
         fail(exc)
+    described = ", ".join(p.describe() for p in (pools if isinstance(pools, list) else [pools]))
     err_console.print(
-        f"API server {state.server}; "
-        + ", ".join(
-            f"{p.count} {p.prefix}s" + (f" x {p.gpus} {p.gpu_product}" if p.gpus else "")
-            for p in (pools if isinstance(pools, list) else [pools])
-        )
-        + f"\n  export KUBECONFIG={cluster.kubeconfig}\n  gpufleet cluster down   # when done",
+        f"API server {state.server}; {described}"
+        f"\n  export KUBECONFIG={cluster.kubeconfig}\n  gpufleet cluster down   # when done",
         markup=False,
     )
 

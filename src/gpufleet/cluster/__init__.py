@@ -1,6 +1,7 @@
 """Talking to a cluster: submit rendered jobs, fold their status, read logs, cancel."""
 
-from gpufleet.cluster.client import Cluster, ClusterError
+from gpufleet.cluster.client import Cluster
+from gpufleet.errors import ClusterError
 from gpufleet.cluster.kinds import JOB_KINDS
 from gpufleet.cluster.status import JobStatus, explain_scheduling, summarize
 

@@ -58,6 +58,39 @@ class Pki:
         return self.dir / "service-account.pub"
 
 
+def write_kubeconfig(path: Path, server: str, pki: Pki, user: str) -> Path:
+    """A kubeconfig for ``user`` (a client certificate of the PKI) at ``path``, readable by its
+    owner only."""
+    import json
+
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "gpufleet-local",
+                "cluster": {"server": server, "certificate-authority": str(pki.ca)},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate": str(pki.cert(user)),
+                    "client-key": str(pki.key(user)),
+                },
+            }
+        ],
+        "contexts": [
+            {"name": "gpufleet-local", "context": {"cluster": "gpufleet-local", "user": user}}
+        ],
+        "current-context": "gpufleet-local",
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n")  # JSON is YAML
+    path.chmod(0o600)
+    return path
+
+
 def make_pki(directory: Path) -> Pki:
     """Create every certificate and key under ``directory`` (kept if already there)."""
     from cryptography import x509

@@ -20,13 +20,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpufleet.errors import GpufleetError
+from gpufleet.errors import JobLockedError
 
 CHECKPOINT_LOCK = ".gpufleet.lock"
-
-
-class JobLockedError(GpufleetError):
-    """Another run of the same job holds its directory."""
 
 
 def _holder(path: Path) -> tuple[str, str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import FieldError, UserInputError
+from gpufleet.extras import missing
 from gpufleet.spec.inference import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_QUEUE_DELAY_US,
@@ -51,9 +52,7 @@ def model_config_pb2() -> Any:
     try:
         return importlib.import_module("tritonclient.grpc.model_config_pb2")
     except ImportError as exc:
-        raise UserInputError(
-            [FieldError("tritonclient", "serving needs: pip install 'gpufleet[serve]'")]
-        ) from exc
+        raise missing("serve", "tritonclient", "serving") from exc
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import FieldError, UserInputError
+from gpufleet.extras import missing
 from gpufleet.net import free_port
 from gpufleet.observe.http import url_host
 from gpufleet.serve.guard import GuardServer, Limits, start_guard
@@ -207,9 +208,7 @@ def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[End
     try:
         from pytriton.triton import Triton, TritonConfig
     except ImportError as exc:
-        raise UserInputError(
-            [FieldError("nvidia-pytriton", "serving needs: pip install 'gpufleet[serve]'")]
-        ) from exc
+        raise missing("serve", "nvidia-pytriton", "serving") from exc
     os.environ.update(python_library_first(dict(os.environ)))  # the stub inherits it
     # Triton's HTTP is private; the guard (gpufleet.serve.guard) is the public HTTP endpoint.
     triton_http = free_port()

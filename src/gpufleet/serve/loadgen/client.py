@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpufleet.errors import FieldError, UserInputError
+from gpufleet.extras import missing
 
 # Triton datatype -> numpy dtype name
 NUMPY = {
@@ -50,9 +51,7 @@ class Target:
 
                 self.client = client.InferenceServerClient(address)
         except ImportError as exc:
-            raise UserInputError(
-                [FieldError("tritonclient", "needs: pip install 'gpufleet[serve]'")]
-            ) from exc
+            raise missing("serve", "tritonclient") from exc
         self.lib: Any = client
         try:
             meta = self.client.get_model_metadata(model)

@@ -1,0 +1,98 @@
+"""The Kubeflow controllers: the training-operator (PyTorchJob, TFJob, ...), the MPI operator
+(MPIJob v2beta1) and the Kubeflow Trainer (TrainJob, run as JobSets)."""
+
+from __future__ import annotations
+
+from gpufleet.devcluster.addons.base import Addon, Certs, Config, Ready
+
+# The schemes the training-operator runs: all of its v1.9 kinds but MPIJob, whose CRD and
+# controller belong to the MPI operator (kubeflow.org/v2beta1) in a cluster that has both (what
+# Kueue's and the MPI operator's install guides say to do).
+TRAINING_OPERATOR_SCHEMES = ("pytorchjob", "tfjob", "xgboostjob", "paddlejob", "jaxjob")
+
+# It always rotates its own certificate (open-policy-agent/cert-controller, into its Secret);
+# its webhook server reads it from controller-runtime's default directory under $TMPDIR.
+TRAINING_OPERATOR = Addon(
+    name="training-operator",
+    project="training-operator",
+    namespace="kubeflow",
+    service_account="training-operator",
+    certs=Certs.ROTATED,
+    webhook_service="training-operator",
+    cert_secret="training-operator-webhook-cert",
+    probe={
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "gpufleet-webhook-probe", "namespace": "default"},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": 1,
+                    "template": {"spec": {"containers": [{"name": "pytorch", "image": "probe"}]}},
+                }
+            }
+        },
+    },
+    config=Config.FLAGS,
+    flags=(
+        "--kubeconfig={kubeconfig}",
+        "--metrics-bind-address=127.0.0.1:{metrics}",
+        "--health-probe-bind-address=127.0.0.1:{health}",
+        # The webhook server listens on every interface: v1.9 has no flag for its host (TLS,
+        # and only the API server's calls are answered with anything but an error).
+        "--webhook-server-port={webhook}",
+        "--leader-elect=false",
+        "--zap-log-level=info",
+        *(f"--enable-scheme={s}" for s in TRAINING_OPERATOR_SCHEMES),
+    ),
+    env=(("MY_POD_NAMESPACE", "kubeflow"),),
+    tmpdir_certs=True,
+    skip_crds=("mpijobs.kubeflow.org",),
+    kueue_framework="kubeflow.org/pytorchjob",
+)
+
+MPI_OPERATOR = Addon(
+    name="mpi-operator",
+    project="mpi-operator",
+    namespace="mpi-operator",
+    service_account="mpi-operator",
+    config=Config.FLAGS,
+    flags=(
+        # Its Deployment's flags (base + standalone overlay). The MPI operator reads $KUBECONFIG
+        # before this flag, so environment() sets both to its own kubeconfig.
+        "--kubeConfig={kubeconfig}",
+        "--lock-namespace=mpi-operator",
+        "-alsologtostderr",
+    ),
+    # No readiness endpoint on a port we choose: ready once it holds its leader-election Lease
+    # (it works only while leading).
+    ready=Ready.LEASE,
+    ready_lease="mpi-operator",
+    kueue_framework="kubeflow.org/mpijob",
+    # cmd/mpi-operator/app/server.go: healthCheckPort = 8080, on every interface (/healthz only).
+    fixed_ports=(8080,),
+)
+
+TRAINER = Addon(
+    name="trainer",
+    project="trainer",
+    namespace="kubeflow-system",
+    service_account="kubeflow-trainer-controller-manager",
+    certs=Certs.ROTATED,
+    webhook_service="kubeflow-trainer-controller-manager",
+    cert_secret="kubeflow-trainer-webhook-cert",
+    probe={
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "gpufleet-webhook-probe"},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {}},
+            "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+                "template": {"spec": {"containers": [{"name": "node", "image": "probe"}]}}}}}]}},
+        },
+    },  # fmt: skip
+    tmpdir_certs=True,  # the training-operator's rotation (pkg/util/cert), same fixed check path
+    kueue_framework="trainer.kubeflow.org/trainjob",
+    requires=("jobset",),
+    after_ready="trainer-runtimes",
+)

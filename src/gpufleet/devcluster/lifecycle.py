@@ -1,0 +1,212 @@
+"""``gpufleet cluster up | down | status``: a real Kubernetes control plane on this machine.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from their Go modules
+(``controlplane/``), nodes of one kind (``nodes.NodeKind``: kwok's fake GPU nodes today) and
+the controllers (``addons``). Each runs as its own process in a new session, so it outlives the
+command that started it; ``down`` ends them. Everything lives in one state directory:
+certificates, kubeconfigs, etcd's data, logs and ``state.json`` (pids and ports).
+
+``up`` is three steps: ``preflight`` (what the user asked for can work, before anything
+starts), ``plan`` (ports, certificates, kubeconfigs and the control plane's command lines) and
+``start`` (each component once the one before is ready; the nodes; the controllers).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.devcluster import addons
+from gpufleet.devcluster.addons import Addon
+from gpufleet.devcluster.api import Api
+from gpufleet.devcluster.build import ensure_built
+from gpufleet.devcluster.components import (
+    Component,
+    etcd,
+    kube_apiserver,
+    kube_controller_manager,
+    kube_scheduler,
+)
+from gpufleet.devcluster.controllers import Controllers
+from gpufleet.devcluster.kwok import KwokNodes
+from gpufleet.devcluster.nodes import NodeContext, NodeKind, NodeSpec
+from gpufleet.devcluster.pki import Pki, make_pki, write_kubeconfig
+from gpufleet.devcluster.processes import Processes, stop_all
+from gpufleet.devcluster.state import DEFAULT_DIR, State
+from gpufleet.errors import ClusterUpError, FieldError, UserInputError
+from gpufleet.extras import require
+from gpufleet.net import free_ports, port_free
+
+# The control plane's clients with a kubeconfig of their own (the PKI's CLIENTS).
+CLIENT_KUBECONFIGS = ("kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def preflight(without: tuple[str, ...]) -> list[Addon]:
+    """The controllers to run, once ``without`` names only known projects and leaves no
+    controller without one it needs (UserInputError, exit 2, otherwise)."""
+    unknown = sorted(set(without) - set(addons.PROJECTS))
+    if unknown:
+        raise UserInputError([FieldError("--without", (
+            f"unknown controller {', '.join(unknown)}; "
+            f"one of: {', '.join(addons.PROJECTS)}"))])  # fmt: skip
+    enabled = [a for a in addons.ADDONS if a.project not in without]
+    for addon in enabled:
+        lacking = [r for r in addon.requires if r in without]
+        if lacking:
+            raise UserInputError([FieldError("--without", (
+                f"{addon.name} needs {', '.join(lacking)}; leave {addon.name} out too "
+                f"(--without {addon.name})"))])  # fmt: skip
+    return enabled
+
+
+def check_fixed_ports(enabled: list[Addon]) -> None:
+    """A controller that always listens on a port (fixed in its source) finds it free."""
+    for addon in enabled:
+        busy = [p for p in addon.fixed_ports if not port_free(p)]
+        if busy:
+            raise ClusterUpError(
+                f"{addon.name} always listens on port {', '.join(map(str, busy))} (fixed in "
+                "its source), which another program (another local cluster?) holds; stop it "
+                f"or leave the controller out: --without {addon.name}"
+            )
+
+
+def port_names() -> list[str]:
+    """Every listener of the cluster: the control plane's and three per controller."""
+    names = ["etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+    return names + [f"{a.name}-{use}" for a in addons.ADDONS
+                    for use in ("webhook", "health", "metrics")]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``start`` runs: the recorded state (ports, server), the PKI, the control plane."""
+
+    state: State
+    pki: Pki
+    control_plane: list[Component]
+
+
+class LocalCluster:
+    """The control plane in ``directory``: ``up()``, ``down()``, ``status()``."""
+
+    def __init__(self, directory: Path = DEFAULT_DIR, log: Callable[[str], None] | None = None):
+        self.dir = directory.resolve()
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.api = Api(self.kubeconfig)
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig users point KUBECONFIG at."""
+        return self.dir / "kubeconfig"
+
+    def up(
+        self,
+        nodes: NodeSpec | list[NodeSpec] | NodeKind,
+        *,
+        timeout: float = 120,
+        without: tuple[str, ...] = (),
+        fair_sharing: bool = False,
+        pod_delay_ms: int | None = None,
+    ) -> State:
+        """Start every component in order, each once the one before is ready; create the nodes.
+        ``nodes``: pools of kwok's fake nodes (``pod_delay_ms`` caps kwok's delays at each step
+        of a pod's life), or another kind of node. ``without`` names controllers
+        (addons.PROJECTS) to leave out, as on a cluster that lacks them; ``fair_sharing`` turns
+        on Kueue's fair sharing. A running cluster in the same directory is found and returned
+        as it is."""
+        if isinstance(nodes, NodeSpec | list):
+            nodes = KwokNodes(nodes if isinstance(nodes, list) else [nodes], pod_delay_ms)
+        enabled = preflight(without)
+        require("cluster", "cryptography", "kubernetes")
+        running = self.state_if_running()
+        if running is not None:
+            self.log(f"already running: {running.server}")
+            return running
+        self.down(quiet=True)
+        check_fixed_ports(enabled)  # after down: our own last cluster's are free now
+        plan = self.plan(ensure_built(self.log))
+        try:
+            self.start(plan, nodes, enabled, fair_sharing, timeout)
+        except BaseException:
+            plan.state.write(self.dir)
+            self.down(quiet=True)
+            raise
+        plan.state.complete = True
+        plan.state.write(self.dir)
+        return plan.state
+
+    def plan(self, binaries: Path) -> Plan:
+        """Ports (all held at once while chosen: one port never goes to two listeners), the
+        PKI, the control plane's kubeconfigs and command lines."""
+        pki = make_pki(self.dir / "pki")
+        (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+        names = port_names()
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
+        server = f"https://127.0.0.1:{ports['kube-apiserver']}"
+        state = State(ports=ports, server=server, binaries=str(binaries))
+        configs = {u: write_kubeconfig(self.dir / f"{u}.kubeconfig", server, pki, u)
+                   for u in CLIENT_KUBECONFIGS}  # fmt: skip
+        write_kubeconfig(self.kubeconfig, server, pki, "admin")
+        control_plane = [
+            etcd(binaries / "etcd", self.dir / "etcd-data", ports["etcd"], ports["etcd-peer"]),
+            kube_apiserver(binaries / "kube-apiserver", pki, ports["kube-apiserver"],
+                           ports["etcd"]),  # fmt: skip
+            kube_controller_manager(binaries / "kube-controller-manager", pki,
+                                    configs["kube-controller-manager"],
+                                    ports["kube-controller-manager"]),  # fmt: skip
+            kube_scheduler(binaries / "kube-scheduler", configs["kube-scheduler"],
+                           ports["kube-scheduler"]),  # fmt: skip
+        ]
+        return Plan(state, pki, control_plane)
+
+    def start(
+        self, plan: Plan, nodes: NodeKind, enabled: list[Addon], fair_sharing: bool,
+        timeout: float,
+    ) -> None:  # fmt: skip
+        """The control plane, each component once the one before is ready; the nodes' objects
+        and processes; the controllers; the CRDs of projects that do not run here."""
+        processes = Processes(self.dir, plan.state, self.log)
+        for component in plan.control_plane:
+            processes.start(component, timeout)
+        binaries = Path(plan.state.binaries)
+        ctx = NodeContext(binaries, self.dir, lambda user: self.dir / f"{user}.kubeconfig",
+                          self.api)  # fmt: skip
+        self.api.create_all(nodes.objects())
+        for component in nodes.components(ctx):
+            processes.start(component, timeout)
+        controllers = Controllers(binaries, self.dir, plan.pki, plan.state.server, self.api,
+                                  processes, timeout, self.log)  # fmt: skip
+        controllers.start_all(enabled, fair_sharing)
+        controllers.install_other_crds()
+
+    def state_if_running(self) -> State | None:
+        """The recorded state when ``up`` ended well and every component is still alive."""
+        state = State.read(self.dir)
+        if state is None or not state.complete:
+            return None
+        return state if all(state.alive(name) for name in state.pids) else None
+
+    def down(self, *, quiet: bool = False) -> list[str]:
+        """Stop every component this directory's state names (SIGTERM, then SIGKILL after
+        10 s), newest first; remove etcd's data. Returns the names stopped."""
+        state = State.read(self.dir)
+        if state is None:
+            return []
+        stopped = stop_all(state, None if quiet else self.log)
+        state.remove(self.dir)
+        shutil.rmtree(self.dir / "etcd-data", ignore_errors=True)
+        return stopped
+
+    def status(self) -> dict[str, str]:
+        """Each component: "running" or "exited (see <log>)"; empty when nothing was started."""
+        state = State.read(self.dir)
+        if state is None:
+            return {}
+        return {
+            name: "running" if state.alive(name) else f"exited (see {self.dir / 'logs' / name}.log)"
+            for name in state.pids
+        }

@@ -1,0 +1,85 @@
+"""The nodes of a local cluster: pools (``NodeSpec``) and the kinds of node that can carry them.
+
+A kind of node is one module implementing ``NodeKind``: what it creates through the API before
+its processes start, and those processes (each a ``Component`` with its readiness), started
+once the control plane is ready and stopped with it. kwok's fake nodes (``kwok.KwokNodes``) are
+the one kind today."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpufleet.devcluster.components import Component
+from gpufleet.kube import Obj
+
+if TYPE_CHECKING:
+    from gpufleet.devcluster.api import Api
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSpec:
+    """A pool of nodes: count, GPUs each and their product (GPU feature discovery labels), the
+    name prefix and extra labels (a chart flavor's nodeLabels, topology)."""
+
+    count: int = 2
+    gpus: int = 2
+    gpu_product: str = "NVIDIA-A30"
+    gpu_memory_mib: int = 24576
+    cpu: str = "32"
+    memory: str = "256Gi"
+    prefix: str = "gpu-node"
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        """"3 gpu-nodes x 4 NVIDIA-A30", for the user."""
+        gpus = f" x {self.gpus} {self.gpu_product}" if self.gpus else ""
+        return f"{self.count} {self.prefix}s{gpus}"
+
+
+def pools_from_values(
+    values: dict[str, Any], count: int, gpus: int, gpu_product: str
+) -> list[NodeSpec]:
+    """Node pools for a platform chart values file: ``count`` nodes per flavor, carrying the
+    flavor's nodeLabels (so Kueue's ResourceFlavors match them), GPUs on GPU flavors (product
+    from the flavor's nvidia.com/gpu.product label, else ``gpu_product``), and a label for every
+    topology level the chart's Kueue Topology names, nodes spread over two values of each."""
+    topology = (values.get("kueue") or {}).get("topology") or {}
+    levels = [lv for lv in topology.get("levels", []) if lv != "kubernetes.io/hostname"]
+    flavors = values.get("flavors") or [{"name": "default", "gpu": gpus > 0, "nodeLabels": {}}]
+    pools = []
+    for flavor in flavors:
+        labels = dict(flavor.get("nodeLabels") or {})
+        product = labels.get("nvidia.com/gpu.product", gpu_product)
+        pools.append(NodeSpec(count=count, gpus=gpus if flavor.get("gpu") else 0,
+                              gpu_product=product, prefix=f"{flavor['name']}-node",
+                              labels=tuple(sorted(labels.items())) + tuple(
+                                  (lv, "") for lv in levels)))  # fmt: skip
+    return pools
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What a kind of node gets from the cluster it joins."""
+
+    binaries: Path  # the built executables (build.binaries_dir())
+    directory: Path  # the cluster's state directory; each kind keeps its files under it
+    kubeconfig: Callable[[str], Path]  # a kubeconfig for a client of the cluster's PKI
+    api: Api
+
+
+class NodeKind(Protocol):
+    """A kind of node: fake (kwok) today; one new module per new kind."""
+
+    @property
+    def pools(self) -> list[NodeSpec]:
+        """The pools its nodes form."""
+
+    def objects(self) -> list[Obj]:
+        """What is created through the API before its processes start (kwok: the Nodes)."""
+
+    def components(self, ctx: NodeContext) -> list[Component]:
+        """Its processes, started in order once the control plane is ready; the last is ready
+        when every node is Ready."""
