@@ -11,7 +11,8 @@ from pydantic import BaseModel, ValidationError
 
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.spec.inference import InferenceService
-from gpufleet.spec.models import CROSS_FIELD, TrainingJob
+from gpufleet.spec.training import TrainingJob
+from gpufleet.spec.validation import CROSS_FIELD
 
 PathKey = tuple[str | int, ...]
 

@@ -12,7 +12,7 @@ import torch
 
 from gpufleet.runtime import JobContext, Trainer, TrainerConfig, seed_everything
 from gpufleet.runtime.distributed import init_distributed, shutdown_distributed
-from gpufleet.spec.models import DigitsWorkload, SyntheticWorkload
+from gpufleet.spec import DigitsWorkload, SyntheticWorkload
 from gpufleet.workloads.digits import DigitsCNN, accuracy, digits_datasets
 from gpufleet.workloads.synthetic import synthetic_dataset, synthetic_mlp
 
