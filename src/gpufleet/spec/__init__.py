@@ -1,7 +1,7 @@
 """User-facing kinds (pydantic models) and the loader that reports every error with its path.
 
 Modules: ``training`` (kind TrainingJob) and ``inference`` (kind InferenceService); their parts
-in ``workloads`` (the built-in workloads), ``resources``, ``env`` (Secret and
+in ``workloads`` (the one list of built-in workload kinds), ``resources``, ``env`` (Secret and
 ConfigMap references), ``names`` (Kubernetes names and labels, metadata) and ``validation``
 (the base model, field bounds, cross-field rules); ``loader`` reads a file into one of them.
 """
@@ -19,11 +19,17 @@ from gpufleet.spec.loader import (
 from gpufleet.spec.names import API_VERSION, Metadata
 from gpufleet.spec.resources import Resources, Volume
 from gpufleet.spec.training import Checkpoint, Preemption, TrainingJob, TrainingJobSpec
-from gpufleet.spec.workloads import DigitsWorkload, SyntheticWorkload, WorkloadBase
+from gpufleet.spec.workloads import (
+    WORKLOAD_KINDS,
+    DigitsWorkload,
+    SyntheticWorkload,
+    WorkloadBase,
+)
 
 __all__ = [
     "API_VERSION",
     "ENV_NAME",
+    "WORKLOAD_KINDS",
     "Checkpoint",
     "DigitsWorkload",
     "InferenceService",

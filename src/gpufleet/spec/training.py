@@ -29,7 +29,7 @@ from gpufleet.spec.validation import (
     SpecModel,
     raw_int,
 )
-from gpufleet.spec.workloads import DigitsWorkload, SyntheticWorkload, Workload, WorkloadBase
+from gpufleet.spec.workloads import WORKLOAD_KINDS, Workload
 
 
 class Checkpoint(SpecModel):
@@ -165,7 +165,7 @@ class TrainingJobSpec(CrossFieldModel):
     )
     workload: Workload | None = Field(
         default=None,
-        description="A built-in workload instead of a command (digits, synthetic).",
+        description=f"A built-in workload instead of a command ({', '.join(WORKLOAD_KINDS)}).",
     )
     nodes: int = Field(
         default=1,
@@ -360,12 +360,8 @@ def _parallelism_problems(data: dict[str, Any], has_command: bool) -> list[Probl
                  "ParallelismSettings(strategy='fsdp')), or its own fully_shard)")]  # fmt: skip
     accumulation = raw_int(data, "parallelism", "gradientAccumulation", default=1, minimum=1)
     workload = data.get("workload")
-    kinds: dict[str, type[WorkloadBase]] = {
-        "digits": DigitsWorkload,
-        "synthetic": SyntheticWorkload,
-    }
-    if accumulation and isinstance(workload, dict) and workload.get("name") in kinds:
-        default = kinds[workload["name"]].model_fields["batch_size"].default
+    if accumulation and isinstance(workload, dict) and workload.get("name") in WORKLOAD_KINDS:
+        default = WORKLOAD_KINDS[workload["name"]].model_fields["batch_size"].default
         batch = raw_int(data, "workload", "batchSize", default=default, minimum=1)
         if batch and batch % accumulation:
             return [(("parallelism", "gradientAccumulation"), f"is {accumulation}, which does "

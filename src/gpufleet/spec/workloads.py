@@ -1,8 +1,9 @@
-"""The built-in workloads a TrainingJob may run instead of a command."""
+"""The built-in workloads: the one list of their kinds. The spec's ``workload`` field, the
+loader and the worker's dispatch (``python -m gpufleet.workloads``) all read it from here."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
@@ -49,4 +50,17 @@ class SyntheticWorkload(WorkloadBase):
     )
 
 
+# The one list of built-in workload kinds. A new kind is a model above, named here, and its
+# runner in gpufleet.workloads.__main__.RUNNERS (tests/unit/test_workload_kinds.py checks both).
 Workload = Annotated[DigitsWorkload | SyntheticWorkload, Field(discriminator="name")]
+
+
+def _kind_name(model: type[WorkloadBase]) -> str:
+    (name,) = get_args(model.model_fields["name"].annotation)
+    return str(name)
+
+
+# Kind name -> its model, read from the list above in its order (for the loader, the worker).
+WORKLOAD_KINDS: dict[str, type[WorkloadBase]] = {
+    _kind_name(model): model for model in get_args(get_args(Workload)[0])
+}
