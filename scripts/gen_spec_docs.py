@@ -26,8 +26,7 @@ from gpufleet.errors import (
     EXIT_PREEMPTED,
     EXIT_STORAGE,
 )
-from gpufleet.spec.inference import InferenceService
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import InferenceService, TrainingJob
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "spec.md"
 

@@ -339,7 +339,7 @@ def test_parallelism_reaches_the_workers_only_when_set() -> None:
 def test_cross_field_rules_use_defaults_for_absent_sections() -> None:
     """procsPerNode 2 with resources.gpu 1 is caught whether or not other sections are set, and
     an absent resources section means gpu 0 (no rule)."""
-    from gpufleet.spec.models import raw_int
+    from gpufleet.spec.validation import raw_int
 
     assert raw_int({}, "resources", "gpu", default=0) == 0
     assert raw_int({"resources": {}}, "resources", "gpu", default=7) == 7

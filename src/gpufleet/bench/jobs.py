@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpufleet.spec.loader import validate_training_job
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob, validate_training_job
 
 
 def local_job(name: str, *, nodes: int, procs_per_node: int, gpus: int) -> TrainingJob:

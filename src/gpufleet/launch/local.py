@@ -43,7 +43,7 @@ from gpufleet.launch.worker import (
 from gpufleet.net import free_port
 from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json, write_json_atomic
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 
 @dataclass(kw_only=True)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpufleet.errors import FieldError, UserInputError
-from gpufleet.spec.models import ENV_NAME, TrainingJob
+from gpufleet.spec import ENV_NAME, TrainingJob
 
 ENV_OBJECTS_DIR = "GPUFLEET_OBJECTS_DIR"
 _FOLDER = {"secretKeyRef": "secrets", "configMapKeyRef": "configmaps",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.runtime.context import JobContext
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 DEFAULT_RUN_ROOT = Path(".gpufleet/runs")  # where local runs keep logs, results, checkpoints
 

@@ -20,8 +20,8 @@ from gpufleet.render.pytorchjob import render_pytorchjob
 from gpufleet.render.serving import render_kserve, render_triton
 from gpufleet.render.trainjob import render_trainjob
 from gpufleet.render.volcano import render_volcano
+from gpufleet.spec import TrainingJob
 from gpufleet.spec.inference import InferenceService
-from gpufleet.spec.models import TrainingJob
 
 TARGETS: dict[str, Callable[[TrainingJob], list[Obj]]] = {
     "job": render_indexed_job,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.errors import FieldError, UserInputError
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 
 # The longest name each target's controller derives from the job's name for the last of

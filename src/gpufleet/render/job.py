@@ -7,7 +7,7 @@ from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import indexed_job_spec, queued_labels
 from gpufleet.render.meta import labels, metadata
 from gpufleet.render.podspec import RDZV_PORT, WorkerPod, pod_spec
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 
 def render_indexed_job(job: TrainingJob) -> list[Obj]:

@@ -13,7 +13,7 @@ from gpufleet.errors import (
 from gpufleet.kube import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, Obj
 from gpufleet.render.meta import labels
 from gpufleet.render.podspec import pod_metadata
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 
 def queued_labels(job: TrainingJob) -> dict[str, str]:

@@ -7,7 +7,7 @@ from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import FATAL_RULE_MESSAGE, indexed_job_spec, queued_labels
 from gpufleet.render.meta import metadata
 from gpufleet.render.podspec import WorkerPod, pod_spec
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 REPLICATED_JOB = "worker"
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpufleet.kube import LABEL_JOB, LABEL_QUEUE, LABEL_ROLE, LABEL_TENANT, Obj
+from gpufleet.spec import Metadata, TrainingJob
 from gpufleet.spec.inference import InferenceService
-from gpufleet.spec.models import Metadata, TrainingJob
 
 
 def standard_labels(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_WORKER, Obj
 from gpufleet.render.meta import labels, metadata
 from gpufleet.render.podspec import METRICS_PORT_NAME
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 
 def pod_monitor(job: TrainingJob) -> list[Obj]:

@@ -14,7 +14,7 @@ from gpufleet.render.podspec import (
     torchrun_command,
     worker_env,
 )
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 SSH_PORT = 2222  # sshd runs as the image's non-root user, so not on 22
 SSH_DIR = "/home/gpufleet/.ssh"  # the operator mounts the job's SSH keys here

@@ -19,7 +19,7 @@ from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
 from gpufleet.launch.pod import MODULE as POD_LAUNCHER
 from gpufleet.launch.worker import job_context, worker_module_args
 from gpufleet.render.meta import labels
-from gpufleet.spec.models import Resources, TrainingJob
+from gpufleet.spec import Resources, TrainingJob
 
 RDZV_PORT = 29400
 METRICS_PORT_NAME = "metrics"

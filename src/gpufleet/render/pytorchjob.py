@@ -7,7 +7,7 @@ from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import kubeflow_run_policy, queued_labels
 from gpufleet.render.meta import metadata
 from gpufleet.render.podspec import METRICS_PORT_NAME, RDZV_PORT, WorkerPod, pod_metadata, pod_spec
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 
 def elastic_policy(job: TrainingJob) -> Obj:

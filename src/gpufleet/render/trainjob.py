@@ -7,7 +7,7 @@ from gpufleet.render.checks import refuse_env_from, require_cluster_ready
 from gpufleet.render.jobparts import queued_labels
 from gpufleet.render.meta import metadata
 from gpufleet.render.podspec import WorkerPod, pod_metadata, pod_spec
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 RUNTIME = "torch-distributed"  # the ClusterTrainingRuntime Kubeflow Trainer installs
 NODE = "node"  # that runtime's replicated job and container name

@@ -6,7 +6,7 @@ from gpufleet.kube import Obj
 from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.meta import labels, metadata
 from gpufleet.render.podspec import WorkerPod, pod_metadata, pod_spec
-from gpufleet.spec.models import TrainingJob
+from gpufleet.spec import TrainingJob
 
 TASK = "worker"
 

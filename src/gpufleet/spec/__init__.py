@@ -1,5 +1,12 @@
-"""User-facing kinds (pydantic models) and the loader that reports every error with its path."""
+"""User-facing kinds (pydantic models) and the loader that reports every error with its path.
 
+Modules: ``training`` (kind TrainingJob) and ``inference`` (kind InferenceService); their parts
+in ``workloads`` (the one list of built-in workload kinds), ``resources``, ``env`` (Secret and
+ConfigMap references), ``names`` (Kubernetes names and labels, metadata) and ``validation``
+(the base model, field bounds, cross-field rules); ``loader`` reads a file into one of them.
+"""
+
+from gpufleet.spec.env import ENV_NAME
 from gpufleet.spec.inference import InferenceService
 from gpufleet.spec.loader import (
     Spec,
@@ -9,21 +16,20 @@ from gpufleet.spec.loader import (
     validate_spec,
     validate_training_job,
 )
-from gpufleet.spec.models import (
-    API_VERSION,
-    Checkpoint,
+from gpufleet.spec.names import API_VERSION, Metadata
+from gpufleet.spec.resources import Resources, Volume
+from gpufleet.spec.training import Checkpoint, Preemption, TrainingJob, TrainingJobSpec
+from gpufleet.spec.workloads import (
+    WORKLOAD_KINDS,
     DigitsWorkload,
-    Metadata,
-    Preemption,
-    Resources,
     SyntheticWorkload,
-    TrainingJob,
-    TrainingJobSpec,
-    Volume,
+    WorkloadBase,
 )
 
 __all__ = [
     "API_VERSION",
+    "ENV_NAME",
+    "WORKLOAD_KINDS",
     "Checkpoint",
     "DigitsWorkload",
     "InferenceService",
@@ -35,6 +41,7 @@ __all__ = [
     "TrainingJob",
     "TrainingJobSpec",
     "Volume",
+    "WorkloadBase",
     "load_spec",
     "load_training_job",
     "parse_override",

@@ -7,15 +7,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
-from gpufleet.spec.models import (
-    API_VERSION,
+from gpufleet.spec.names import API_VERSION, DnsLabel, Metadata
+from gpufleet.spec.resources import Resources
+from gpufleet.spec.validation import (
     INT32_MAX,
     CrossFieldModel,
-    DnsLabel,
     Duration,
-    Metadata,
     Problem,
-    Resources,
     SpecModel,
     raw_int,
 )

@@ -11,12 +11,14 @@ from pydantic import BaseModel, ValidationError
 
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.spec.inference import InferenceService
-from gpufleet.spec.models import CROSS_FIELD, TrainingJob
+from gpufleet.spec.training import TrainingJob
+from gpufleet.spec.validation import CROSS_FIELD
+from gpufleet.spec.workloads import WORKLOAD_KINDS
 
 PathKey = tuple[str | int, ...]
 
 # Tags of discriminated unions; pydantic puts them in error locations, users never write them.
-_UNION_TAGS = frozenset({"digits", "synthetic"})
+_UNION_TAGS = frozenset(WORKLOAD_KINDS)
 
 
 Spec = TrainingJob | InferenceService

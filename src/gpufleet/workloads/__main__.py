@@ -7,12 +7,14 @@ Trainer and writes ``result.json`` for the launcher's summary.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from gpufleet.runtime import JobContext, Trainer, TrainerConfig, seed_everything
 from gpufleet.runtime.distributed import init_distributed, shutdown_distributed
-from gpufleet.spec.models import DigitsWorkload, SyntheticWorkload
+from gpufleet.spec import WORKLOAD_KINDS, DigitsWorkload, SyntheticWorkload, WorkloadBase
 from gpufleet.workloads.digits import DigitsCNN, accuracy, digits_datasets
 from gpufleet.workloads.synthetic import synthetic_dataset, synthetic_mlp
 
@@ -45,19 +47,26 @@ def run_synthetic(w: SyntheticWorkload, context: JobContext) -> None:
     trainer.write_result(trainer.fit())
 
 
+# The function that trains each kind of the spec's list (gpufleet.spec.WORKLOAD_KINDS), keyed by
+# its model; each takes its own kind's model, hence Any (tests/unit/test_workload_kinds.py checks
+# that this covers the list).
+RUNNERS: dict[type[WorkloadBase], Callable[[Any, JobContext], None]] = {
+    DigitsWorkload: run_digits,
+    SyntheticWorkload: run_synthetic,
+}
+
+
 def main() -> int:
     """Run the workload named in GPUFLEET_WORKLOAD."""
     context = JobContext.from_env()
     name = context.workload.get("name")
     init_distributed()
     try:
-        if name == "digits":
-            run_digits(DigitsWorkload.model_validate(context.workload), context)
-        elif name == "synthetic":
-            run_synthetic(SyntheticWorkload.model_validate(context.workload), context)
-        else:
+        kind = WORKLOAD_KINDS.get(name) if isinstance(name, str) else None
+        if kind is None or kind not in RUNNERS:
             print(f"gpufleet: unknown workload {name!r} in GPUFLEET_WORKLOAD", file=sys.stderr)
             return 2
+        RUNNERS[kind](kind.model_validate(context.workload), context)
     finally:
         shutdown_distributed()
     return 0

@@ -1,0 +1,41 @@
+"""What a pod of either kind gets: per-node (or per-replica) resources and volumes."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from gpufleet.spec.names import DnsLabel, LabelValue
+from gpufleet.spec.validation import MAX_PROCS_PER_NODE, Quantity, SpecModel
+
+
+class Resources(SpecModel):
+    """Per-node resources. Locally only ``gpu`` matters (it selects nccl); the rest is for pods."""
+
+    cpu: Quantity | None = Field(default=None, description="CPU per node, e.g. '8' or '500m'.")
+    memory: Quantity | None = Field(default=None, description="Memory per node, e.g. '32Gi'.")
+    gpu: int = Field(
+        default=0, ge=0, le=MAX_PROCS_PER_NODE, description="GPUs per node (nvidia.com/gpu)."
+    )
+    gpu_product: LabelValue | None = Field(
+        default=None,
+        description=(
+            "Cluster only: run on nodes whose nvidia.com/gpu.product label (GPU feature "
+            "discovery) has this value, e.g. NVIDIA-A30 or NVIDIA-H100-80GB-HBM3."
+        ),
+    )
+
+
+class Volume(SpecModel):
+    """Cluster only: a PersistentVolumeClaim mounted into every worker."""
+
+    name: DnsLabel = Field(description="Volume name.")
+    mount_path: str = Field(description="Absolute path in the container.")
+    claim_name: DnsLabel = Field(description="PersistentVolumeClaim to mount.")
+    read_only: bool = Field(default=False, description="Mount read-only.")
+
+    @field_validator("mount_path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"must be an absolute path, got {value!r}")
+        return value

@@ -1,0 +1,379 @@
+"""Kind ``TrainingJob``: what to run, how wide, how it checkpoints and survives failures."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from gpufleet.runtime.context import (
+    CHECKPOINT_DEFAULTS,
+    MAX_ROLLBACKS,
+    PARALLELISM_DEFAULTS,
+    CheckpointSettings,
+    ParallelismSettings,
+)
+from gpufleet.spec.env import CREDENTIAL_NAME, ENV_NAME, EnvFromSource, EnvSource, EnvValue
+from gpufleet.spec.names import API_VERSION, DnsLabel, Metadata
+from gpufleet.spec.resources import Resources, Volume
+from gpufleet.spec.validation import (
+    INT32_MAX,
+    MAX_BATCH,
+    MAX_NODES,
+    MAX_PROCS_PER_NODE,
+    CrossFieldModel,
+    Duration,
+    Problem,
+    SpecModel,
+    raw_int,
+)
+from gpufleet.spec.workloads import WORKLOAD_KINDS, Workload
+
+
+class Checkpoint(SpecModel):
+    """Where and how often the runtime checkpoints (torch.distributed.checkpoint)."""
+
+    dir: str | None = Field(
+        default=None,
+        description="Directory or fsspec URI (s3://...). Default: <run dir>/checkpoints.",
+    )
+    every_steps: int = Field(
+        default=CHECKPOINT_DEFAULTS.every_steps,
+        ge=1,
+        le=INT32_MAX,
+        description="Checkpoint every N steps.",
+    )
+    keep: int = Field(
+        default=CHECKPOINT_DEFAULTS.keep,
+        ge=1,
+        le=INT32_MAX,
+        description="Complete checkpoints to keep (newest).",
+    )
+    async_save: bool = Field(
+        default=CHECKPOINT_DEFAULTS.async_save,
+        alias="async",
+        description="Write in the background after staging to CPU memory.",
+    )
+
+    def settings(self, run_dir: Path) -> CheckpointSettings:
+        """These fields as the runtime's settings for a job whose run directory is ``run_dir``,
+        the directory resolved (``dir``, else <run_dir>/checkpoints) so every worker agrees."""
+        return CheckpointSettings(
+            dir=CheckpointSettings(dir=self.dir).root(run_dir),
+            every_steps=self.every_steps,
+            keep=self.keep,
+            async_save=self.async_save,
+        )
+
+
+class Parallelism(SpecModel):
+    """How the built-in Trainer spreads the model over the workers (docs/parallelism.md)."""
+
+    strategy: Literal["ddp", "fsdp"] = Field(
+        default=PARALLELISM_DEFAULTS.strategy,  # type: ignore[arg-type]  # one of the literals
+        description=(
+            "ddp: every worker holds the whole model (DistributedDataParallel). fsdp: FSDP2 "
+            "(fully_shard per block): parameters, gradients and optimizer state sharded over "
+            "the workers, for models that do not fit one GPU."
+        ),
+    )
+    mixed_precision: Literal["fp32", "bf16"] = Field(
+        default=PARALLELISM_DEFAULTS.mixed_precision,  # type: ignore[arg-type]
+        description=(
+            "bf16: compute in bfloat16 (fsdp: bf16 parameters in forward and backward), "
+            "gradients reduced and the optimizer stepped in fp32."
+        ),
+    )
+    activation_checkpointing: bool = Field(
+        default=PARALLELISM_DEFAULTS.activation_checkpointing,
+        description="Recompute each block's activations in backward instead of keeping them.",
+    )
+    gradient_accumulation: int = Field(
+        default=PARALLELISM_DEFAULTS.gradient_accumulation,
+        ge=1,
+        le=MAX_BATCH,
+        description=(
+            "Micro-batches per step: each worker's batch is split into this many, for less "
+            "activation memory at the same batch size (it must divide workload.batchSize)."
+        ),
+    )
+
+    def settings(self) -> ParallelismSettings:
+        """These fields as the runtime's settings."""
+        return ParallelismSettings(
+            strategy=self.strategy,
+            mixed_precision=self.mixed_precision,
+            activation_checkpointing=self.activation_checkpointing,
+            gradient_accumulation=self.gradient_accumulation,
+        )
+
+
+class Metrics(CrossFieldModel):
+    """The job's Prometheus endpoint (step, throughput, loss, checkpoints, restarts)."""
+
+    port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description=(
+            "Port of the job's /metrics (0: none). Locally `gpufleet run` serves every worker's "
+            "metrics there on 127.0.0.1 for the whole run, restarts included; on Kubernetes each "
+            "pod's launcher serves its workers' metrics on this port, and the pods carry "
+            "prometheus.io/scrape annotations."
+        ),
+    )
+    pod_monitor: bool = Field(
+        default=False,
+        description=(
+            "On Kubernetes, also render a PodMonitor (Prometheus Operator) that scrapes the "
+            "job's pods; needs spec.metrics.port."
+        ),
+    )
+
+    @classmethod
+    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
+        if data.get("podMonitor") is True and not data.get("port"):
+            return [(("podMonitor",), "needs a port to scrape: set spec.metrics.port")]
+        return []
+
+
+class Preemption(SpecModel):
+    """How a SIGTERM (node drain, Kueue preemption, Ctrl-C) is handled."""
+
+    grace_period: Duration = Field(
+        default=30.0,
+        description="Seconds the workers get to take the preemption checkpoint before SIGKILL.",
+    )
+
+
+# Programs that are not a training script: an interpreter or a launcher in command[0] would be
+# run *by* torchrun's Python as if it were the script (FileNotFoundError '.../python').
+_LAUNCHER = re.compile(r"^(python|pypy|ipython)[0-9.]*$|^(torchrun|bash|sh|env|uv|conda)$")
+
+
+class TrainingJobSpec(CrossFieldModel):
+    """What to run, how wide, and how it survives failures."""
+
+    command: list[str] | None = Field(
+        default=None,
+        description=(
+            "A user's script or module with its arguments, exactly torchrun's positional form: "
+            "['train.py', '--lr', '0.1'] or ['-m', 'pkg.train']. Exclusive with workload."
+        ),
+    )
+    workload: Workload | None = Field(
+        default=None,
+        description=f"A built-in workload instead of a command ({', '.join(WORKLOAD_KINDS)}).",
+    )
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_NODES,
+        description=f"Nodes (elastic agents); at most {MAX_NODES} (an Indexed Job's limit).",
+    )
+    min_nodes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_NODES,
+        description=(
+            "Elastic: the job goes on with as few as this many nodes (torchrun --nnodes "
+            "minNodes:nodes), resuming on the new world size from its checkpoint. Targets job, "
+            "jobset and pytorchjob (elasticPolicy); `gpufleet run` starts spec.nodes agents."
+        ),
+    )
+    procs_per_node: int = Field(
+        default=1, ge=1, le=MAX_PROCS_PER_NODE, description="Worker processes per node."
+    )
+    resources: Resources = Field(default_factory=Resources, description="Per-node resources.")
+    env: dict[str, EnvValue] = Field(
+        default_factory=dict,
+        description=(
+            "Extra environment variables: a string, or a reference kept out of the spec, "
+            "{secretKeyRef: {name, key}} or {configMapKeyRef: {name, key}}, rendered as "
+            "valueFrom. `gpufleet run` reads a reference from the variable of that name in its "
+            "own environment, else the file .gpufleet/secrets/<name>/<key> (configmaps/ for a "
+            "ConfigMap; the directory: $GPUFLEET_SECRETS_DIR)."
+        ),
+    )
+    env_from: list[EnvFromSource] = Field(
+        default_factory=list,
+        description=(
+            "Every key of a Secret ({secretRef: {name}}) or ConfigMap ({configMapRef: {name}}) "
+            "as a variable, as Kubernetes' envFrom; `gpufleet run` reads each file in "
+            ".gpufleet/secrets/<name>/ (configmaps/). Not for the mpijob and trainjob targets."
+        ),
+    )
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint, description="Checkpointing.")
+    parallelism: Parallelism = Field(
+        default_factory=Parallelism,
+        description=(
+            "Built-in workloads: DDP or FSDP2, bf16, activation checkpointing, gradient "
+            "accumulation. A command job's script chooses its own (Trainer(parallelism=...))."
+        ),
+    )
+    max_restarts: int = Field(
+        default=3,
+        ge=0,
+        le=INT32_MAX,
+        description="Worker-group restarts before the job fails.",
+    )
+    hang_timeout: Duration = Field(
+        default=300.0,
+        description=(
+            "Seconds without step progress before a worker is declared hung (0: off); "
+            "must exceed the slowest step, a synchronous checkpoint save included. For a "
+            "command job, set explicitly: progress is then any output line of the worker or "
+            "a call of gpufleet.runtime.heartbeat()."
+        ),
+    )
+    on_non_finite: Literal["fail", "rollback"] = Field(
+        default="fail",
+        description=(
+            "Trainer jobs: what a NaN/Inf loss or weight does. fail: stop with exit 5 before it "
+            "is checkpointed. rollback: reload the last checkpoint, skip the batch whose loss "
+            f"went bad, and go on (at most {MAX_ROLLBACKS} times per run, then fail)."
+        ),
+    )
+    preemption: Preemption = Field(default_factory=Preemption, description="Preemption.")
+    metrics: Metrics = Field(default_factory=Metrics, description="Job metrics endpoint.")
+    image: str | None = Field(default=None, description="Cluster only: container image.")
+    queue: DnsLabel | None = Field(
+        default=None,
+        description="Cluster only: Kueue LocalQueue (target volcano: the Volcano Queue).",
+    )
+    priority: DnsLabel | None = Field(
+        default=None,
+        description=(
+            "Cluster only: Kueue WorkloadPriorityClass (target volcano: the PriorityClass)."
+        ),
+    )
+    volumes: list[Volume] = Field(default_factory=list, description="Cluster only: volumes.")
+
+    @field_validator("command")
+    @classmethod
+    def _command_shape(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value or not value[0].strip():
+            raise ValueError("must name a script or '-m module', got an empty command")
+        if value[0] == "-m" and (len(value) < 2 or not value[1].strip()):
+            raise ValueError("'-m' must be followed by a module name")
+        program = value[0].rsplit("/", 1)[-1]
+        if _LAUNCHER.match(program):
+            rest = value[1:]
+            while rest and rest[0].startswith("--"):  # torchrun's own options: the spec's job
+                rest = rest[1:]
+            fix = repr(rest) if rest and rest[0] != "-c" else "['train.py', '--lr', '0.1']"
+            raise ValueError(
+                f"starts with {value[0]!r}, but gpufleet runs every worker with torchrun's own "
+                f"Python: write command: {fix} (torchrun's positional form: a script and its "
+                "arguments, or ['-m', 'pkg.train'])"
+            )
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        bad = [k for k in value if not ENV_NAME.match(k)]
+        if bad:
+            raise ValueError(f"invalid environment variable name(s): {', '.join(bad)}")
+        return value
+
+    @classmethod
+    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
+        problems: list[Problem] = []
+        has_command = data.get("command") is not None
+        has_workload = data.get("workload") is not None
+        if not has_command and not has_workload:
+            problems.append(
+                (("command",), "set either spec.command (a script or module) or spec.workload")
+            )
+        elif has_command and has_workload:
+            problems.append((("workload",), "exclusive with spec.command: set one of them"))
+        problems += _parallelism_problems(data, has_command)
+        nodes = raw_int(data, "nodes", default=1, minimum=1)
+        low = raw_int(data, "minNodes", default=0, minimum=1)
+        if nodes and low and low > nodes:
+            problems.append((("minNodes",), f"is {low}, more than spec.nodes {nodes} (the most "
+                             "nodes): an elastic range is minNodes..nodes"))  # fmt: skip
+        procs = raw_int(data, "procsPerNode", default=1, minimum=1)
+        gpu = raw_int(data, "resources", "gpu", default=0)
+        if procs and gpu and procs > gpu:
+            problems.append(
+                (
+                    ("procsPerNode",),
+                    f"is {procs} but spec.resources.gpu is {gpu}: with GPUs each process needs "
+                    "its own: lower procsPerNode or raise gpu",
+                )
+            )
+        return problems
+
+    @property
+    def world_size(self) -> int:
+        """Total worker processes."""
+        return self.nodes * self.procs_per_node
+
+    @property
+    def plain_env(self) -> dict[str, str]:
+        """The env entries with a value in the spec."""
+        return {k: v for k, v in self.env.items() if isinstance(v, str)}
+
+    @property
+    def env_refs(self) -> dict[str, EnvSource]:
+        """The env entries that reference a Secret or ConfigMap key."""
+        return {k: v for k, v in self.env.items() if isinstance(v, EnvSource)}
+
+    def env_warnings(self) -> list[str]:
+        """One line per plain env value that looks like a credential (by its name)."""
+        return [
+            f"warning: spec.env.{name} looks like a credential in plain text (it would be in "
+            f"every rendered pod and in the spec file): write {name}: {{secretKeyRef: {{name: "
+            "<secret>, key: <key>}}"
+            for name, value in self.plain_env.items()
+            if value and CREDENTIAL_NAME.search(name)
+        ]
+
+    def cluster_only_fields(self) -> list[str]:
+        """Names of set fields the local backend ignores."""
+        names = [("image", self.image), ("queue", self.queue), ("priority", self.priority),
+                 ("minNodes", self.min_nodes)]  # fmt: skip
+        out = [n for n, v in names if v is not None]
+        if self.volumes:
+            out.append("volumes")
+        return out
+
+
+def _parallelism_problems(data: dict[str, Any], has_command: bool) -> list[Problem]:
+    """spec.parallelism applies to the built-in Trainer: refused with a command (the script
+    may not use the Trainer, and a setting nothing applies would be silently lost), and the
+    accumulation must split the workload's batch evenly."""
+    raw = data.get("parallelism")
+    if not isinstance(raw, dict) or not raw:
+        return []
+    # A default value sets nothing, so a command job may carry it (its own dump writes them all).
+    defaults = Parallelism().model_dump(by_alias=True)
+    if has_command and any(key not in defaults or raw[key] != defaults[key] for key in raw):
+        return [(("parallelism",), "applies to built-in workloads (spec.workload), not to a "
+                 "command: a script picks its own (gpufleet.runtime.Trainer(..., parallelism="
+                 "ParallelismSettings(strategy='fsdp')), or its own fully_shard)")]  # fmt: skip
+    accumulation = raw_int(data, "parallelism", "gradientAccumulation", default=1, minimum=1)
+    workload = data.get("workload")
+    if accumulation and isinstance(workload, dict) and workload.get("name") in WORKLOAD_KINDS:
+        default = WORKLOAD_KINDS[workload["name"]].model_fields["batch_size"].default
+        batch = raw_int(data, "workload", "batchSize", default=default, minimum=1)
+        if batch and batch % accumulation:
+            return [(("parallelism", "gradientAccumulation"), f"is {accumulation}, which does "
+                     f"not divide spec.workload.batchSize {batch}: each micro-batch must have "
+                     "the same size")]  # fmt: skip
+    return []
+
+
+class TrainingJob(SpecModel):
+    """A distributed PyTorch training job (kind TrainingJob)."""
+
+    api_version: Literal["gpufleet.dev/v1alpha1"] = Field(description="Always " + API_VERSION)
+    kind: Literal["TrainingJob"] = Field(description="Always TrainingJob.")
+    metadata: Metadata = Field(description="Name and labels.")
+    spec: TrainingJobSpec = Field(description="What to run and how.")
