@@ -12,6 +12,7 @@ import torch
 
 from gpufleet.errors import CheckpointError, CheckpointMismatchError
 from gpufleet.runtime.checkpoint import Checkpointer
+from gpufleet.runtime.context import CHECKPOINT_DEFAULTS
 from gpufleet.runtime.integrity import MARKER
 
 
@@ -283,3 +284,13 @@ def test_another_jobs_or_models_checkpoint_is_refused_and_never_deleted(tmp_path
     with pytest.raises(CheckpointMismatchError, match=r"another model .*fingerprint m1.*m2"):
         other_model.latest()
     assert CheckpointMismatchError.exit_code == 2 and CheckpointMismatchError.fatal
+
+
+def test_the_checkpointer_owns_the_save_cadence(tmp_path: Path) -> None:
+    ckpt = Checkpointer(str(tmp_path), every_steps=5)
+    assert [step for step in range(1, 13) if ckpt.should_save(step)] == [5, 10]
+    assert ckpt.should_save(7, final=True)  # the last step is always saved
+    assert ckpt.should_save(3, preempted=True)  # so is the step all ranks stopped at
+    assert not ckpt.should_save(4)
+    default = Checkpointer(str(tmp_path / "default"))
+    assert default.every_steps == CHECKPOINT_DEFAULTS.every_steps

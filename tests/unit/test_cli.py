@@ -81,3 +81,26 @@ def test_bench_training_without_mlperf_logging_says_how_to_install_it(
     assert result.exit_code == 1
     assert "pip install 'gpufleet[bench]'" in result.output
     assert not (tmp_path / ".gpufleet").exists()  # nothing started
+
+
+def test_every_command_resolves_a_relative_checkpoint_dir_from_the_spec_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spec.checkpoint.dir "ckpt" means <the spec file's directory>/ckpt to validate and
+    render (hence submit) as it does to run, wherever the command starts."""
+    specs, elsewhere = tmp_path / "specs", tmp_path / "elsewhere"
+    specs.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    wanted = str((specs / "ckpt").resolve())
+    local = write_spec(specs, digits_job(checkpoint={"dir": "ckpt"}), "local.yaml")
+    result = runner.invoke(app, ["validate", str(local), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["job"]["spec"]["checkpoint"]["dir"] == wanted
+    assert f"checkpoints: {wanted} (spec.checkpoint.dir 'ckpt'" in result.output
+    volume = {"name": "ckpt", "mountPath": str(specs.resolve()), "claimName": "team-ckpt"}
+    doc = digits_job(image="ghcr.io/example/gpufleet:0.1.0", checkpoint={"dir": "ckpt"},
+                     volumes=[volume])  # fmt: skip
+    rendered = runner.invoke(app, ["render", str(write_spec(specs, doc, "cluster.yaml"))])
+    assert rendered.exit_code == 0, rendered.output
+    assert f"value: {wanted}\n" in rendered.stdout  # GPUFLEET_CHECKPOINT_DIR

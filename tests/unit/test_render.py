@@ -414,3 +414,26 @@ def test_targets_without_an_elastic_range_refuse_min_nodes(target: str) -> None:
     errors = {e.path: e.message for e in info.value.errors}
     assert errors["spec.minNodes"].startswith(f"target {target} has no elastic node range")
     assert info.value.exit_code == EXIT_BAD_INPUT
+
+
+@pytest.mark.parametrize("metrics", [False, True], ids=["no-metrics", "metrics"])
+def test_local_and_pod_workers_get_the_same_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, metrics: bool
+) -> None:
+    """One worker environment (gpufleet.launch.worker.worker_env): the pod's differs from
+    `gpufleet run`'s only where the pod launcher serves the job metrics."""
+    from gpufleet.launch import local
+    from gpufleet.render import podspec
+
+    run_dir = tmp_path.resolve()
+    monkeypatch.setattr(podspec, "RUN_DIR", str(run_dir))  # the same run directory for both
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    extra: dict[str, Any] = {"metrics": {"port": 9400}} if metrics else {}
+    doc = cluster_job(env={"FOO": "bar"}, onNonFinite="rollback", **extra)
+    job = validate_training_job(doc)
+    here, pod = local.worker_env(job, run_dir), podspec.worker_env(job)
+    served = {"GPUFLEET_METRICS_PORT": "9400", "GPUFLEET_METRICS_ADDRESS": "0.0.0.0"}
+    assert pod == {**here, **(served if metrics else {})}
+    assert here["FOO"] == "bar" and here["OMP_NUM_THREADS"] == "1"
+    assert here["GPUFLEET_ON_NON_FINITE"] == "rollback"
+    assert (here.get("PROMETHEUS_MULTIPROC_DIR") == str(run_dir / "metrics")) is metrics

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+import gpufleet
+from gpufleet.errors import NonFiniteError
 from gpufleet.runtime import (
     CheckpointSettings,
     JobContext,
     ResumableDistributedSampler,
+    RunDir,
     state_digest,
 )
+from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.runtime.faults import Fault, parse_faults
+from gpufleet.runtime.nonfinite import NonFinitePolicy
 from gpufleet.runtime.preemption import PreemptionGuard
 from gpufleet.runtime.rng import capture_rng, restore_rng
 
@@ -120,3 +126,92 @@ def test_a_batch_larger_than_the_data_is_a_job_config_error(tmp_path: Path) -> N
             config=TrainerConfig(steps=1, batch_size=1000),
             context=JobContext(run_dir=tmp_path),
         )
+
+
+CPU = torch.device("cpu")
+NAN = torch.tensor(float("nan"))
+
+
+def _verdict(policy: NonFinitePolicy, step: int, **kw: Any) -> NonFiniteError:
+    with pytest.raises(NonFiniteError) as info:
+        policy.check(step, params=kw.get("params"), last_checkpoint=kw.get("last_checkpoint"))
+    return info.value
+
+
+def test_nonfinite_policy_fail_names_the_first_bad_step_and_the_kept_checkpoint() -> None:
+    policy = NonFinitePolicy(on_non_finite="fail", device=CPU, world_size=1)
+    policy.record(3, torch.tensor(0.5))
+    policy.check(3, params=None, last_checkpoint=None)  # finite: nothing to say
+    policy.record(4, NAN)
+    policy.record(5, torch.tensor(float("inf")))
+    exc = _verdict(policy, 5, last_checkpoint="ck/step_4")
+    assert exc.step == 4
+    assert "at step 4 on rank 0 (checked at step 5)" in str(exc)
+    assert "the last good checkpoint, ck/step_4, is kept" in str(exc)
+    with pytest.raises(NonFiniteError) as again:
+        policy.allow_rollback(exc)  # "fail": no rollback, the same error
+    assert again.value is exc
+
+
+def test_nonfinite_policy_checks_weights_only_when_given_them() -> None:
+    policy = NonFinitePolicy(on_non_finite="fail", device=CPU, world_size=1)
+    poisoned = [torch.tensor([1.0, float("nan")])]
+    policy.check(6, params=None, last_checkpoint=None)  # a log step: the loss only
+    policy.check(6, params=[torch.ones(2)], last_checkpoint=None)
+    exc = _verdict(policy, 6, params=poisoned)  # a save step: weights too
+    assert exc.step == 6 and "no checkpoint was written" in str(exc)
+
+
+def test_nonfinite_rollback_skips_bad_batches_and_gives_up_after_its_limit(tmp_path: Path) -> None:
+    policy = NonFinitePolicy(on_non_finite="rollback", device=CPU, world_size=1, max_rollbacks=2)
+    ckpt = Checkpointer(str(tmp_path))
+    policy.record(2, NAN)
+    early = _verdict(policy, 2)
+    with pytest.raises(NonFiniteError, match="no checkpoint to roll back to"):
+        policy.roll_back(early, ckpt, lambda ref: None, lambda msg: None)
+    policy.first_bad.zero_()
+    ckpt.save(3, {"w": torch.ones(2)})
+    loaded: list[int] = []
+    said: list[str] = []
+    for bad in (4, 9):
+        policy.record(bad, NAN)
+        ref = policy.roll_back(_verdict(policy, bad), ckpt, lambda r: loaded.append(r.step),
+                               said.append)  # fmt: skip
+        assert ref.step == 3 and policy.skips(bad)
+        policy.check(bad, params=None, last_checkpoint=None)  # cleared by the rollback
+    assert loaded == [3, 3] and policy.rollbacks == 2 and not policy.skips(5)
+    assert "skipping the batch of step 9 (rollback 2 of at most 2)" in said[-1]
+    policy.record(12, NAN)
+    with pytest.raises(NonFiniteError, match="gave up: rolled back 2 times already, skipping "
+                       "the batches of steps 4, 9"):  # fmt: skip
+        policy.roll_back(_verdict(policy, 12), ckpt, lambda r: loaded.append(r.step), said.append)
+    assert loaded == [3, 3]  # nothing loaded when giving up
+
+
+def test_run_dir_names_every_file_of_a_run_directory(tmp_path: Path) -> None:
+    files = RunDir(tmp_path)
+    named = {"result.json": files.result, "progress.json": files.progress,
+             "preempted.json": files.preempted, "fatal.json": files.fatal,
+             "state.json": files.state}  # fmt: skip
+    assert all(path == tmp_path / name for name, path in named.items())
+    assert files.node_logs(1) == tmp_path / "logs" / "node1"
+    assert files.metrics == tmp_path / "metrics"
+    assert CheckpointSettings().root(tmp_path) == str(files.checkpoints)
+    # A new launch forgets the last one's outcome, but not the count of launches (state.json).
+    assert set(files.stale_files()) == {files.result, files.progress, files.preempted, files.fatal}
+
+
+def test_run_directory_file_names_are_written_nowhere_but_rundir() -> None:
+    """A module that spells ``"progress.json"`` itself drifts from the one the others read."""
+    src = Path(gpufleet.__file__).parent
+    names = ("result.json", "progress.json", "preempted.json", "fatal.json", "state.json")
+    # Files of other directories that share a name: a LoadGen report, the dev cluster's state.
+    others = {src / "serve" / "loadgen" / "report.py", src / "devcluster" / "cluster.py"}
+    spelled = [
+        f"{path.relative_to(src)}: {name}"
+        for path in sorted(src.rglob("*.py"))
+        if path not in others and path != src / "runtime" / "rundir.py"
+        for name in names
+        if f'"{name}"' in path.read_text()
+    ]
+    assert spelled == []

@@ -11,6 +11,7 @@ import torch
 from gpufleet.errors import EXIT_PREEMPTED
 from gpufleet.runtime import CheckpointSettings, JobContext, Trainer, TrainerConfig, seed_everything
 from gpufleet.runtime.files import read_json
+from gpufleet.runtime.rundir import RunDir
 from gpufleet.runtime.trainer import cross_entropy_step
 from gpufleet.workloads import synthetic_dataset, synthetic_mlp
 
@@ -90,3 +91,26 @@ def test_after_step_sees_every_step_and_ends_training_when_it_says_so(tmp_path: 
     # Counted, the hook's 0.3 s would be in every step after the first; not counted, a step of
     # this 16-wide MLP is milliseconds, and one of six is enough to tell.
     assert min(result.step_seconds[1:]) < 0.3
+
+
+def test_the_trainer_saves_when_its_checkpointer_says_so(tmp_path: Path) -> None:
+    """The cadence is the Checkpointer's (should_save), not a second copy in the Trainer: a
+    Checkpointer told another cadence is obeyed, and the last step is saved as well."""
+    trainer = make_trainer(tmp_path)
+    assert trainer.checkpointer.every_steps == 4  # the job's spec.checkpoint.everySteps
+    trainer.checkpointer.every_steps = 5
+    saved: list[int] = []
+    trainer.checkpointer.on_commit = lambda step, _seconds, _blocked: saved.append(step)
+    trainer.fit()
+    assert saved == [5, 10, STEPS]
+
+
+def test_progress_and_result_land_in_the_run_directory(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path)
+    result = trainer.fit()
+    trainer.write_result(result)
+    files = RunDir(tmp_path)
+    progress = read_json(files.progress)
+    assert progress["step"] == STEPS and progress["steps"] == STEPS  # the last step reports
+    assert read_json(files.result) == result.to_json()
+    assert not files.preempted.exists()

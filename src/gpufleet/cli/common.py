@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
@@ -39,19 +40,38 @@ def stop_on_signals() -> threading.Event:
 
 
 def load_any(path: str, overrides: list[str] | None) -> Spec:
-    """Load a spec of any kind or exit 2 with every error and its field path."""
+    """Load a spec of any kind or exit 2 with every error and its field path; a TrainingJob
+    with its checkpoint directory resolved (resolve_checkpoint_dir)."""
     try:
-        return load_spec(path, overrides)
+        spec = load_spec(path, overrides)
     except UserInputError as exc:
         fail(exc)
+    return resolve_checkpoint_dir(spec, Path(path)) if isinstance(spec, TrainingJob) else spec
 
 
 def load_job(path: str, overrides: list[str] | None) -> TrainingJob:
-    """Load a TrainingJob or exit 2 with every error and its field path."""
+    """Load a TrainingJob or exit 2 with every error and its field path; its checkpoint
+    directory resolved (resolve_checkpoint_dir)."""
     try:
-        return load_training_job(path, overrides)
+        job = load_training_job(path, overrides)
     except UserInputError as exc:
         fail(exc)
+    return resolve_checkpoint_dir(job, Path(path))
+
+
+def resolve_checkpoint_dir(job: TrainingJob, spec_file: Path) -> TrainingJob:
+    """The checkpoint-directory rule of every command that reads a spec (through load_job and
+    load_any): a relative local ``spec.checkpoint.dir`` is relative to the spec file's
+    directory (not to wherever the command happens to start), resolved and said once. URIs
+    and absolute paths stay as they are."""
+    given = job.spec.checkpoint.dir
+    if not given or "://" in given or Path(given).is_absolute():
+        return job
+    resolved = str((spec_file.resolve().parent / given).resolve())
+    err_console.print(f"checkpoints: {resolved} (spec.checkpoint.dir {given!r}, relative to "
+                      f"{spec_file})", markup=False)  # fmt: skip
+    checkpoint = job.spec.checkpoint.model_copy(update={"dir": resolved})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"checkpoint": checkpoint})})
 
 
 def fail(exc: GpufleetError) -> NoReturn:

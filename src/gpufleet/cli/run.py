@@ -19,10 +19,10 @@ from gpufleet.cli.common import Output, err_console, load_job, print_json
 from gpufleet.cli.validate import SetOption
 from gpufleet.launch.worker import DEFAULT_RUN_ROOT
 from gpufleet.runtime.files import read_json
+from gpufleet.runtime.rundir import RunDir
 
 if TYPE_CHECKING:
     from gpufleet.launch.local import RunSummary
-    from gpufleet.spec import TrainingJob
 
 
 def run(
@@ -47,7 +47,7 @@ def run(
     """
     from gpufleet.launch.local import run_local  # imports torch: only when a job runs
 
-    job = resolve_checkpoint_dir(load_job(file, set_), Path(file))
+    job = load_job(file, set_)  # spec.checkpoint.dir resolved: cli.common.resolve_checkpoint_dir
     total = job.spec.workload.steps if job.spec.workload else None
     run_dir = run_root / job.metadata.name
     if output is Output.json:
@@ -60,19 +60,6 @@ def run(
             summary = run_local(job, run_root=run_root, fresh=fresh)
         _print_summary(summary)
     raise typer.Exit(summary.exit_code)
-
-
-def resolve_checkpoint_dir(job: TrainingJob, spec_file: Path) -> TrainingJob:
-    """A relative local ``spec.checkpoint.dir`` is relative to the spec file's directory (not
-    to wherever `gpufleet run` happens to start), resolved and said once."""
-    given = job.spec.checkpoint.dir
-    if not given or "://" in given or Path(given).is_absolute():
-        return job
-    resolved = str((spec_file.resolve().parent / given).resolve())
-    err_console.print(f"checkpoints: {resolved} (spec.checkpoint.dir {given!r}, relative to "
-                      f"{spec_file})", markup=False)  # fmt: skip
-    checkpoint = job.spec.checkpoint.model_copy(update={"dir": resolved})
-    return job.model_copy(update={"spec": job.spec.model_copy(update={"checkpoint": checkpoint})})
 
 
 @contextlib.contextmanager
@@ -98,7 +85,7 @@ def _progress(run_dir: Path, total: int | None) -> Iterator[None]:
 
     def poll() -> None:
         while not done.wait(0.25):
-            p = read_json(run_dir / "progress.json")
+            p = read_json(RunDir(run_dir).progress)
             if p:
                 bar.update(
                     task,

@@ -19,14 +19,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-FATAL_FILE = "fatal.json"
+from gpufleet.runtime.rundir import FATAL_FILE as FATAL_FILE
+from gpufleet.runtime.rundir import RunDir
 
 
 def write_fatal(run_dir: Path, exit_code: int, message: str, rank: int | None) -> bool:
     """Record a fatal error; False when one was already there (another rank's), kept."""
     data = json.dumps({"exit_code": exit_code, "message": message, "rank": rank}).encode()
     try:
-        fd = os.open(run_dir / FATAL_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(RunDir(run_dir).fatal, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
     with os.fdopen(fd, "wb") as fh:
@@ -37,7 +38,7 @@ def write_fatal(run_dir: Path, exit_code: int, message: str, rank: int | None) -
 def read_fatal(run_dir: Path) -> dict[str, Any] | None:
     """The recorded fatal error, if any (a half-written file counts as none)."""
     try:
-        data = json.loads((run_dir / FATAL_FILE).read_text())
+        data = json.loads(RunDir(run_dir).fatal.read_text())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("exit_code"), int) else None
@@ -56,7 +57,7 @@ def no_restart_after_fatal(run_dir: Path) -> Iterator[None]:
     class Agent(LocalElasticAgent):
         def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
             result: RunResult = super()._monitor_workers(worker_group)
-            if result.is_failed() and (run_dir / FATAL_FILE).exists():
+            if result.is_failed() and RunDir(run_dir).fatal.exists():
                 self._remaining_restarts = 0
             return result
 

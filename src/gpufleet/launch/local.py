@@ -27,7 +27,7 @@ from gpufleet.errors import (
     MetricsPortError,
     UserInputError,
 )
-from gpufleet.launch.fatal import FATAL_FILE, read_fatal
+from gpufleet.launch.fatal import read_fatal
 from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
@@ -35,14 +35,14 @@ from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
 from gpufleet.launch.secrets import resolve_env
 from gpufleet.launch.worker import (
     DEFAULT_RUN_ROOT,
-    job_context,
     local_notes,
     missing_script,
     worker_module_args,
 )
+from gpufleet.launch.worker import worker_env as shared_worker_env
 from gpufleet.net import free_port
-from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json, write_json_atomic
+from gpufleet.runtime.rundir import ARCHIVE_DIR, RunDir
 from gpufleet.spec import TrainingJob
 
 
@@ -78,17 +78,12 @@ def worker_argv(job: TrainingJob) -> list[str]:
 
 
 def worker_env(job: TrainingJob, run_dir: Path) -> dict[str, str]:
-    """Variables added to torchrun's worker environment."""
-    metrics_dir = str(metrics_dir_of(run_dir).resolve())
-    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as torchrun sets it
-    env.update(job_context(job, run_dir.resolve(), metrics_dir).to_env())
-    env.update(job.spec.plain_env)  # references: NodeConfig.secret_env, resolved apart
-    return env
-
-
-def metrics_dir_of(run_dir: Path) -> Path:
-    """Where workers write their metrics files (prometheus_client multiprocess mode)."""
-    return run_dir / "metrics"
+    """Variables added to torchrun's worker environment on this machine: the pods' (gpufleet.
+    launch.worker.worker_env) for the absolute ``run_dir``, and this process's
+    OMP_NUM_THREADS when set. References: NodeConfig.secret_env, resolved apart."""
+    return shared_worker_env(
+        job, run_dir.resolve(), omp_threads=os.environ.get("OMP_NUM_THREADS", "1")
+    )
 
 
 @contextmanager
@@ -103,7 +98,7 @@ def serve_metrics(job: TrainingJob, run_dir: Path) -> Iterator[None]:
         yield
         return
     try:
-        with serve_metrics_dir(metrics_dir_of(run_dir), "127.0.0.1", port):
+        with serve_metrics_dir(RunDir(run_dir).metrics, "127.0.0.1", port):
             yield
     except MetricsPortError as exc:
         raise UserInputError([FieldError("spec.metrics.port", str(exc))]) from exc
@@ -113,12 +108,12 @@ def prepare_run_dir(run_root: Path, name: str, *, fresh: bool) -> Path:
     """The job's run directory; with ``fresh`` an old one is moved aside (never deleted)."""
     run_dir = run_root / name
     if fresh and run_dir.exists():
-        archive = run_root / ".archive" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        archive = run_root / ARCHIVE_DIR / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         archive.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(run_dir), str(archive))
     run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("result.json", PREEMPTED_FILE, "progress.json", FATAL_FILE):
-        (run_dir / stale).unlink(missing_ok=True)
+    for stale in RunDir(run_dir).stale_files():
+        stale.unlink(missing_ok=True)
     return run_dir
 
 
@@ -212,7 +207,8 @@ def _run_locked(
     run_dir = prepare_run_dir(run_root, job.metadata.name, fresh=fresh)
     for note in [*local_notes(job), *job.spec.env_warnings()]:
         echo(note)
-    state = read_json(run_dir / "state.json") or {"launches": []}
+    files = RunDir(run_dir)
+    state = read_json(files.state) or {"launches": []}
     started = time.time()
     s = job.spec
     run_id = f"{job.metadata.name}-{uuid.uuid4().hex[:8]}"
@@ -226,7 +222,7 @@ def _run_locked(
             rdzv_endpoint=endpoint,
             max_restarts=s.max_restarts,
             shutdown_timeout=s.preemption.grace_period,
-            log_dir=str(run_dir / "logs" / f"node{i}"),
+            log_dir=str(files.node_logs(i)),
             argv=worker_argv(job),
             env=worker_env(job, run_dir),
             secret_env=secret_env,
@@ -241,15 +237,16 @@ def _run_locked(
     )
     summary.launches = len(state["launches"])
     summary.restarts = sum(int(launch["restarts"]) for launch in state["launches"])
-    write_json_atomic(run_dir / "state.json", state)
+    write_json_atomic(files.state, state)
     return summary
 
 
 def _summarize(
     job: TrainingJob, run_dir: Path, outcomes: list[NodeOutcome], started: float
 ) -> RunSummary:
-    result = read_json(run_dir / "result.json") or {}
-    preempted = read_json(run_dir / PREEMPTED_FILE)
+    files = RunDir(run_dir)
+    result = read_json(files.result) or {}
+    preempted = read_json(files.preempted)
     summary = RunSummary(
         name=job.metadata.name,
         status="Succeeded",
@@ -276,7 +273,7 @@ def _summarize(
         node, o = failed[0]
         summary.status, summary.exit_code = "Failed", EXIT_FAILED
         summary.restarts = job.spec.max_restarts
-        summary.message = _failure_message(job, run_dir / "logs" / f"node{node}", o)
+        summary.message = _failure_message(job, files.node_logs(node), o)
     elif signalled and preempted is not None:
         summary.status, summary.exit_code = "Preempted", EXIT_PREEMPTED
         summary.message = (

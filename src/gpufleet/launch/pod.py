@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
-from gpufleet.launch.fatal import FATAL_FILE, no_restart_after_fatal, read_fatal
-from gpufleet.runtime.context import ENV_METRICS_DIR, ENV_RUN_DIR, PREEMPTED_FILE
+from gpufleet.launch.fatal import no_restart_after_fatal, read_fatal
+from gpufleet.runtime.context import ENV_METRICS_DIR, ENV_RUN_DIR
+from gpufleet.runtime.rundir import RunDir
 
 ENV_METRICS_PORT = "GPUFLEET_METRICS_PORT"
 ENV_METRICS_ADDRESS = "GPUFLEET_METRICS_ADDRESS"
@@ -115,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
         args.rdzv_conf = rendezvous_conf(args.rdzv_conf, args.rdzv_endpoint, socket.gethostname())
     run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
-    for stale in (PREEMPTED_FILE, FATAL_FILE):
-        (run_dir / stale).unlink(missing_ok=True)
+    for stale in (RunDir(run_dir).preempted, RunDir(run_dir).fatal):  # this pod's last try's
+        stale.unlink(missing_ok=True)
     watch = _RendezvousWatch()
     with _metrics(dict(os.environ)), no_restart_after_fatal(run_dir):
         try:
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpufleet: {exc}", file=sys.stderr, flush=True)
             return EXIT_FAILED
         except SignalException as exc:
-            if (run_dir / PREEMPTED_FILE).exists():
+            if RunDir(run_dir).preempted.exists():
                 print("gpufleet: preempted after a checkpoint", file=sys.stderr, flush=True)
                 return EXIT_PREEMPTED
             return 128 + int(exc.sigval)

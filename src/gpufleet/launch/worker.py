@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
 from gpufleet.runtime.context import JobContext
+from gpufleet.runtime.rundir import RunDir
 from gpufleet.spec import TrainingJob
 
 DEFAULT_RUN_ROOT = Path(".gpufleet/runs")  # where local runs keep logs, results, checkpoints
@@ -41,6 +43,27 @@ def job_context(job: TrainingJob, run_dir: Path, metrics_dir: str | None = None)
         workload=s.workload.model_dump(by_alias=True) if s.workload else {},
         metrics_dir=metrics_dir if s.metrics.port else None,
     )
+
+
+def worker_env(
+    job: TrainingJob,
+    run_dir: Path,
+    *,
+    omp_threads: str = "1",
+    metrics_address: str | None = None,
+) -> dict[str, str]:
+    """The variables a worker gets on top of torchrun's, here and in pods alike: torch's
+    threads (``OMP_NUM_THREADS``, as torchrun sets it), the GPUFLEET_* context for a job whose
+    run directory is ``run_dir`` (metrics under it), and the spec's plain ``env`` last, so it
+    wins. ``metrics_address``: in a pod, where the pod launcher serves the job metrics on
+    spec.metrics.port (Prometheus scrapes from outside the pod). Secret and ConfigMap
+    references are not here: each backend resolves them its own way."""
+    context = job_context(job, run_dir, str(RunDir(run_dir).metrics))
+    env = {"OMP_NUM_THREADS": omp_threads, **context.to_env()}
+    if metrics_address is not None and job.spec.metrics.port:
+        env[ENV_METRICS_PORT] = str(job.spec.metrics.port)
+        env[ENV_METRICS_ADDRESS] = metrics_address
+    return {**env, **job.spec.plain_env}
 
 
 def missing_script(job: TrainingJob) -> str | None:

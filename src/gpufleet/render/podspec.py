@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.kube import LABEL_MONITOR, MONITOR_OWN, ROLE_WORKER, Obj
-from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
 from gpufleet.launch.pod import MODULE as POD_LAUNCHER
-from gpufleet.launch.worker import job_context, worker_module_args
+from gpufleet.launch.worker import worker_env as any_worker_env
+from gpufleet.launch.worker import worker_module_args
 from gpufleet.render.meta import labels
 from gpufleet.spec import Resources, TrainingJob
 
@@ -125,14 +125,11 @@ def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
 
 
 def worker_env(job: TrainingJob) -> dict[str, str]:
-    """The environment of every worker: torch threads, GPUFLEET_* context, the spec's env."""
+    """The environment of every worker pod's workers: gpufleet.launch.worker.worker_env (the
+    same as ``gpufleet run``'s) for the pod's run directory, job metrics served on all the
+    pod's addresses."""
     assert job.spec.checkpoint.dir, "call require_cluster_ready first"
-    context = job_context(job, Path(RUN_DIR), f"{RUN_DIR}/metrics")
-    env = {"OMP_NUM_THREADS": "1", **context.to_env()}
-    if job.spec.metrics.port:  # served by the pod's launcher, for Prometheus outside the pod
-        env[ENV_METRICS_PORT] = str(job.spec.metrics.port)
-        env[ENV_METRICS_ADDRESS] = "0.0.0.0"
-    return {**env, **job.spec.plain_env}
+    return any_worker_env(job, Path(RUN_DIR), metrics_address="0.0.0.0")
 
 
 def container_env(job: TrainingJob) -> list[Obj]:

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
         shutdown_distributed,
     )
     from gpufleet.runtime.preemption import PreemptionGuard
+    from gpufleet.runtime.reporting import TrainResult
     from gpufleet.runtime.rng import capture_rng, restore_rng, seed_everything
-    from gpufleet.runtime.trainer import Trainer, TrainerConfig, TrainResult
+    from gpufleet.runtime.rundir import RunDir
+    from gpufleet.runtime.trainer import Trainer, TrainerConfig
     from gpufleet.runtime.watchdog import HangWatchdog, heartbeat
 
 _WHERE = {
@@ -37,7 +39,8 @@ _WHERE = {
     "ParallelismSettings": "context",
     "PreemptionGuard": "preemption",
     "ResumableDistributedSampler": "data",
-    "TrainResult": "trainer",
+    "RunDir": "rundir",
+    "TrainResult": "reporting",
     "Trainer": "trainer",
     "TrainerConfig": "trainer",
     "barrier": "distributed",
@@ -61,6 +64,7 @@ __all__ = [
     "ParallelismSettings",
     "PreemptionGuard",
     "ResumableDistributedSampler",
+    "RunDir",
     "TrainResult",
     "Trainer",
     "TrainerConfig",

@@ -23,12 +23,8 @@ other ranks' files). A resume is rare; one extra read of the checkpoint is its p
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
 import json
-import os
 import secrets
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -37,11 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
-import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.staging import DefaultStager
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
@@ -54,7 +47,9 @@ from gpufleet.errors import (
     CheckpointStorageError,
     NoUsableCheckpointError,
 )
-from gpufleet.runtime import faults, integrity
+from gpufleet.runtime import checkpoint_io, faults, integrity
+from gpufleet.runtime.checkpoint_io import model_fingerprint as model_fingerprint
+from gpufleet.runtime.checkpoint_io import storage_error
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS
 from gpufleet.runtime.integrity import MARKER
 
@@ -78,48 +73,14 @@ class _Pending:
     started: float
 
 
-def model_fingerprint(model: torch.nn.Module) -> str:
-    """A short hash of a model's state dict keys, shapes and dtypes: two models with the same
-    fingerprint can load each other's checkpoints."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
-    return digest.hexdigest()[:16]
-
-
-# Errors of the storage itself, which a restart cannot fix (a transient object store error is
-# not among them and keeps its retries).
-STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
-
-
-def storage_error(exc: BaseException) -> OSError | None:
-    """The storage OSError behind ``exc``, if any: through causes, contexts and the per-rank
-    failures of DCP's CheckpointException."""
-    stack, seen = [exc], set()
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
-            return e
-        if isinstance(e, CheckpointException):
-            failures: list[Any] = list(e.failures.values())  # (exception, traceback) pairs
-            stack.extend(f[0] if isinstance(f, tuple) else f for f in failures)
-        stack.extend(x for x in (e.__cause__, e.__context__) if x is not None)
-    return None
-
-
-def _is_local(root: str) -> bool:
-    return "://" not in root or root.startswith("file://")
-
-
 class Checkpointer:
     """Saves and loads job state with DCP. Every rank constructs it at the same point (collective).
 
     ``async_save=True`` stages the state to CPU memory and writes it in background threads over
     a dedicated gloo group; ``save`` returns at once. Call ``wait_staged()`` before mutating the
     state (the copy may still run) and ``poll()`` at step boundaries to commit finished saves.
+
+    It owns the save cadence (``every_steps``): ``should_save`` says which steps to save.
     """
 
     def __init__(
@@ -128,6 +89,7 @@ class Checkpointer:
         *,
         keep: int = CHECKPOINT_DEFAULTS.keep,
         async_save: bool = CHECKPOINT_DEFAULTS.async_save,
+        every_steps: int = CHECKPOINT_DEFAULTS.every_steps,
         log: Callable[[str], None] | None = None,
         identity: dict[str, str] | None = None,
     ) -> None:
@@ -135,10 +97,11 @@ class Checkpointer:
         # Recorded in every marker; a checkpoint of another job or model is never loaded, and
         # retention deletes only this job's checkpoints.
         self.identity = identity or {}
-        self._local = _is_local(root)
+        self._local = checkpoint_io.is_local(root)
         self.root = root.removeprefix("file://").rstrip("/") if self._local else root
         self.keep = keep
         self.async_save = async_save
+        self.every_steps = every_steps
         self._fs, self._root_path = fsspec.core.url_to_fs(self.root)
         self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self._distributed = dist.is_available() and dist.is_initialized()
@@ -161,6 +124,11 @@ class Checkpointer:
         self.on_commit: Callable[[int, float, float], None] | None = None
         if self._rank == 0:
             self._fs.makedirs(self._root_path, exist_ok=True)
+
+    def should_save(self, step: int, *, final: bool = False, preempted: bool = False) -> bool:
+        """Whether to checkpoint after ``step``: every ``every_steps`` steps, the last step
+        (``final``) and the step all ranks agreed to stop at (``preempted``)."""
+        return preempted or final or step % self.every_steps == 0
 
     # ---- listing -------------------------------------------------------------------------
     def list_dirs(self) -> list[tuple[int, str, bool]]:
@@ -218,7 +186,7 @@ class Checkpointer:
                           f"{'; '.join(map(str, problems))}); set aside as {aside}, trying the "
                           "previous one")  # fmt: skip
                 continue
-            self._check_identity(ref, marker)
+            checkpoint_io.check_identity(self.identity, marker, root=self.root, step=ref.step)
             return CheckpointRef(ref.step, ref.path, marker.get("world_size"))
         if set_aside:
             raise NoUsableCheckpointError(
@@ -226,26 +194,6 @@ class Checkpointer:
                 f"{', '.join(set_aside)}); run with --fresh to start over from step 0"
             )
         return None
-
-    def _check_identity(self, ref: CheckpointRef, marker: dict[str, Any]) -> None:
-        """Refuse a checkpoint of another job or another model (markers before identities
-        carry none: nothing to compare)."""
-        mine, theirs = self.identity, marker.get("identity") or {}
-        job, other = mine.get("job"), theirs.get("job")
-        if job and other and job != other:
-            raise CheckpointMismatchError(
-                f"the newest checkpoint in {self.root} (step {ref.step}) belongs to job {other}, "
-                f"not {job}: resuming from it would continue another job's training; give each "
-                "job its own spec.checkpoint.dir"
-            )
-        model, written = mine.get("model"), theirs.get("model")
-        if model and written and model != written:
-            raise CheckpointMismatchError(
-                f"the newest checkpoint in {self.root} (step {ref.step}) was written by another "
-                f"model ({theirs.get('workload', '?')}, fingerprint {written}) than this job's "
-                f"({mine.get('workload', '?')}, fingerprint {model}): it cannot be loaded; use a "
-                "new spec.checkpoint.dir, or run with --fresh to move the old ones aside"
-            )
 
     def _mine(self, path: str) -> bool:
         """Whether the complete checkpoint at ``path`` is this job's (unknown counts as mine:
@@ -306,21 +254,12 @@ class Checkpointer:
         if self._rank == 0:  # on failure retention removes it later (torn, older)
             with contextlib.suppress(OSError):
                 self._fs.rm(path, recursive=True)
-        free = ""
-        if self._local:
-            with contextlib.suppress(OSError):
-                usage = shutil.disk_usage(self.root)
-                free = f"; {usage.free / 2**20:.1f} MiB free of {usage.total / 2**20:.1f} MiB"
         try:  # every rank says the same: the first one to record the error is reported
             newest = [r.step for r in self.complete()]
         except OSError:
             newest = []
-        kept = f"newest: step {newest[-1]}" if newest else "none yet"
         raise CheckpointStorageError(
-            f"the checkpoint of step {step} could not be written to {self.root}: "
-            f"[Errno {error.errno}] {os.strerror(error.errno or 0)}{free}; its torn directory "
-            f"was removed and the complete checkpoints stay loadable ({kept}): free space or "
-            "fix the permissions, then run again to resume"
+            checkpoint_io.storage_failure(step, self.root, error, newest, local=self._local)
         ) from None
 
     def _committed(self, step: int, started: float) -> None:
@@ -341,16 +280,9 @@ class Checkpointer:
     def _stager(self) -> DefaultStager:
         # One stager for the Checkpointer's life: it keeps its CPU staging buffers (1x the
         # state) and reuses them, so a save copies into warm memory instead of faulting in
-        # fresh pages every time. Staging runs in its own thread; wait_staged() is the fence.
+        # fresh pages every time.
         if self._default_stager is None:
-            self._default_stager = DefaultStager(
-                StagingOptions(
-                    use_pinned_memory=torch.cuda.is_available(),
-                    use_shared_memory=False,
-                    use_async_staging=True,
-                    use_non_blocking_copy=torch.cuda.is_available(),
-                )
-            )
+            self._default_stager = checkpoint_io.new_stager()
         return self._default_stager
 
     def wait_staged(self) -> None:
@@ -438,20 +370,10 @@ class Checkpointer:
 
     # ---- helpers -------------------------------------------------------------------------
     def _writer(self, path: str) -> StorageWriter:
-        if self._local:
-            return FileSystemWriter(path, sync_files=True)
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
-
-        writer: StorageWriter = FsspecWriter(self._url(path), sync_files=False)
-        return writer
+        return checkpoint_io.storage_writer(path, self._url(path), local=self._local)
 
     def _reader(self, path: str) -> StorageReader:
-        if self._local:
-            return FileSystemReader(path)
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-
-        reader: StorageReader = FsspecReader(self._url(path))
-        return reader
+        return checkpoint_io.storage_reader(path, self._url(path), local=self._local)
 
     def _fs_path(self, url: str) -> str:
         """A path as the filesystem object names it (a ref's path may carry the scheme)."""
@@ -462,20 +384,7 @@ class Checkpointer:
         return path if self._local else str(self._fs.unstrip_protocol(path))
 
     def _write_atomic(self, path: str, data: bytes) -> None:
-        if self._local:
-            tmp = f"{path}.tmp-{secrets.token_hex(4)}"
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-            dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        else:
-            self._fs.pipe_file(path, data)  # one PUT: object stores make it visible atomically
+        checkpoint_io.write_atomic(self._fs, path, data, local=self._local)
 
     _join = staticmethod(integrity.join)
 

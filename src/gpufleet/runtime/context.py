@@ -11,13 +11,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Where checkpoints go, under the run directory, when spec.checkpoint.dir does not say.
-CHECKPOINTS_DIR = "checkpoints"
+# The run directory's file names live in gpufleet.runtime.rundir; these two are re-exported.
+from gpufleet.runtime.rundir import CHECKPOINTS_DIR as CHECKPOINTS_DIR
+from gpufleet.runtime.rundir import PREEMPTED_FILE as PREEMPTED_FILE
+from gpufleet.runtime.rundir import RunDir
 
 ENV_RUN_DIR = "GPUFLEET_RUN_DIR"
-# Written into the run directory by each node's first worker after a preemption checkpoint;
-# the launchers (local and in a pod) read it to report "preempted" (exit 75).
-PREEMPTED_FILE = "preempted.json"
 ENV_JOB_NAME = "GPUFLEET_JOB_NAME"
 ENV_CHECKPOINT_DIR = "GPUFLEET_CHECKPOINT_DIR"
 ENV_CHECKPOINT_EVERY = "GPUFLEET_CHECKPOINT_EVERY"
@@ -66,7 +65,7 @@ class CheckpointSettings:
 
     def root(self, run_dir: Path) -> str:
         """The checkpoint directory (or URI) of a job whose run directory is ``run_dir``."""
-        return self.dir or str(run_dir / CHECKPOINTS_DIR)
+        return self.dir or str(RunDir(run_dir).checkpoints)
 
 
 CHECKPOINT_DEFAULTS = CheckpointSettings()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sized
+from typing import Any
 
 import torch
 from torch.utils.data import Sampler
@@ -128,3 +129,15 @@ class GlobalBatchSampler(Sampler[list[int]]):
         """The indices yielded since the last call (a step's samples, for the sample log)."""
         out, self.taken = self.taken, []
         return out
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """``batch`` on ``device``: tensors moved (without blocking), lists, tuples and dicts of
+    them walked, anything else as it is."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, list | tuple):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch

@@ -88,6 +88,14 @@ def active(action: str, point: str, at: int) -> bool:
     return bool(hit)
 
 
+def nan_fires(point: str, step: int) -> bool:
+    """Whether a ``nan`` fault fires at ``point`` and ``step`` here (the other actions of the
+    point fire as maybe_fire's do): ``nan@batch=N`` makes step N's loss NaN."""
+    fired: list[bool] = []
+    maybe_fire(point, step, poison=lambda: fired.append(True))
+    return bool(fired)
+
+
 def maybe_fire(point: str, step: int, poison: Callable[[], None] | None = None) -> None:
     """Fire the faults configured for this point, step, rank and restart (no-op normally)."""
     for f in _here(point, step):

@@ -50,6 +50,19 @@ def attempt_id() -> int:
     return time.time_ns()
 
 
+def open_for_rank(directory: Path, rank: int, world_size: int) -> SampleLog:
+    """This rank's log of an attempt, under rank 0's attempt id (collective when a process
+    group is up: every rank calls it). Imports torch only here: readers of logs need none."""
+    import torch.distributed as dist
+
+    from gpufleet.runtime.distributed import control_group
+
+    box = [attempt_id() if rank == 0 else 0]
+    if dist.is_initialized():
+        dist.broadcast_object_list(box, src=0, group=control_group())
+    return SampleLog(directory, box[0], rank, world_size)
+
+
 @dataclass(frozen=True)
 class LoggedStep:
     """What one step trained on: its epoch, the world size that ran it, and every sample id

@@ -1,0 +1,148 @@
+"""The Checkpointer's storage side (gpufleet.runtime.checkpoint): DCP readers and writers for
+local paths and fsspec URIs, the atomic marker write, the staging buffers of async saves, storage
+errors a restart cannot fix, and whose checkpoint is whose (model fingerprint, identity)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import secrets
+import shutil
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
+
+from gpufleet.errors import CheckpointMismatchError
+
+# Errors of the storage itself, which a restart cannot fix (a transient object store error is
+# not among them and keeps its retries).
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """A short hash of a model's state dict keys, shapes and dtypes: two models with the same
+    fingerprint can load each other's checkpoints."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+    return digest.hexdigest()[:16]
+
+
+def storage_error(exc: BaseException) -> OSError | None:
+    """The storage OSError behind ``exc``, if any: through causes, contexts and the per-rank
+    failures of DCP's CheckpointException."""
+    stack, seen = [exc], set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in STORAGE_ERRNOS:
+            return e
+        if isinstance(e, CheckpointException):
+            failures: list[Any] = list(e.failures.values())  # (exception, traceback) pairs
+            stack.extend(f[0] if isinstance(f, tuple) else f for f in failures)
+        stack.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    return None
+
+
+def storage_failure(step: int, root: str, error: OSError, newest: list[int], *, local: bool) -> str:
+    """What CheckpointStorageError says when the storage refused the save of ``step``: where,
+    why, how much space is left (locally) and which checkpoint stays loadable."""
+    free = ""
+    if local:
+        with contextlib.suppress(OSError):
+            usage = shutil.disk_usage(root)
+            free = f"; {usage.free / 2**20:.1f} MiB free of {usage.total / 2**20:.1f} MiB"
+    kept = f"newest: step {newest[-1]}" if newest else "none yet"
+    return (
+        f"the checkpoint of step {step} could not be written to {root}: "
+        f"[Errno {error.errno}] {os.strerror(error.errno or 0)}{free}; its torn directory "
+        f"was removed and the complete checkpoints stay loadable ({kept}): free space or "
+        "fix the permissions, then run again to resume"
+    )
+
+
+def is_local(root: str) -> bool:
+    """Whether ``root`` is a local path (plain or ``file://``) rather than an fsspec URI."""
+    return "://" not in root or root.startswith("file://")
+
+
+def storage_writer(path: str, url: str, *, local: bool) -> StorageWriter:
+    """DCP's writer for a checkpoint directory: the file system's (fsynced) or fsspec's."""
+    if local:
+        return FileSystemWriter(path, sync_files=True)
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    writer: StorageWriter = FsspecWriter(url, sync_files=False)
+    return writer
+
+
+def storage_reader(path: str, url: str, *, local: bool) -> StorageReader:
+    """DCP's reader for a checkpoint directory: the file system's or fsspec's."""
+    if local:
+        return FileSystemReader(path)
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+    reader: StorageReader = FsspecReader(url)
+    return reader
+
+
+def write_atomic(fs: Any, path: str, data: bytes, *, local: bool) -> None:
+    """Write ``data`` at ``path`` all or nothing: temp file, fsync, rename and a directory
+    fsync locally; one PUT on object stores, which make it visible atomically."""
+    if not local:
+        fs.pipe_file(path, data)
+        return
+    tmp = f"{path}.tmp-{secrets.token_hex(4)}"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def new_stager() -> DefaultStager:
+    """DCP's stager for async saves: CPU staging buffers (pinned with CUDA) it keeps and
+    reuses, copied in its own thread (the Checkpointer's wait_staged() is the fence)."""
+    return DefaultStager(
+        StagingOptions(
+            use_pinned_memory=torch.cuda.is_available(),
+            use_shared_memory=False,
+            use_async_staging=True,
+            use_non_blocking_copy=torch.cuda.is_available(),
+        )
+    )
+
+
+def check_identity(mine: dict[str, str], marker: dict[str, Any], *, root: str, step: int) -> None:
+    """Refuse (CheckpointMismatchError) the checkpoint of ``step`` in ``root`` when its marker
+    names another job or another model than ``mine`` (markers before identities carry none:
+    nothing to compare)."""
+    theirs = marker.get("identity") or {}
+    job, other = mine.get("job"), theirs.get("job")
+    if job and other and job != other:
+        raise CheckpointMismatchError(
+            f"the newest checkpoint in {root} (step {step}) belongs to job {other}, "
+            f"not {job}: resuming from it would continue another job's training; give each "
+            "job its own spec.checkpoint.dir"
+        )
+    model, written = mine.get("model"), theirs.get("model")
+    if model and written and model != written:
+        raise CheckpointMismatchError(
+            f"the newest checkpoint in {root} (step {step}) was written by another "
+            f"model ({theirs.get('workload', '?')}, fingerprint {written}) than this job's "
+            f"({mine.get('workload', '?')}, fingerprint {model}): it cannot be loaded; use a "
+            "new spec.checkpoint.dir, or run with --fresh to move the old ones aside"
+        )
