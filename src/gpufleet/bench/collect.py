@@ -24,8 +24,11 @@ def collect(results: str, outdir: Path, as_json: bool) -> int:
     except Exception as exc:  # an unreachable bucket, a bad URI: one line, not a traceback
         runner.bad("RESULTS", f"{results}: {exc}")
     if not found and not points:
-        runner.bad("RESULTS", f"{results}: none of {', '.join(sorted(NAMES))} or scaling's "
-                   "point-*.json (has the job finished?)")  # fmt: skip
+        runner.bad(
+            "RESULTS",
+            f"{results}: none of {', '.join(sorted(NAMES))} or scaling's "
+            "point-*.json (has the job finished?)",
+        )
     if not found:
         from gpufleet.bench.scaling.model import Point
         from gpufleet.bench.scaling.report import record

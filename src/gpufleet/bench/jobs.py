@@ -36,11 +36,13 @@ def base_job(spec: TrainingJob | None, *, nodes: int, procs: int, cuda: bool) ->
     if spec is not None:
         return spec
     try:
-        return local_job("collectives", nodes=nodes, procs_per_node=procs,
-                         gpus=procs if cuda else 0)  # fmt: skip
+        return local_job(
+            "collectives", nodes=nodes, procs_per_node=procs, gpus=procs if cuda else 0
+        )
     except UserInputError as exc:  # --procs 0 and the like, with the spec's words
-        raise UserInputError([FieldError(FLAGS.get(e.path, e.path), e.message)
-                              for e in exc.errors]) from None  # fmt: skip
+        raise UserInputError(
+            [FieldError(FLAGS.get(e.path, e.path), e.message) for e in exc.errors]
+        ) from None
 
 
 def bench_job(

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from gpufleet.errors import EXIT_FAILED, FieldError, UserInputError
 from gpufleet.spec import TrainingJob
 
+
 def bad(option: str, message: str) -> NoReturn:
     """Raise the CLI's field-error shape, ``option: message`` (exit 2)."""
     raise UserInputError([FieldError(option, message)])

@@ -49,12 +49,12 @@ def collectives(
     nodes: Annotated[
         int, typer.Option(help="Nodes (elastic agents; on loopback here).")
     ] = COLLECTIVES.nodes,
-    ops: Annotated[
-        str, typer.Option(help="Comma-separated: " + ", ".join(OPS))
-    ] = ",".join(COLLECTIVES.ops),
-    min_bytes: Annotated[
-        str, typer.Option(help="Smallest size (8, 4KiB, 1MiB).")
-    ] = str(COLLECTIVES.min_bytes),
+    ops: Annotated[str, typer.Option(help="Comma-separated: " + ", ".join(OPS))] = ",".join(
+        COLLECTIVES.ops
+    ),
+    min_bytes: Annotated[str, typer.Option(help="Smallest size (8, 4KiB, 1MiB).")] = str(
+        COLLECTIVES.min_bytes
+    ),
     max_bytes: Annotated[
         str | None,
         typer.Option(help="Largest size (default 1GiB, lowered to what memory holds)."),
@@ -79,10 +79,22 @@ def collectives(
     result is wrong."""
     from gpufleet.bench.collectives.run import run
 
-    finish(lambda: run(CollectivesConfig.parse(procs=procs, nodes=nodes, ops=ops,
-                                               min_bytes=min_bytes, max_bytes=max_bytes,
-                                               quick=quick, outdir=outdir),
-                       spec, render, output == Output.json))  # fmt: skip
+    finish(
+        lambda: run(
+            CollectivesConfig.parse(
+                procs=procs,
+                nodes=nodes,
+                ops=ops,
+                min_bytes=min_bytes,
+                max_bytes=max_bytes,
+                quick=quick,
+                outdir=outdir,
+            ),
+            spec,
+            render,
+            output == Output.json,
+        )
+    )
 
 
 def scaling(
@@ -121,9 +133,22 @@ def scaling(
     NVLink, InfiniBand HDR and 25 GbE (alpha-beta model, checked at every measured point)."""
     from gpufleet.bench.scaling.run import run
 
-    finish(lambda: run(ScalingConfig.parse(workers=workers, mode=mode, batch=batch, steps=steps,
-                                           per_node=per_node, quick=quick, outdir=outdir),
-                       spec, render, output == Output.json))  # fmt: skip
+    finish(
+        lambda: run(
+            ScalingConfig.parse(
+                workers=workers,
+                mode=mode,
+                batch=batch,
+                steps=steps,
+                per_node=per_node,
+                quick=quick,
+                outdir=outdir,
+            ),
+            spec,
+            render,
+            output == Output.json,
+        )
+    )
 
 
 def coordinated(
@@ -150,9 +175,7 @@ def coordinated(
     nodes: Annotated[
         int | None, typer.Option(help="Nodes (default: one per URL); on loopback here.")
     ] = COORDINATED.nodes,
-    quick: Annotated[
-        bool, typer.Option(help="At most 2 s per node (smoke).")
-    ] = COORDINATED.quick,
+    quick: Annotated[bool, typer.Option(help="At most 2 s per node (smoke).")] = COORDINATED.quick,
     spec: Annotated[
         Path | None, typer.Option(help="A TrainingJob giving image, volumes and queue.")
     ] = None,
@@ -166,11 +189,24 @@ def coordinated(
     scenario with per-node rows; exit 1 unless every node is VALID."""
     from gpufleet.bench.coordinated.run import run
 
-    finish(lambda: run(CoordinatedConfig.parse(urls=urls, model=model, scenario=scenario,
-                                               target_qps=target_qps, latency_ms=latency_ms,
-                                               duration=duration, nodes=nodes, quick=quick,
-                                               outdir=outdir),
-                       spec, render, output == Output.json))  # fmt: skip
+    finish(
+        lambda: run(
+            CoordinatedConfig.parse(
+                urls=urls,
+                model=model,
+                scenario=scenario,
+                target_qps=target_qps,
+                latency_ms=latency_ms,
+                duration=duration,
+                nodes=nodes,
+                quick=quick,
+                outdir=outdir,
+            ),
+            spec,
+            render,
+            output == Output.json,
+        )
+    )
 
 
 def training(
@@ -220,11 +256,27 @@ def training(
     the set scored as MLPerf does; exit 1 unless the result is valid."""
     from gpufleet.bench.training.run import run
 
-    finish(lambda: run(TrainingConfig(runs=runs, procs=procs, nodes=nodes, batch_size=batch_size,
-                                      lr=lr, max_epochs=max_epochs, seed=seed, strategy=strategy,
-                                      precision=precision, quick=quick, results=results,
-                                      outdir=outdir),
-                       spec, render, output == Output.json))  # fmt: skip
+    finish(
+        lambda: run(
+            TrainingConfig(
+                runs=runs,
+                procs=procs,
+                nodes=nodes,
+                batch_size=batch_size,
+                lr=lr,
+                max_epochs=max_epochs,
+                seed=seed,
+                strategy=strategy,
+                precision=precision,
+                quick=quick,
+                results=results,
+                outdir=outdir,
+            ),
+            spec,
+            render,
+            output == Output.json,
+        )
+    )
 
 
 def collect(

@@ -22,8 +22,14 @@ def run_digits(w: DigitsWorkload, context: JobContext) -> None:
     train, test = digits_datasets(w.seed)
     recipe = digits_recipe(lr=w.lr, steps=w.steps, seed=w.seed)
     cfg = TrainerConfig(steps=w.steps, batch_size=w.batch_size, seed=w.seed, log_every=w.log_every)
-    trainer = Trainer(recipe.model, train, recipe.optimizer, config=cfg,
-                      scheduler=recipe.scheduler, context=context)  # fmt: skip
+    trainer = Trainer(
+        recipe.model,
+        train,
+        recipe.optimizer,
+        config=cfg,
+        scheduler=recipe.scheduler,
+        context=context,
+    )
     result = trainer.fit()
     # Every rank evaluates: under FSDP each forward gathers the shards from all of them.
     score = accuracy(trainer.model, test)

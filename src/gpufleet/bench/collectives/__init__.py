@@ -10,7 +10,16 @@ JSON) and ``run`` (the command: plan, run here or render, report).
 """
 
 from gpufleet.bench.collectives.config import CollectivesConfig, parse_size
-from gpufleet.bench.collectives.ops import ELEMENT, OPS, Op, Row, bandwidths, elements, human_bytes, sweep
+from gpufleet.bench.collectives.ops import (
+    ELEMENT,
+    OPS,
+    Op,
+    Row,
+    bandwidths,
+    elements,
+    human_bytes,
+    sweep,
+)
 from gpufleet.bench.collectives.plan import plan
 from gpufleet.bench.collectives.report import HEADER, format_row
 from gpufleet.bench.collectives.worker import (

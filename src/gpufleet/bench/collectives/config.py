@@ -43,24 +43,50 @@ class CollectivesConfig:
     quick_max_iters: int = 5
 
     @classmethod
-    def parse(cls, *, procs: int, nodes: int, ops: str, min_bytes: str, max_bytes: str | None,
-              quick: bool, outdir: Path) -> CollectivesConfig:  # fmt: skip
+    def parse(
+        cls,
+        *,
+        procs: int,
+        nodes: int,
+        ops: str,
+        min_bytes: str,
+        max_bytes: str | None,
+        quick: bool,
+        outdir: Path,
+    ) -> CollectivesConfig:
         """The config of the CLI's options, sizes and ops given as text; UserInputError naming
         the first option that is wrong."""
         wanted = tuple(o.strip() for o in ops.split(",") if o.strip())
         unknown = [o for o in wanted if o not in OPS]
         if unknown or not wanted:
-            raise UserInputError([FieldError(
-                "--ops", f"unknown {', '.join(unknown) or 'empty'}; choose from {', '.join(OPS)}"
-            )])  # fmt: skip
+            raise UserInputError(
+                [
+                    FieldError(
+                        "--ops",
+                        f"unknown {', '.join(unknown) or 'empty'}; choose from {', '.join(OPS)}",
+                    )
+                ]
+            )
         low = parse_size(min_bytes, "--min-bytes")
         high = parse_size(max_bytes, "--max-bytes") if max_bytes else None
-        config = cls(procs=procs, nodes=nodes, ops=wanted, min_bytes=low, max_bytes=high,
-                     quick=quick, outdir=outdir)  # fmt: skip
+        config = cls(
+            procs=procs,
+            nodes=nodes,
+            ops=wanted,
+            min_bytes=low,
+            max_bytes=high,
+            quick=quick,
+            outdir=outdir,
+        )
         if low > config.top():
-            raise UserInputError([FieldError(
-                "--min-bytes", f"{human_bytes(low)} is above --max-bytes {human_bytes(config.top())}"
-            )])  # fmt: skip
+            raise UserInputError(
+                [
+                    FieldError(
+                        "--min-bytes",
+                        f"{human_bytes(low)} is above --max-bytes {human_bytes(config.top())}",
+                    )
+                ]
+            )
         return config
 
     def top(self) -> int:

@@ -20,8 +20,14 @@ def plan(
     on this machine when ``spec`` is None (a GPU per worker when ``cuda``). A ``rendered`` job
     publishes its result to the spec's shared checkpoint directory."""
     base = base_job(spec, nodes=config.nodes, procs=config.procs, cuda=cuda)
-    args = ["--ops", ",".join(config.ops), "--min-bytes", str(config.min_bytes),
-            "--max-bytes", str(config.top())]  # fmt: skip
+    args = [
+        "--ops",
+        ",".join(config.ops),
+        "--min-bytes",
+        str(config.min_bytes),
+        "--max-bytes",
+        str(config.top()),
+    ]
     if config.quick:
         min_seconds, max_iters = config.timing()
         args += ["--min-seconds", str(min_seconds), "--max-iters", str(max_iters)]

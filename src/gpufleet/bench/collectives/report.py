@@ -14,7 +14,6 @@ HEADER = (
 )
 
 
-
 def format_row(r: Row) -> str:
     """One line of the table."""
     return (

@@ -17,6 +17,7 @@ from gpufleet.bench.collectives.config import CollectivesConfig
 from gpufleet.bench.collectives.ops import ELEMENT, OPS, Op, Row, bandwidths, elements, sweep
 from gpufleet.bench.collectives.report import HEADER, format_row
 
+
 def single_tensor_fns(dist: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """all-gather and reduce-scatter into single tensors (renamed in torch 2.13)."""
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -247,4 +248,3 @@ def main(argv: list[str] | None = None) -> int:
 
             publish([out], args.results)
     return 0 if all(r.correct for r in rows) else 1
-

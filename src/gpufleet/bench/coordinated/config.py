@@ -29,17 +29,35 @@ class CoordinatedConfig:
     outdir: Path = Path("bench-results/coordinated")
 
     @classmethod
-    def parse(cls, *, urls: str, model: str, scenario: str, target_qps: float | None,
-              latency_ms: float, duration: float, nodes: int | None, quick: bool,
-              outdir: Path) -> CoordinatedConfig:  # fmt: skip
+    def parse(
+        cls,
+        *,
+        urls: str,
+        model: str,
+        scenario: str,
+        target_qps: float | None,
+        latency_ms: float,
+        duration: float,
+        nodes: int | None,
+        quick: bool,
+        outdir: Path,
+    ) -> CoordinatedConfig:
         """The config of the CLI's options (URLs comma-separated); UserInputError with what
         is wrong, named by option."""
         endpoints = tuple(u.strip() for u in urls.split(",") if u.strip())
         if not endpoints:
             raise UserInputError([FieldError("--urls", "give at least one endpoint")])
-        config = cls(urls=endpoints, model=model, scenario=scenario, target_qps=target_qps,
-                     latency_ms=latency_ms, duration=duration, nodes=nodes, quick=quick,
-                     outdir=outdir)  # fmt: skip
+        config = cls(
+            urls=endpoints,
+            model=model,
+            scenario=scenario,
+            target_qps=target_qps,
+            latency_ms=latency_ms,
+            duration=duration,
+            nodes=nodes,
+            quick=quick,
+            outdir=outdir,
+        )
         errors = config.loadgen(endpoints[0]).errors()
         if errors:
             raise UserInputError(errors)
@@ -51,6 +69,12 @@ class CoordinatedConfig:
 
     def loadgen(self, url: str) -> BenchConfig:
         """One node's LoadGen settings, against ``url``."""
-        return BenchConfig(url=url, model=self.model, scenario=self.scenario,
-                           target_qps=self.target_qps, latency_ms=self.latency_ms,
-                           duration=self.duration, quick=self.quick)  # fmt: skip
+        return BenchConfig(
+            url=url,
+            model=self.model,
+            scenario=self.scenario,
+            target_qps=self.target_qps,
+            latency_ms=self.latency_ms,
+            duration=self.duration,
+            quick=self.quick,
+        )

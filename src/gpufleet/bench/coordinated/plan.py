@@ -24,9 +24,20 @@ def plan(
     """One job of a worker per node, each running LoadGen against its own URL: ``spec``'s, or
     one on this machine when ``spec`` is None (a GPU per node when ``cuda``)."""
     base = base_job(spec, nodes=config.node_count(), procs=1, cuda=cuda)
-    args = ["--urls", ",".join(config.urls), "--model", config.model, "--scenario",
-            config.scenario, "--latency-ms", str(config.latency_ms), "--duration",
-            str(config.duration), "--outdir", results_dir(config, spec)]  # fmt: skip
+    args = [
+        "--urls",
+        ",".join(config.urls),
+        "--model",
+        config.model,
+        "--scenario",
+        config.scenario,
+        "--latency-ms",
+        str(config.latency_ms),
+        "--duration",
+        str(config.duration),
+        "--outdir",
+        results_dir(config, spec),
+    ]
     if config.target_qps is not None:
         args += ["--target-qps", str(config.target_qps)]
     if config.quick:

@@ -24,6 +24,7 @@ def run(config: CoordinatedConfig, spec: Path | None, render: str | None, as_jso
         runner.print_rendered(job, render)
         return 0
     runner.say(f"coordinated: LoadGen {config.scenario} on {config.node_count()} node(s) at once")
-    merged = runner.run_job(job, lambda _run_dir: config.outdir / "coordinated.json",
-                            "coordinated run")  # fmt: skip
+    merged = runner.run_job(
+        job, lambda _run_dir: config.outdir / "coordinated.json", "coordinated run"
+    )
     return show(merged, as_json)

@@ -21,6 +21,7 @@ from typing import Any
 from gpufleet.bench.coordinated.config import LOADGEN_DEFAULTS
 from gpufleet.bench.coordinated.report import merge
 
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The worker's options; their defaults are LoadGen's (BenchConfig)."""
     defaults = LOADGEN_DEFAULTS
@@ -92,4 +93,3 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(outdir / "coordinated.json", merged)
         print(f"coordinated {args.scenario}: {merged['aggregate']}", flush=True)
     return 0 if all(n["valid"] for n in gathered) else 1
-

@@ -16,8 +16,10 @@ def rows(config: BenchConfig, result: BenchResult) -> list[tuple[str, str]]:
     )
     return [
         ("result", result.result),
-        ("samples/s" if config.scenario == "Offline" else "queries/s",
-         f"{rate:.1f}" if rate else "-"),  # fmt: skip
+        (
+            "samples/s" if config.scenario == "Offline" else "queries/s",
+            f"{rate:.1f}" if rate else "-",
+        ),
         ("latency p50 / p90 / p99 ms", latency),
         ("queries (errors)", f"{result.queries} ({result.errors})"),
         ("logs", str(config.outdir)),
@@ -34,8 +36,9 @@ def show(config: BenchConfig, result: BenchResult, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return
-    table = Table(title=f"LoadGen {config.scenario}: {config.model} at {config.url}",
-                  show_header=False)  # fmt: skip
+    table = Table(
+        title=f"LoadGen {config.scenario}: {config.model} at {config.url}", show_header=False
+    )
     for k, v in rows(config, result):
         table.add_row(k, v)
     Console(file=sys.stdout, markup=False).print(table)

@@ -20,10 +20,15 @@ def world_sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise _bad("--workers", f"must be comma-separated numbers like 1,2,4, got {text!r}")
+        raise _bad(
+            "--workers", f"must be comma-separated numbers like 1,2,4, got {text!r}"
+        ) from None
     if not sizes or sizes[0] != 1 or sizes[-1] > 1024:
-        raise _bad("--workers", "must include 1 (efficiency is relative to one worker) and "
-                   f"stay within 1..1024, got {text!r}")  # fmt: skip
+        raise _bad(
+            "--workers",
+            "must include 1 (efficiency is relative to one worker) and "
+            f"stay within 1..1024, got {text!r}",
+        )
     return tuple(sizes)
 
 
@@ -47,28 +52,65 @@ class ScalingConfig:
     quick_model: tuple[int, int, int] = (64, 256, 2)  # input size, hidden size, layers
 
     @classmethod
-    def parse(cls, *, workers: str, mode: str, batch: int, steps: int, per_node: int,
-              quick: bool, outdir: Path) -> ScalingConfig:  # fmt: skip
+    def parse(
+        cls,
+        *,
+        workers: str,
+        mode: str,
+        batch: int,
+        steps: int,
+        per_node: int,
+        quick: bool,
+        outdir: Path,
+    ) -> ScalingConfig:
         """The config of the CLI's options (world sizes as text); UserInputError naming the
         first option that is wrong."""
         sizes = world_sizes(workers)
         if mode not in MODES:
             raise _bad("--mode", f"must be strong, weak or both, got {mode!r}")
         if batch < 1 or steps < 1 or per_node < 0:
-            raise _bad("--batch" if batch < 1 else "--steps" if steps < 1 else "--per-node",
-                       "must be at least 1" if per_node >= 0 else "must be 0 or more")  # fmt: skip
+            raise _bad(
+                "--batch" if batch < 1 else "--steps" if steps < 1 else "--per-node",
+                "must be at least 1" if per_node >= 0 else "must be 0 or more",
+            )
         for n in sizes:
             if "strong" in MODES[mode] and batch % n:
-                raise _bad("--batch", f"strong scaling splits the global batch {batch} over "
-                           f"{n} workers: use a batch divisible by {max(sizes)}")  # fmt: skip
-        return cls(workers=sizes, mode=mode, batch=batch, steps=steps, per_node=per_node,
-                   quick=quick, outdir=outdir)  # fmt: skip
+                raise _bad(
+                    "--batch",
+                    f"strong scaling splits the global batch {batch} over "
+                    f"{n} workers: use a batch divisible by {max(sizes)}",
+                )
+        return cls(
+            workers=sizes,
+            mode=mode,
+            batch=batch,
+            steps=steps,
+            per_node=per_node,
+            quick=quick,
+            outdir=outdir,
+        )
 
     def worker_args(self) -> list[str]:
         """The worker's options every point shares (its mode and --fit are the plan's)."""
         model = self.quick_model if self.quick else None
-        sizes = ["--input-size", str(model[0]), "--hidden-size", str(model[1]), "--layers",
-                 str(model[2])] if model else []  # fmt: skip
-        return ["--batch", str(self.batch), "--steps", str(self.quick_steps if self.quick
-                else self.steps), "--warmup", str(self.quick_warmup if self.quick
-                else self.warmup), *sizes]  # fmt: skip
+        sizes = (
+            [
+                "--input-size",
+                str(model[0]),
+                "--hidden-size",
+                str(model[1]),
+                "--layers",
+                str(model[2]),
+            ]
+            if model
+            else []
+        )
+        return [
+            "--batch",
+            str(self.batch),
+            "--steps",
+            str(self.quick_steps if self.quick else self.steps),
+            "--warmup",
+            str(self.quick_warmup if self.quick else self.warmup),
+            *sizes,
+        ]

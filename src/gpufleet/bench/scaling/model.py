@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
 # Nominal figures of common interconnects: per-GPU all-reduce bus bandwidth (GB/s, what
 # nccl-tests reaches, below the link's line rate) and latency per ring step (seconds).
 # Assumptions, not measurements: NVLink 4 within one 8-GPU H100 node (beyond 8 GPUs a ring

@@ -49,9 +49,14 @@ def plan_points(
     per_node = config.per_node or (spec.spec.procs_per_node if spec else max(sizes))
     for n in sizes:
         if n > per_node and n % per_node:
-            raise UserInputError([FieldError(
-                "--workers", f"{n} workers do not fill whole nodes of {per_node} (--per-node)"
-            )])  # fmt: skip
+            raise UserInputError(
+                [
+                    FieldError(
+                        "--workers",
+                        f"{n} workers do not fill whole nodes of {per_node} (--per-node)",
+                    )
+                ]
+            )
     args = config.worker_args()
     shared = shared_results(spec, "scaling") if spec is not None and rendered else None
     if shared:
@@ -62,8 +67,12 @@ def plan_points(
         for n in sizes:
             nodes, procs = (1, n) if n <= per_node else (n // per_node, per_node)
             fit = ["--fit"] if n == max(sizes) else []
-            job = bench_job(point_base(spec, nodes, procs), f"{prefix}scaling-{mode}-{n}",
-                            WORKER, [*args, "--mode", mode, *fit])  # fmt: skip
+            job = bench_job(
+                point_base(spec, nodes, procs),
+                f"{prefix}scaling-{mode}-{n}",
+                WORKER,
+                [*args, "--mode", mode, *fit],
+            )
             points.append(PointJob(mode, n, nodes, job))
     return points
 

@@ -28,8 +28,9 @@ def run(config: ScalingConfig, spec: Path | None, render: str | None, as_json: b
     allreduce: dict[str, Any] | None = None
     for p in points:
         runner.say(f"scaling: {p.mode}, {p.workers} worker(s) on {p.nodes} node(s)")
-        data = runner.run_job(p.job, lambda run_dir: run_dir / "scaling.json",
-                              f"scaling at {p.workers} workers")  # fmt: skip
+        data = runner.run_job(
+            p.job, lambda run_dir: run_dir / "scaling.json", f"scaling at {p.workers} workers"
+        )
         measured.append(Point(**data["point"]))
         allreduce = data.get("allreduce") or allreduce
     return record(measured, allreduce, config.outdir, as_json)

@@ -119,9 +119,18 @@ def run_point(args: argparse.Namespace) -> dict[str, Any]:
     step_s = _median_slowest([t for t, _ in timed[True]], info.device)
     compute_s = _median_slowest([t - d for t, d in timed[False]], info.device)
     data_s = _median_slowest([d for _, d in timed[True]], info.device)
-    point = Point(args.mode, world, global_batch, step_s, compute_s, data_s,
-                  max(0.0, step_s - compute_s - data_s), global_batch / step_s, grad_bytes,
-                  nodes=nodes_of(world))  # fmt: skip
+    point = Point(
+        args.mode,
+        world,
+        global_batch,
+        step_s,
+        compute_s,
+        data_s,
+        max(0.0, step_s - compute_s - data_s),
+        global_batch / step_s,
+        grad_bytes,
+        nodes=nodes_of(world),
+    )
     out: dict[str, Any] = {"point": asdict(point)}
     if world > 1 and args.fit:  # the link here: all-reduce times for the alpha-beta fit
         out["allreduce"] = _allreduce_times(grad_bytes, info)
@@ -137,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpufleet.bench.scaling")
     defaults = ScalingConfig()
     parser.add_argument("--mode", choices=MODES["both"], default=MODES["both"][0])
-    parser.add_argument("--batch", type=int, default=defaults.batch,
-                        help="strong: global; weak: per worker")  # fmt: skip
+    parser.add_argument(
+        "--batch", type=int, default=defaults.batch, help="strong: global; weak: per worker"
+    )
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--warmup", type=int, default=defaults.warmup)
     parser.add_argument("--input-size", type=int, default=defaults.input_size)

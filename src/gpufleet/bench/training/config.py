@@ -41,8 +41,11 @@ class TrainingConfig:
 
     def errors(self) -> UserInputError | None:
         """The first option that is wrong, as the error the CLI shows; None if none is."""
-        for option, value in (("--runs", self.runs), ("--batch-size", self.batch_size),
-                              ("--max-epochs", self.max_epochs)):  # fmt: skip
+        for option, value in (
+            ("--runs", self.runs),
+            ("--batch-size", self.batch_size),
+            ("--max-epochs", self.max_epochs),
+        ):
             if value < 1:
                 return _bad(option, "must be at least 1")
         if self.lr <= 0:
@@ -50,8 +53,7 @@ class TrainingConfig:
         if self.strategy not in (None, *STRATEGIES):
             return _bad("--strategy", f"must be {' or '.join(STRATEGIES)}, got {self.strategy!r}")
         if self.precision not in (None, *PRECISIONS):
-            return _bad("--precision",
-                        f"must be {' or '.join(PRECISIONS)}, got {self.precision!r}")  # fmt: skip
+            return _bad("--precision", f"must be {' or '.join(PRECISIONS)}, got {self.precision!r}")
         return None
 
     def timed_runs(self) -> int:

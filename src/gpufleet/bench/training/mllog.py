@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpufleet.bench.training.config import BENCHMARK
+from gpufleet.bench.training.config import BENCHMARK, TARGET_ACCURACY
 from gpufleet.workloads.digits import LR_SCHEDULE, OPTIMIZER
 
 
@@ -31,9 +31,17 @@ def _precision(mixed: str) -> str:
 
 
 def setup_events(
-    args: Any, *, seed: int, nodes: int, world: int, gpus: bool, settings: Any,
-    train_samples: int, eval_samples: int, max_steps: int,
-) -> list[tuple[str, object]]:  # fmt: skip
+    args: Any,
+    *,
+    seed: int,
+    nodes: int,
+    world: int,
+    gpus: bool,
+    settings: Any,
+    train_samples: int,
+    eval_samples: int,
+    max_steps: int,
+) -> list[tuple[str, object]]:
     """The (key, value) events of one run's set-up, in the order MLPerf logs them."""
     from mlperf_logging.mllog import constants as c
 
@@ -66,3 +74,52 @@ def setup_events(
         (c.CONFIG_FILENAME, args.config_name),
         ("gpufleet_strategy", settings.strategy),
     ]
+
+
+class EpochLog:
+    """MLLOG's block, epoch and evaluation events around each epoch of a run, evaluating the
+    model (``model``, set once the Trainer holds it) at each epoch's end: ``after_step``
+    stops the run at the target accuracy."""
+
+    def __init__(
+        self, log: Any, test: Any, *, steps_per_epoch: int, samples_per_step: int, max_epochs: int
+    ) -> None:
+        self.log, self.test = log, test
+        self.steps_per_epoch, self.samples_per_step = steps_per_epoch, samples_per_step
+        self.max_epochs = max_epochs
+        self.history: list[float] = []
+        self.model: Any = None
+
+    def start_epoch(self, epoch: int) -> None:
+        """Log the start of ``epoch`` (a block of one epoch)."""
+        from mlperf_logging.mllog import constants as c
+
+        self.log.start(c.BLOCK_START, metadata={c.FIRST_EPOCH_NUM: epoch, c.EPOCH_COUNT: 1})
+        self.log.start(c.EPOCH_START, metadata={c.EPOCH_NUM: epoch})
+
+    def after_step(self, step: int) -> bool:
+        """At an epoch's end: log it, evaluate, and say whether the target is reached."""
+        from mlperf_logging.mllog import constants as c
+
+        from gpufleet.workloads.digits import accuracy
+
+        if step % self.steps_per_epoch:
+            return False
+        epoch = step // self.steps_per_epoch
+        self.log.end(c.EPOCH_STOP, metadata={c.EPOCH_NUM: epoch})
+        self.log.end(c.BLOCK_STOP, metadata={c.FIRST_EPOCH_NUM: epoch})
+        self.log.start(c.EVAL_START, metadata={c.EPOCH_NUM: epoch})
+        score = accuracy(self.model, self.test)  # every rank: FSDP's forward needs them all
+        self.history.append(score)
+        meta = {c.EPOCH_NUM: epoch, c.SAMPLES_COUNT: step * self.samples_per_step}
+        self.log.event(c.EVAL_ACCURACY, score, metadata=meta)
+        self.log.end(c.EVAL_STOP, metadata={c.EPOCH_NUM: epoch})
+        if self.reached():
+            return True
+        if epoch < self.max_epochs:
+            self.start_epoch(epoch + 1)
+        return False
+
+    def reached(self) -> bool:
+        """Whether the last evaluation reached TARGET_ACCURACY."""
+        return bool(self.history) and self.history[-1] >= TARGET_ACCURACY

@@ -19,9 +19,16 @@ def with_parallelism(config: TrainingConfig, base: TrainingJob) -> TrainingJob:
     )
     micro = parallelism.gradient_accumulation
     if config.batch_size % micro:
-        raise UserInputError([FieldError("--batch-size", f"{config.batch_size} does not split "
-                              f"into {micro} micro-batches (the spec's "
-                              "parallelism.gradientAccumulation)")])  # fmt: skip
+        raise UserInputError(
+            [
+                FieldError(
+                    "--batch-size",
+                    f"{config.batch_size} does not split "
+                    f"into {micro} micro-batches (the spec's "
+                    "parallelism.gradientAccumulation)",
+                )
+            ]
+        )
     return base.model_copy(
         update={"spec": base.spec.model_copy(update={"parallelism": parallelism})}
     )
@@ -33,8 +40,15 @@ def publish_to(config: TrainingConfig, base: TrainingJob, *, rendered: bool) -> 
     if config.results is None and rendered:
         shared = shared_results(base, "training")  # the shared volume or S3
         if shared is None:
-            raise UserInputError([FieldError("--results", "the rendered job needs somewhere "
-                                  "shared to write: set spec.checkpoint.dir or --results")])  # fmt: skip
+            raise UserInputError(
+                [
+                    FieldError(
+                        "--results",
+                        "the rendered job needs somewhere "
+                        "shared to write: set spec.checkpoint.dir or --results",
+                    )
+                ]
+            )
         return shared
     return config.results or str(config.outdir / "published")
 
@@ -49,12 +63,24 @@ def plan(
     """One job timing ``config``'s runs on every node at once: ``spec``'s, or one on this
     machine when ``spec`` is None (a GPU per worker when ``cuda``). It publishes where
     ``publish_to`` says (give ``outdir`` absolute: the workers run elsewhere)."""
-    base = with_parallelism(config, base_job(spec, nodes=config.nodes, procs=config.procs,
-                                             cuda=cuda))  # fmt: skip
+    base = with_parallelism(
+        config, base_job(spec, nodes=config.nodes, procs=config.procs, cuda=cuda)
+    )
     results = publish_to(config, base, rendered=rendered)
-    args = ["--runs", str(config.timed_runs()), "--batch-size", str(config.batch_size),
-            "--lr", str(config.lr), "--max-epochs", str(config.max_epochs), "--seed",
-            str(config.seed), "--results", results]  # fmt: skip
+    args = [
+        "--runs",
+        str(config.timed_runs()),
+        "--batch-size",
+        str(config.batch_size),
+        "--lr",
+        str(config.lr),
+        "--max-epochs",
+        str(config.max_epochs),
+        "--seed",
+        str(config.seed),
+        "--results",
+        results,
+    ]
     if spec is not None:  # the CLI names the spec's file
         args += ["--config-name", config.config_name]
     name = f"{base.metadata.name}-training" if spec is not None else "training"

@@ -78,14 +78,18 @@ def collect(results: str, workdir: Path) -> dict[str, Any]:
 
 def table(summary: dict[str, Any]) -> list[str]:
     """Per-run rows and the score, as text lines."""
-    lines = [f"{'run':<5}{'seed':>5}  {'status':<9}{'epochs':>7}{'accuracy':>10}{'minutes':>10}"
-             f"  compliance"]  # fmt: skip
+    lines = [
+        f"{'run':<5}{'seed':>5}  {'status':<9}{'epochs':>7}{'accuracy':>10}{'minutes':>10}"
+        f"  compliance"
+    ]
     for r in summary["runs"]:
         acc = f"{r['accuracy']:.4f}" if r["accuracy"] is not None else "-"
         mins = f"{r['minutes']:.4f}" if r["minutes"] is not None else "-"
         verdict = "ok" if r["compliant"] else "; ".join(r["problems"][:2]) or "failed"
-        lines.append(f"{r['run']:<5}{r['seed']:>5}  {r['status']:<9}{r['epochs']:>7}{acc:>10}"
-                     f"{mins:>10}  {verdict}")  # fmt: skip
+        lines.append(
+            f"{r['run']:<5}{r['seed']:>5}  {r['status']:<9}{r['epochs']:>7}{acc:>10}"
+            f"{mins:>10}  {verdict}"
+        )
     agg = summary["aggregate"]
     score = f"{agg['score_minutes']:.4f} min" if agg["score_minutes"] is not None else "none"
     verdict = "VALID" if agg["valid"] else "INVALID"

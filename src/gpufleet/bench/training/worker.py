@@ -1,6 +1,7 @@
-"""The worker of ``gpufleet bench training`` (MLPerf Training-style time to target): train the digits CNN with
-the Trainer until its test accuracy reaches the target, on every node of the job at once, and
-log the run in MLLOG lines with mlperf-logging's own logger, as MLPerf Training submissions do.
+"""The worker of ``gpufleet bench training`` (MLPerf Training-style time to target): train
+the digits CNN with the Trainer until its test accuracy reaches the target, on every node of
+the job at once, and log the run in MLLOG lines with mlperf-logging's own logger, as MLPerf
+Training submissions do.
 
 One job, ``--runs`` runs (seeds ``seed``, ``seed+1``, ...), one ``result_<i>.txt`` each. The
 score is MLPerf's: minutes from ``run_start`` to ``run_stop``, averaged over the runs with the
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.bench.training.config import BENCHMARK, RESULT_JSON, TARGET_ACCURACY, TrainingConfig
-from gpufleet.bench.training.mllog import mllogger, setup_events
+from gpufleet.bench.training.mllog import EpochLog, mllogger, setup_events
 
 
 def fresh_context(index: int) -> Any:
@@ -53,7 +54,7 @@ def one_run(args: argparse.Namespace, index: int, nodes: int, staging: Path) -> 
 
     from gpufleet.runtime import Trainer, TrainerConfig
     from gpufleet.runtime.distributed import init_distributed
-    from gpufleet.workloads.digits import accuracy, digits_datasets, digits_recipe
+    from gpufleet.workloads.digits import digits_datasets, digits_recipe
 
     info = init_distributed()
     seed = args.seed + index
@@ -68,52 +69,54 @@ def one_run(args: argparse.Namespace, index: int, nodes: int, staging: Path) -> 
     recipe = digits_recipe(lr=args.lr, steps=max_steps, seed=seed)
     cfg = TrainerConfig(steps=max_steps, batch_size=args.batch_size, seed=seed, log_every=10**9)
     for key, value in setup_events(
-        args, seed=seed, nodes=nodes, world=world, gpus=info.device.type == "cuda",
-        settings=context.parallelism, train_samples=len(train), eval_samples=len(test),
+        args,
+        seed=seed,
+        nodes=nodes,
+        world=world,
+        gpus=info.device.type == "cuda",
+        settings=context.parallelism,
+        train_samples=len(train),
+        eval_samples=len(test),
         max_steps=max_steps,
-    ):  # fmt: skip
+    ):
         log.event(key, value)
-    history: list[float] = []
-
-    def start_epoch(epoch: int) -> None:
-        log.start(c.BLOCK_START, metadata={c.FIRST_EPOCH_NUM: epoch, c.EPOCH_COUNT: 1})
-        log.start(c.EPOCH_START, metadata={c.EPOCH_NUM: epoch})
-
-    def after_step(step: int) -> bool:
-        if step % steps_per_epoch:
-            return False
-        epoch = step // steps_per_epoch
-        samples = step * args.batch_size * world
-        log.end(c.EPOCH_STOP, metadata={c.EPOCH_NUM: epoch})
-        log.end(c.BLOCK_STOP, metadata={c.FIRST_EPOCH_NUM: epoch})
-        log.start(c.EVAL_START, metadata={c.EPOCH_NUM: epoch})
-        score = accuracy(trainer.model, test)  # every rank: FSDP's forward needs them all
-        history.append(score)
-        meta = {c.EPOCH_NUM: epoch, c.SAMPLES_COUNT: samples}
-        log.event(c.EVAL_ACCURACY, score, metadata=meta)
-        log.end(c.EVAL_STOP, metadata={c.EPOCH_NUM: epoch})
-        if score >= TARGET_ACCURACY:
-            return True
-        if epoch < args.max_epochs:
-            start_epoch(epoch + 1)
-        return False
-
-    trainer = Trainer(recipe.model, train, recipe.optimizer, config=cfg,
-                      scheduler=recipe.scheduler, context=context, after_step=after_step)  # fmt: skip
+    epochs = EpochLog(
+        log,
+        test,
+        steps_per_epoch=steps_per_epoch,
+        samples_per_step=args.batch_size * world,
+        max_epochs=args.max_epochs,
+    )
+    trainer = Trainer(
+        recipe.model,
+        train,
+        recipe.optimizer,
+        config=cfg,
+        scheduler=recipe.scheduler,
+        context=context,
+        after_step=epochs.after_step,
+    )
+    epochs.model = trainer.model
     dist.barrier()  # every rank is ready: the clock starts for all of them at once
     log.end(c.INIT_STOP)
     log.start(c.RUN_START)
-    start_epoch(1)
+    epochs.start_epoch(1)
     result = trainer.fit()
-    reached = bool(history) and history[-1] >= TARGET_ACCURACY
-    status = c.SUCCESS if reached else c.ABORTED
+    status = c.SUCCESS if epochs.reached() else c.ABORTED
     log.end(c.RUN_STOP, metadata={c.STATUS: status})
     for handler in log.logger.handlers:
         handler.close()
-    return {"run": index, "seed": seed, "result_file": f"result_{index}.txt", "status": status,
-            "epochs": len(history), "steps": result.steps,
-            "accuracy": history[-1] if history else None, "accuracy_history": history,
-            "preempted": result.preempted}  # fmt: skip
+    return {
+        "run": index,
+        "seed": seed,
+        "result_file": f"result_{index}.txt",
+        "status": status,
+        "epochs": len(epochs.history),
+        "steps": result.steps,
+        "accuracy": epochs.history[-1] if epochs.history else None,
+        "accuracy_history": epochs.history,
+        "preempted": result.preempted,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +169,3 @@ def main(argv: list[str] | None = None) -> int:
         publish([staging / RESULT_JSON], results)
         print(f"training: {len(runs)} run(s) written to {results}", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
