@@ -14,7 +14,7 @@ from gpufleet.bench.collectives.config import CollectivesConfig
 from gpufleet.bench.collectives.ops import OPS  # light modules: torch is imported on use
 from gpufleet.bench.coordinated.config import CoordinatedConfig
 from gpufleet.bench.scaling.config import ScalingConfig
-from gpufleet.bench.training.config import TrainingConfig
+from gpufleet.bench.training.config import PRECISION_HELP, STRATEGY_HELP, TrainingConfig
 from gpufleet.cli.common import Output, fail
 from gpufleet.errors import UserInputError
 
@@ -227,12 +227,8 @@ def training(
         int, typer.Option(help="A run that has not reached the target by then is aborted.")
     ] = TRAINING.max_epochs,
     seed: Annotated[int, typer.Option(help="The first run's seed.")] = TRAINING.seed,
-    strategy: Annotated[
-        str | None, typer.Option(help="ddp or fsdp (default: the spec's, else ddp).")
-    ] = TRAINING.strategy,
-    precision: Annotated[
-        str | None, typer.Option(help="fp32 or bf16 (default: the spec's, else fp32).")
-    ] = TRAINING.precision,
+    strategy: Annotated[str | None, typer.Option(help=STRATEGY_HELP)] = TRAINING.strategy,
+    precision: Annotated[str | None, typer.Option(help=PRECISION_HELP)] = TRAINING.precision,
     quick: Annotated[bool, typer.Option(help="Smoke run: one run (seconds).")] = TRAINING.quick,
     spec: Annotated[
         Path | None,

@@ -7,11 +7,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.errors import FieldError, UserInputError
-from gpufleet.runtime.context import PRECISIONS, STRATEGIES
+from gpufleet.runtime.context import PARALLELISM_DEFAULTS, PRECISIONS, STRATEGIES
 
 BENCHMARK = "gpufleet_digits"
 TARGET_ACCURACY = 0.97  # top-1 on the held-out 20 % of digits; fixed, as MLPerf's targets are
 RESULT_JSON = "training.json"
+
+
+def choice_help(choices: tuple[str, ...], default: str) -> str:
+    """An option's help for a choice the spec may make: ``ddp or fsdp (default: the spec's,
+    else ddp).``"""
+    return f"{' or '.join(choices)} (default: the spec's, else {default})."
+
+
+STRATEGY_HELP = choice_help(STRATEGIES, PARALLELISM_DEFAULTS.strategy)
+PRECISION_HELP = choice_help(PRECISIONS, PARALLELISM_DEFAULTS.mixed_precision)
 
 
 def _bad(option: str, message: str) -> UserInputError:
