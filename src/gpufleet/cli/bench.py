@@ -61,24 +61,11 @@ def inference(
     """Run LoadGen's SingleStream, Server or Offline scenario; exit 0 if VALID, 1 if INVALID."""
     from gpufleet.bench.inference.run import run
 
-    finish(
-        lambda: run(
-            InferenceConfig(
-                url=url,
-                model=model,
-                scenario=scenario,
-                target_qps=target_qps,
-                latency_ms=latency_ms,
-                duration=duration,
-                min_queries=min_queries,
-                quick=quick,
-                concurrency=concurrency,
-                outdir=outdir,
-                prometheus=prometheus,
-            ),
-            output == Output.json,
-        )
-    )
+    config = InferenceConfig(url=url, model=model, scenario=scenario, target_qps=target_qps,
+                             latency_ms=latency_ms, duration=duration, min_queries=min_queries,
+                             quick=quick, concurrency=concurrency, outdir=outdir,
+                             prometheus=prometheus)  # fmt: skip
+    finish(lambda: run(config, output == Output.json))
 
 
 bench.command()(collectives)

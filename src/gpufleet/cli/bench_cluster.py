@@ -79,22 +79,9 @@ def collectives(
     result is wrong."""
     from gpufleet.bench.collectives.run import run
 
-    finish(
-        lambda: run(
-            CollectivesConfig.parse(
-                procs=procs,
-                nodes=nodes,
-                ops=ops,
-                min_bytes=min_bytes,
-                max_bytes=max_bytes,
-                quick=quick,
-                outdir=outdir,
-            ),
-            spec,
-            render,
-            output == Output.json,
-        )
-    )
+    config = CollectivesConfig.parse(procs=procs, nodes=nodes, ops=ops, min_bytes=min_bytes,
+                                     max_bytes=max_bytes, quick=quick, outdir=outdir)  # fmt: skip
+    finish(lambda: run(config, spec, render, output == Output.json))
 
 
 def scaling(
@@ -133,22 +120,9 @@ def scaling(
     NVLink, InfiniBand HDR and 25 GbE (alpha-beta model, checked at every measured point)."""
     from gpufleet.bench.scaling.run import run
 
-    finish(
-        lambda: run(
-            ScalingConfig.parse(
-                workers=workers,
-                mode=mode,
-                batch=batch,
-                steps=steps,
-                per_node=per_node,
-                quick=quick,
-                outdir=outdir,
-            ),
-            spec,
-            render,
-            output == Output.json,
-        )
-    )
+    config = ScalingConfig.parse(workers=workers, mode=mode, batch=batch, steps=steps,
+                                 per_node=per_node, quick=quick, outdir=outdir)  # fmt: skip
+    finish(lambda: run(config, spec, render, output == Output.json))
 
 
 def coordinated(
@@ -189,24 +163,11 @@ def coordinated(
     scenario with per-node rows; exit 1 unless every node is VALID."""
     from gpufleet.bench.coordinated.run import run
 
-    finish(
-        lambda: run(
-            CoordinatedConfig.parse(
-                urls=urls,
-                model=model,
-                scenario=scenario,
-                target_qps=target_qps,
-                latency_ms=latency_ms,
-                duration=duration,
-                nodes=nodes,
-                quick=quick,
-                outdir=outdir,
-            ),
-            spec,
-            render,
-            output == Output.json,
-        )
-    )
+    config = CoordinatedConfig.parse(urls=urls, model=model, scenario=scenario,
+                                     target_qps=target_qps, latency_ms=latency_ms,
+                                     duration=duration, nodes=nodes, quick=quick,
+                                     outdir=outdir)  # fmt: skip
+    finish(lambda: run(config, spec, render, output == Output.json))
 
 
 def training(
@@ -252,27 +213,11 @@ def training(
     the set scored as MLPerf does; exit 1 unless the result is valid."""
     from gpufleet.bench.training.run import run
 
-    finish(
-        lambda: run(
-            TrainingConfig(
-                runs=runs,
-                procs=procs,
-                nodes=nodes,
-                batch_size=batch_size,
-                lr=lr,
-                max_epochs=max_epochs,
-                seed=seed,
-                strategy=strategy,
-                precision=precision,
-                quick=quick,
-                results=results,
-                outdir=outdir,
-            ),
-            spec,
-            render,
-            output == Output.json,
-        )
-    )
+    config = TrainingConfig(runs=runs, procs=procs, nodes=nodes, batch_size=batch_size, lr=lr,
+                            max_epochs=max_epochs, seed=seed, strategy=strategy,
+                            precision=precision, quick=quick, results=results,
+                            outdir=outdir)  # fmt: skip
+    finish(lambda: run(config, spec, render, output == Output.json))
 
 
 def collect(

@@ -69,33 +69,16 @@ def one_run(args: argparse.Namespace, index: int, nodes: int, staging: Path) -> 
     recipe = digits_recipe(lr=args.lr, steps=max_steps, seed=seed)
     cfg = TrainerConfig(steps=max_steps, batch_size=args.batch_size, seed=seed, log_every=10**9)
     for key, value in setup_events(
-        args,
-        seed=seed,
-        nodes=nodes,
-        world=world,
-        gpus=info.device.type == "cuda",
-        settings=context.parallelism,
-        train_samples=len(train),
-        eval_samples=len(test),
-        max_steps=max_steps,
-    ):
+        args, seed=seed, nodes=nodes, world=world, gpus=info.device.type == "cuda",
+        settings=context.parallelism, train_samples=len(train), eval_samples=len(test),
+        max_steps=max_steps):  # fmt: skip
         log.event(key, value)
-    epochs = EpochLog(
-        log,
-        test,
-        steps_per_epoch=steps_per_epoch,
-        samples_per_step=args.batch_size * world,
-        max_epochs=args.max_epochs,
-    )
-    trainer = Trainer(
-        recipe.model,
-        train,
-        recipe.optimizer,
-        config=cfg,
-        scheduler=recipe.scheduler,
-        context=context,
-        after_step=epochs.after_step,
-    )
+    epochs = EpochLog(log, test, steps_per_epoch=steps_per_epoch,
+                      samples_per_step=args.batch_size * world,
+                      max_epochs=args.max_epochs)  # fmt: skip
+    trainer = Trainer(recipe.model, train, recipe.optimizer, config=cfg,
+                      scheduler=recipe.scheduler, context=context,
+                      after_step=epochs.after_step)  # fmt: skip
     epochs.model = trainer.model
     dist.barrier()  # every rank is ready: the clock starts for all of them at once
     log.end(c.INIT_STOP)
@@ -106,17 +89,11 @@ def one_run(args: argparse.Namespace, index: int, nodes: int, staging: Path) -> 
     log.end(c.RUN_STOP, metadata={c.STATUS: status})
     for handler in log.logger.handlers:
         handler.close()
-    return {
-        "run": index,
-        "seed": seed,
-        "result_file": f"result_{index}.txt",
-        "status": status,
-        "epochs": len(epochs.history),
-        "steps": result.steps,
-        "accuracy": epochs.history[-1] if epochs.history else None,
-        "accuracy_history": epochs.history,
-        "preempted": result.preempted,
-    }
+    history = epochs.history
+    return {"run": index, "seed": seed, "result_file": f"result_{index}.txt", "status": status,
+            "epochs": len(history), "steps": result.steps,
+            "accuracy": history[-1] if history else None, "accuracy_history": history,
+            "preempted": result.preempted}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
