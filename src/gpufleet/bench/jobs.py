@@ -1,12 +1,17 @@
 """A benchmark as a TrainingJob: the worker command swapped into a spec that already says
-where and how wide to run (image, volumes, queue, nodes), or a plain local one."""
+where and how wide to run (image, volumes, queue, nodes), or a plain local one. Pure, but for
+``publish`` (what a worker calls to hand its results over)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from gpufleet.errors import FieldError, UserInputError
 from gpufleet.spec import TrainingJob, validate_training_job
+
+# The option of each spec path a local job's error names (--procs 0 and the like).
+FLAGS = {"spec.procsPerNode": "--procs", "spec.nodes": "--nodes"}
 
 
 def local_job(name: str, *, nodes: int, procs_per_node: int, gpus: int) -> TrainingJob:
@@ -23,6 +28,21 @@ def local_job(name: str, *, nodes: int, procs_per_node: int, gpus: int) -> Train
         },
     }
     return validate_training_job(doc)
+
+
+def base_job(spec: TrainingJob | None, *, nodes: int, procs: int, cuda: bool) -> TrainingJob:
+    """The job a benchmark starts from: ``spec``, or one on this machine (``nodes`` x ``procs``
+    workers, a GPU each when ``cuda``) whose errors name the CLI's options."""
+    if spec is not None:
+        return spec
+    try:
+        return local_job(
+            "collectives", nodes=nodes, procs_per_node=procs, gpus=procs if cuda else 0
+        )
+    except UserInputError as exc:  # --procs 0 and the like, with the spec's words
+        raise UserInputError(
+            [FieldError(FLAGS.get(e.path, e.path), e.message) for e in exc.errors]
+        ) from None
 
 
 def bench_job(

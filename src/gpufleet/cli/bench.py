@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from gpufleet.cli.bench_cluster import collect, collectives, coordinated, scaling, training
-from gpufleet.cli.common import Output, err_console, fail
-from gpufleet.errors import EXIT_FAILED, UserInputError
-from gpufleet.serve.loadgen.settings import BenchConfig
-
-# The options' defaults are BenchConfig's: one home for each (a light module, no LoadGen import).
-DEFAULTS = BenchConfig(url="", model="")
+from gpufleet.bench.inference.config import DEFAULTS, InferenceConfig
+from gpufleet.cli.bench_cluster import collect, collectives, coordinated, finish, scaling, training
+from gpufleet.cli.common import Output
 
 bench = typer.Typer(
     help="Benchmarks: LoadGen inference (one node or all at once), collectives, scaling, "
@@ -67,49 +59,13 @@ def inference(
     output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
 ) -> None:
     """Run LoadGen's SingleStream, Server or Offline scenario; exit 0 if VALID, 1 if INVALID."""
-    from gpufleet.serve.loadgen import run_bench
+    from gpufleet.bench.inference.run import run
 
-    cfg = BenchConfig(
-        url=url,
-        model=model,
-        scenario=scenario,
-        target_qps=target_qps,
-        latency_ms=latency_ms,
-        duration=duration,
-        min_queries=min_queries,
-        quick=quick,
-        concurrency=concurrency,
-        outdir=outdir,
-        prometheus=prometheus,
-    )
-    try:
-        result = run_bench(cfg)
-    except UserInputError as exc:
-        fail(exc)
-    if output == Output.json:
-        print(json.dumps(result.to_json(), indent=2))
-    else:
-        table = Table(title=f"LoadGen {scenario}: {model} at {url}", show_header=False)
-        rate = result.samples_per_second or result.scheduled_qps
-        rows = [
-            ("result", result.result),
-            ("samples/s" if scenario == "Offline" else "queries/s", f"{rate:.1f}" if rate else "-"),
-            (
-                "latency p50 / p90 / p99 ms",
-                " / ".join(
-                    f"{result.latency_ms.get(k, float('nan')):.2f}" for k in ("p50", "p90", "p99")
-                ),
-            ),
-            ("queries (errors)", f"{result.queries} ({result.errors})"),
-            ("logs", str(outdir)),
-        ]
-        for k, v in rows:
-            table.add_row(k, v)
-        Console(file=sys.stdout, markup=False).print(table)
-        if result.first_error:
-            err_console.print(f"first error: {result.first_error}")
-    if not result.valid:
-        raise typer.Exit(EXIT_FAILED)
+    config = InferenceConfig(url=url, model=model, scenario=scenario, target_qps=target_qps,
+                             latency_ms=latency_ms, duration=duration, min_queries=min_queries,
+                             quick=quick, concurrency=concurrency, outdir=outdir,
+                             prometheus=prometheus)  # fmt: skip
+    finish(lambda: run(config, output == Output.json))
 
 
 bench.command()(collectives)

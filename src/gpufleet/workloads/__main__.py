@@ -15,19 +15,23 @@ import torch
 from gpufleet.runtime import JobContext, Trainer, TrainerConfig, seed_everything
 from gpufleet.runtime.distributed import init_distributed, shutdown_distributed
 from gpufleet.spec import WORKLOAD_KINDS, DigitsWorkload, SyntheticWorkload, WorkloadBase
-from gpufleet.workloads.digits import DigitsCNN, accuracy, digits_datasets
+from gpufleet.workloads.digits import accuracy, digits_datasets, digits_recipe
 from gpufleet.workloads.synthetic import synthetic_dataset, synthetic_mlp
 
 
 def run_digits(w: DigitsWorkload, context: JobContext) -> None:
-    """Train the digits CNN with SGD + cosine LR; report test accuracy."""
+    """Train the digits CNN by its recipe (SGD + cosine LR); report test accuracy."""
     train, test = digits_datasets(w.seed)
-    seed_everything(w.seed)  # the same initial weights on every rank
-    model = DigitsCNN()
-    opt = torch.optim.SGD(model.parameters(), lr=w.lr, momentum=0.9)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=w.steps)
+    recipe = digits_recipe(lr=w.lr, steps=w.steps, seed=w.seed)
     cfg = TrainerConfig(steps=w.steps, batch_size=w.batch_size, seed=w.seed, log_every=w.log_every)
-    trainer = Trainer(model, train, opt, config=cfg, scheduler=sched, context=context)
+    trainer = Trainer(
+        recipe.model,
+        train,
+        recipe.optimizer,
+        config=cfg,
+        scheduler=recipe.scheduler,
+        context=context,
+    )
     result = trainer.fit()
     # Every rank evaluates: under FSDP each forward gathers the shards from all of them.
     score = accuracy(trainer.model, test)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import zipfile
+from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
@@ -18,6 +19,8 @@ from gpufleet.runtime.context import cache_dir
 from gpufleet.runtime.files import write_bytes_atomic
 
 TEST_FRACTION = 0.2
+# The training recipe (digits_recipe), shared by the workload and `gpufleet bench training`.
+OPTIMIZER, MOMENTUM, LR_SCHEDULE = "sgd", 0.9, "cosine"
 Arrays = tuple[npt.NDArray[Any], npt.NDArray[Any]]
 
 
@@ -95,3 +98,25 @@ def accuracy(model: nn.Module, data: TensorDataset) -> float:
     pred = model(x.to(device)).argmax(dim=1).cpu()
     model.train(was_training)
     return float((pred == y).float().mean().item())
+
+
+@dataclass
+class DigitsRecipe:
+    """What training the digits CNN starts from: the model, SGD with momentum, cosine decay."""
+
+    model: DigitsCNN
+    optimizer: torch.optim.SGD
+    scheduler: torch.optim.lr_scheduler.CosineAnnealingLR
+
+
+def digits_recipe(*, lr: float, steps: int, seed: int) -> DigitsRecipe:
+    """The one digits recipe: seeds every RNG with ``seed`` (the same initial weights on every
+    rank), then the CNN, SGD (momentum MOMENTUM) at ``lr`` decayed to zero over ``steps`` by a
+    cosine schedule. The data split is the caller's (digits_datasets), drawn before this."""
+    from gpufleet.runtime.rng import seed_everything
+
+    seed_everything(seed)
+    model = DigitsCNN()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+    return DigitsRecipe(model, opt, sched)

@@ -1,64 +1,37 @@
-"""``gpufleet bench coordinated``: MLPerf LoadGen on every node at once, results merged.
+"""The worker of ``gpufleet bench coordinated``: MLPerf LoadGen on every node at once.
 
 One worker per node runs under gpufleet's launcher, locally (N agents on loopback) or as the
 pods of a rendered job. The c10d rendezvous that forms the group is the start line: after it, a
 barrier, and every node starts its LoadGen run against its own endpoint (``--urls``; node i
 takes entry i). Every node's result is gathered to rank 0 over the process group. Rank 0 merges
-them per scenario and writes ``coordinated.json``: one row per node with its validity, plus the
-aggregate. Each node's LoadGen logs stay in ``<outdir>/node-<i>/``.
-
-The aggregate, per scenario:
-- **Offline**: samples/s summed over the nodes.
-- **Server**: scheduled QPS summed.
-- **SingleStream**: the nodes' latencies side by side (a sum means nothing there).
-
-Latency percentiles are the worst node's, which is conservative. The aggregate is VALID only
-when every node is.
+them per scenario (gpufleet.bench.coordinated.report.merge) and writes ``coordinated.json``:
+one row per node with its validity, plus the aggregate. Each node's LoadGen logs stay in
+``<outdir>/node-<i>/``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-RATE_KEY = {"Offline": "samples_per_second", "Server": "scheduled_qps"}
-
-
-def merge(scenario: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The aggregate of per-node LoadGen results (BenchResult.to_json() plus ``node``,
-    ``started``)."""
-    key = RATE_KEY.get(scenario)
-    rates = [n.get(key) or 0.0 for n in nodes] if key else []
-    started = [n["started"] for n in nodes]
-    percentiles = ("p50", "p90", "p99")
-    worst = {p: max(n["latency_ms"].get(p, float("nan")) for n in nodes) for p in percentiles}
-    return {
-        "scenario": scenario,
-        "nodes": len(nodes),
-        "valid": all(n["valid"] for n in nodes),
-        "rate_key": key,
-        "aggregate_rate": sum(rates) if key else None,
-        "per_node_rate": rates,
-        "worst_latency_ms": worst,
-        "queries": sum(n["queries"] for n in nodes),
-        "errors": sum(n["errors"] for n in nodes),
-        "start_skew_seconds": max(started) - min(started),
-    }
+from gpufleet.bench.coordinated.config import LOADGEN_DEFAULTS
+from gpufleet.bench.coordinated.report import merge
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The worker's options; their defaults are LoadGen's (BenchConfig)."""
+    defaults = LOADGEN_DEFAULTS
     parser = argparse.ArgumentParser(prog="python -m gpufleet.bench.coordinated")
     parser.add_argument("--urls", required=True, help="one endpoint per node, comma-separated")
     parser.add_argument("--model", required=True)
-    parser.add_argument("--scenario", default="Offline")
-    parser.add_argument("--target-qps", type=float, default=None)
-    parser.add_argument("--latency-ms", type=float, default=100.0)
-    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--scenario", default=defaults.scenario)
+    parser.add_argument("--target-qps", type=float, default=defaults.target_qps)
+    parser.add_argument("--latency-ms", type=float, default=defaults.latency_ms)
+    parser.add_argument("--duration", type=float, default=defaults.duration)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--outdir", type=Path, default=None)
     return parser.parse_args(argv)
@@ -120,7 +93,3 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(outdir / "coordinated.json", merged)
         print(f"coordinated {args.scenario}: {merged['aggregate']}", flush=True)
     return 0 if all(n["valid"] for n in gathered) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,114 +1,21 @@
-"""``gpufleet bench collectives``: collective bandwidth the way nccl-tests reports it.
-
-All-reduce, all-gather, reduce-scatter, broadcast and all-to-all over a size sweep, through
-``torch.distributed`` (gloo on CPU, nccl with GPUs), each result checked element by element.
-The numbers follow nccl-tests' definitions (its doc/PERFORMANCE.md), so they compare with
-nccl-tests runs and across cluster sizes:
-
-* ``size`` is the bytes of the whole buffer: an all-reduce's or broadcast's tensor, an
-  all-gather's output, a reduce-scatter's input, an all-to-all's input (all ranks' parts).
-* algorithm bandwidth ``algbw = size / time``.
-* bus bandwidth ``busbw = algbw x factor``, the traffic each link carries, comparable to the
-  hardware's peak whatever the rank count: all-reduce ``2(n-1)/n``; all-gather, reduce-scatter
-  and all-to-all ``(n-1)/n``; broadcast ``1``.
-* out-of-place and in-place where torch has both forms (all-gather: the input is this rank's
-  slice of the output; reduce-scatter: the output is this rank's slice of the input). torch's
-  all-reduce and broadcast exist in place only; all-to-all out of place only.
-
-This module is the worker (run by ``python -m gpufleet.bench.collectives`` under gpufleet's
-launcher, locally or in pods) and the pure parts the CLI shares: the sweep, the formulas, the
-table. Time is the slowest rank's mean per iteration (a collective ends when its last rank
-does).
+"""The worker of ``gpufleet bench collectives`` (``python -m gpufleet.bench.collectives``
+under gpufleet's launcher, locally or in pods): every op, mode and size checked, then timed.
+Time is the slowest rank's mean per iteration (a collective ends when its last rank does).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-ELEMENT = 4  # bytes of a float32, the element type measured
-MIN_BYTES, MAX_BYTES = 8, 1 << 30
-
-
-@dataclass(frozen=True)
-class Op:
-    """One collective: its bus-bandwidth factor and the modes torch offers."""
-
-    name: str
-    modes: tuple[str, ...]
-
-    def bus_factor(self, n: int) -> float:
-        """busbw / algbw for ``n`` ranks (nccl-tests' doc/PERFORMANCE.md)."""
-        if self.name == "all_reduce":
-            return 2 * (n - 1) / n
-        if self.name == "broadcast":
-            return 1.0
-        return (n - 1) / n
-
-    def split(self) -> bool:
-        """Whether the buffer is cut into one part per rank (its count must divide by n)."""
-        return self.name in ("all_gather", "reduce_scatter", "all_to_all")
-
-
-OPS = {
-    op.name: op
-    for op in (
-        Op("all_reduce", ("in-place",)),
-        Op("all_gather", ("out-of-place", "in-place")),
-        Op("reduce_scatter", ("out-of-place", "in-place")),
-        Op("broadcast", ("in-place",)),
-        Op("all_to_all", ("out-of-place",)),
-    )
-}
-
-
-def sweep(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
-    """Sizes from ``min_bytes`` to ``max_bytes``, multiplying by ``factor`` (nccl-tests -f)."""
-    out, size = [], min_bytes
-    while size <= max_bytes:
-        out.append(size)
-        size *= factor
-    return out
-
-
-def elements(op: Op, size: int, n: int) -> int:
-    """Float32 elements of the whole buffer for ``size`` bytes: a multiple of ``n`` for split
-    collectives (rounded down, as nccl-tests does), at least one per rank."""
-    count = max(1, size // ELEMENT)
-    if op.split():
-        count = max(n, count - count % n)
-    return count
-
-
-@dataclass
-class Row:
-    """One (op, size, mode) measured."""
-
-    op: str
-    mode: str
-    bytes: int
-    count: int
-    ranks: int
-    seconds: float
-    algbw_gbps: float
-    busbw_gbps: float
-    correct: bool
-    iterations: int
-
-
-def bandwidths(op: Op, nbytes: int, seconds: float, n: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s (10^9 bytes/s, as nccl-tests prints them)."""
-    algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
-    return algbw, algbw * op.bus_factor(n)
-
-
-# ---- the worker ---------------------------------------------------------------------------
+from gpufleet.bench.collectives.config import CollectivesConfig
+from gpufleet.bench.collectives.ops import ELEMENT, OPS, Op, Row, bandwidths, elements, sweep
+from gpufleet.bench.collectives.report import HEADER, format_row
 
 
 def single_tensor_fns(dist: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -294,74 +201,17 @@ def run_sweep(
     return rows
 
 
-# ---- output -------------------------------------------------------------------------------
-
-HEADER = (
-    f"{'op':<15}{'mode':<13}{'size':>10}{'count':>12}{'time us':>12}{'algbw GB/s':>12}"
-    f"{'busbw GB/s':>12}  check"
-)
-
-
-def human_bytes(n: int) -> str:
-    """8 B, 4 KiB, 1 MiB, 1 GiB."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
-
-
-def format_row(r: Row) -> str:
-    """One line of the table."""
-    return (
-        f"{r.op:<15}{r.mode:<13}{human_bytes(r.bytes):>10}{r.count:>12}"
-        f"{r.seconds * 1e6:>12.1f}{r.algbw_gbps:>12.3f}{r.busbw_gbps:>12.3f}  "
-        f"{'ok' if r.correct else 'WRONG'}"
-    )
-
-
-def plot(rows: list[Row], path: Path, title: str) -> None:
-    """Bus bandwidth against size, one line per (op, mode), log-log: the PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    keys = sorted({(r.op, r.mode) for r in rows})
-    for op, mode in keys:
-        mine = [r for r in rows if (r.op, r.mode) == (op, mode)]
-        ax.plot(
-            [r.bytes for r in mine],
-            [r.busbw_gbps for r in mine],
-            marker="o",
-            markersize=3,
-            label=f"{op} ({mode})",
-        )
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-# ---- the worker's entry point -------------------------------------------------------------
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep in this worker; rank 0 prints the table and writes the JSON result
     (``--out``, else ``$GPUFLEET_RUN_DIR/collectives.json``)."""
     parser = argparse.ArgumentParser(prog="python -m gpufleet.bench.collectives")
-    parser.add_argument("--ops", default=",".join(OPS))
-    parser.add_argument("--min-bytes", type=int, default=MIN_BYTES)
-    parser.add_argument("--max-bytes", type=int, default=MAX_BYTES)
-    parser.add_argument("--factor", type=int, default=2)
-    parser.add_argument("--min-seconds", type=float, default=0.2)
-    parser.add_argument("--max-iters", type=int, default=50)
+    defaults = CollectivesConfig()
+    parser.add_argument("--ops", default=",".join(defaults.ops))
+    parser.add_argument("--min-bytes", type=int, default=defaults.min_bytes)
+    parser.add_argument("--max-bytes", type=int, default=defaults.top())
+    parser.add_argument("--factor", type=int, default=defaults.factor)
+    parser.add_argument("--min-seconds", type=float, default=defaults.min_seconds)
+    parser.add_argument("--max-iters", type=int, default=defaults.max_iters)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--results", default=None, help="also publish there (dir or URI)")
     args = parser.parse_args(argv)
@@ -398,7 +248,3 @@ def main(argv: list[str] | None = None) -> int:
 
             publish([out], args.results)
     return 0 if all(r.correct for r in rows) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
