@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from gpufleet.cluster.access import as_dict, is_ours, items
+from gpufleet.cluster.apierrors import api_errors, status_code, to_cluster_error
 from gpufleet.cluster.kinds import (
     BUILTIN_KINDS,
     CLUSTER_QUEUES,
@@ -18,22 +20,16 @@ from gpufleet.cluster.kinds import (
     LOCAL_QUEUES,
     PODGROUPS,
     PODMONITORS,
-    SERVING_KINDS,
     WORKLOADS,
     Kind,
     kind_of,
 )
-from gpufleet.cluster.access import as_dict, is_ours, items
-from gpufleet.cluster.apierrors import api_errors, status_code, to_cluster_error
 from gpufleet.cluster.serving import ServingOperations
 from gpufleet.cluster.status import FAILED_CREATE_REASONS, JobStatus, summarize
 from gpufleet.errors import ClusterError, FieldError, UserInputError
 from gpufleet.extras import missing
 from gpufleet.kube import (
     KUEUE_QUEUE_LABEL,
-    LABEL_JOB,
-    LABEL_ROLE,
-    ROLE_SERVER,
     Obj,
     job_selector,
 )
@@ -293,6 +289,7 @@ class Cluster(ServingOperations):
             if (o := e.get("involvedObject") or {}).get("name") == name
             or str(o.get("name", "")).startswith(f"{name}-")
         ]  # fmt: skip
+
 
 def _incluster_namespace() -> str:
     path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

@@ -5,7 +5,7 @@ is no job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 from gpufleet.cluster.access import ApiAccess, as_dict
 from gpufleet.cluster.apierrors import api_errors, status_code, to_cluster_error
@@ -58,11 +58,11 @@ class ServingOperations(ApiAccess):
             deleted.append(f"{kind}/{name}")
         return deleted
 
-    def _deletions(self, name: str) -> list[tuple[str, Callable[[], object]]]:
+    def _deletions(self, name: str) -> list[tuple[str, Any]]:
         """The reverse of the render order (the autoscaler before what it scales), then the
         custom kinds."""
         ns = self.namespace
-        calls: list[tuple[str, Callable[[], object]]] = [
+        calls: list[tuple[str, Any]] = [
             (kind, lambda a=api, m=suffix: getattr(self.apis[a], f"delete_{m}")(name, ns))
             for (_, kind), (api, suffix) in reversed(BUILTIN_KINDS.items())
         ]

@@ -72,7 +72,7 @@ class Api:
         from kubernetes import client
 
         listed = client.ApiextensionsV1Api(self.client()).list_custom_resource_definition()
-        return {c.metadata.name for c in listed.items if c.metadata}
+        return {str(c.metadata.name) for c in listed.items if c.metadata}
 
     def crds_established(self, names: list[str]) -> bool:
         """Whether every CRD in ``names`` is Established."""

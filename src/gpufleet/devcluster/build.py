@@ -30,7 +30,9 @@ def needed_files(where: Path) -> list[Path]:
     """What a complete build leaves in ``where``."""
     needed = [where / n for n in COMPONENTS]
     needed += [addons.manifest_path(where, a) for a in addons.ADDONS]
-    needed += [where / "manifests" / f"{a.after_ready}.yaml" for a in addons.ADDONS if a.after_ready]
+    needed += [
+        where / "manifests" / f"{a.after_ready}.yaml" for a in addons.ADDONS if a.after_ready
+    ]
     return [*needed, where / OTHER_CRDS_MARK]
 
 

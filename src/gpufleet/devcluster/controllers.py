@@ -97,8 +97,11 @@ class Controllers:
         fixed = addons.FIXED_CERT_CHECK if addon.tmpdir_certs else None
         if fixed is not None:  # a previous cluster's would open the gate before ours exist
             fixed.unlink(missing_ok=True)
-        mounted = lambda: self.mount_secret(addon, certs, fixed)  # noqa: E731
-        return Component(manager.name, manager.argv, lambda: mounted() and ready(), manager.env)
+
+        def mounted_and_ready() -> bool:
+            return self.mount_secret(addon, certs, fixed) and ready()
+
+        return Component(manager.name, manager.argv, mounted_and_ready, manager.env)
 
     def mount_secret(self, addon: Addon, directory: Path, fixed: Path | None = None) -> bool:
         """The kubelet's part for a manager outside a pod: once the Secret its rotation writes

@@ -153,13 +153,18 @@ class LocalCluster:
         write_kubeconfig(self.kubeconfig, server, pki, "admin")
         control_plane = [
             etcd(binaries / "etcd", self.dir / "etcd-data", ports["etcd"], ports["etcd-peer"]),
-            kube_apiserver(binaries / "kube-apiserver", pki, ports["kube-apiserver"],
-                           ports["etcd"]),  # fmt: skip
-            kube_controller_manager(binaries / "kube-controller-manager", pki,
-                                    configs["kube-controller-manager"],
-                                    ports["kube-controller-manager"]),  # fmt: skip
-            kube_scheduler(binaries / "kube-scheduler", configs["kube-scheduler"],
-                           ports["kube-scheduler"]),  # fmt: skip
+            kube_apiserver(
+                binaries / "kube-apiserver", pki, ports["kube-apiserver"], ports["etcd"]
+            ),
+            kube_controller_manager(
+                binaries / "kube-controller-manager",
+                pki,
+                configs["kube-controller-manager"],
+                ports["kube-controller-manager"],
+            ),
+            kube_scheduler(
+                binaries / "kube-scheduler", configs["kube-scheduler"], ports["kube-scheduler"]
+            ),
         ]
         return Plan(state, pki, control_plane)
 

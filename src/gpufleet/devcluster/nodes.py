@@ -34,7 +34,7 @@ class NodeSpec:
     labels: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
-        """"3 gpu-nodes x 4 NVIDIA-A30", for the user."""
+        """ "3 gpu-nodes x 4 NVIDIA-A30", for the user."""
         gpus = f" x {self.gpus} {self.gpu_product}" if self.gpus else ""
         return f"{self.count} {self.prefix}s{gpus}"
 

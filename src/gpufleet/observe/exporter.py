@@ -158,6 +158,10 @@ class GpuCollector(Collector):
             yield xid
         if self.attribution is not None:
             yield from self._allocations(allocations, until)
+        yield from self._about_itself(started)
+
+    def _about_itself(self, started: float) -> Iterator[Metric]:
+        """The exporter's own state: NVML, how many GPUs it reads, how long this scrape took."""
         info = GaugeMetricFamily(
             "gpufleet_exporter_info",
             "The exporter's NVML state.",

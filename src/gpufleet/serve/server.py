@@ -200,19 +200,11 @@ def _start(triton: Any, token: str, shim: Shim | str) -> None:
         logger.setLevel(level)
 
 
-@contextmanager
-def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[Endpoints]:
-    """Serve every model of ``repository`` until the block ends."""
-    config = config or ServeConfig()
-    entries = read_repository(repository)
-    try:
-        from pytriton.triton import Triton, TritonConfig
-    except ImportError as exc:
-        raise missing("serve", "nvidia-pytriton", "serving") from exc
-    os.environ.update(python_library_first(dict(os.environ)))  # the stub inherits it
-    # Triton's HTTP is private; the guard (gpufleet.serve.guard) is the public HTTP endpoint.
-    triton_http = free_port()
-    triton_config = TritonConfig(
+def _triton_config(
+    triton_config: Any, config: ServeConfig, entries: list[ModelEntry], triton_http: int
+) -> Any:
+    """PyTriton's TritonConfig: gRPC and metrics where asked, HTTP private on loopback."""
+    return triton_config(
         http_address="127.0.0.1",
         grpc_address=config.address,
         metrics_address=config.address,
@@ -226,6 +218,21 @@ def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[End
         log_file=config.log_file,
         exit_timeout_secs=5,
     )
+
+
+@contextmanager
+def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[Endpoints]:
+    """Serve every model of ``repository`` until the block ends."""
+    config = config or ServeConfig()
+    entries = read_repository(repository)
+    try:
+        from pytriton.triton import Triton, TritonConfig
+    except ImportError as exc:
+        raise missing("serve", "nvidia-pytriton", "serving") from exc
+    os.environ.update(python_library_first(dict(os.environ)))  # the stub inherits it
+    # Triton's HTTP is private; the guard (gpufleet.serve.guard) is the public HTTP endpoint.
+    triton_http = free_port()
+    triton_config = _triton_config(TritonConfig, config, entries, triton_http)
     # Our own workspace (model store, IPC sockets, the argv shim; mode 0700), removed below:
     # PyTriton's default is a TemporaryDirectory left to the garbage collector.
     home = Path(tempfile.mkdtemp(prefix="gpufleet-triton-"))

@@ -93,7 +93,9 @@ class Addon:
             (self.certs == Certs.NONE) != (self.probe is None) and "probe",
         ]
         if any(wrong):
-            raise ValueError(f"{self.name}: {', '.join(w for w in wrong if w)} disagree with its modes")
+            raise ValueError(
+                f"{self.name}: {', '.join(w for w in wrong if w)} disagree with its modes"
+            )
 
     @property
     def user(self) -> str:

@@ -87,10 +87,24 @@ TRAINER = Addon(
         "metadata": {"name": "gpufleet-webhook-probe"},
         "spec": {
             "mlPolicy": {"numNodes": 1, "torch": {}},
-            "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
-                "template": {"spec": {"containers": [{"name": "node", "image": "probe"}]}}}}}]}},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "spec": {"containers": [{"name": "node", "image": "probe"}]}
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            },
         },
-    },  # fmt: skip
+    },
     tmpdir_certs=True,  # the training-operator's rotation (pkg/util/cert), same fixed check path
     kueue_framework="trainer.kubeflow.org/trainjob",
     requires=("jobset",),

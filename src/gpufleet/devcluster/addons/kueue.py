@@ -52,6 +52,8 @@ def kueue_frameworks(docs: list[Obj], running: list[Addon]) -> dict[str, Any]:
 def kueue_config(docs: list[Obj], running: list[Addon], fair_sharing: bool) -> dict[str, Any]:
     """What the local cluster sets in Kueue's configuration beyond its module's: the resource
     metrics, fair sharing when asked, the integrations of the controllers in ``running``."""
-    return KUEUE_METRICS | (KUEUE_FAIR_SHARING if fair_sharing else {}) | kueue_frameworks(
-        docs, running
+    return (
+        KUEUE_METRICS
+        | (KUEUE_FAIR_SHARING if fair_sharing else {})
+        | kueue_frameworks(docs, running)
     )

@@ -118,8 +118,8 @@ def prepare(
     extra: dict[str, Any] | None = None,
 ) -> Path | None:
     """Write the manager's configuration (and, in cert-manager mode, its serving certificate;
-    the files its flags name) under ``workdir``; issue its client certificate. Returns the configuration file (None for a
-    manager configured by flags)."""
+    the files its flags name) under ``workdir``; issue its client certificate. Returns the
+    configuration file (None for a manager configured by flags)."""
     certs = cert_dir(addon, workdir)
     shutil.rmtree(certs, ignore_errors=True)  # a previous cluster's
     certs.mkdir(parents=True)

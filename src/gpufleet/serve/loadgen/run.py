@@ -68,13 +68,8 @@ def say_rerun(result: dict[str, Any], rate: float) -> None:
     )
 
 
-def _run(
-    cfg: BenchConfig,
-    target: Target,
-    requests: list[list[Any]],
-    lg: Any,
-    start_line: Callable[[], None] | None,
-) -> BenchResult:
+def _settings(cfg: BenchConfig, target: Target, requests: list[list[Any]], lg: Any) -> Any:
+    """LoadGen's TestSettings for the scenario, with the estimates it needs measured."""
     duration, min_queries = cfg.effective()
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, cfg.scenario)
@@ -99,7 +94,17 @@ def _run(
         settings.single_stream_expected_latency_ns = int(0.5e9 * single_latency(target, requests))
     if cfg.quick:  # LoadGen's early-stopping and its long minimums are for real submissions
         settings.max_duration_ms = int(max(duration, 1) * 10_000)
+    return settings
 
+
+def _run(
+    cfg: BenchConfig,
+    target: Target,
+    requests: list[list[Any]],
+    lg: Any,
+    start_line: Callable[[], None] | None,
+) -> BenchResult:
+    settings = _settings(cfg, target, requests, lg)
     in_flight = threading.BoundedSemaphore(max(cfg.concurrency, 1))
     latencies: list[float] = []
     errors: list[str] = []
