@@ -40,6 +40,7 @@ from gpufleet.launch.worker import (
     worker_module_args,
 )
 from gpufleet.launch.worker import worker_env as shared_worker_env
+from gpufleet.extras import install_hint
 from gpufleet.net import free_port
 from gpufleet.runtime.files import read_json, write_json_atomic
 from gpufleet.runtime.rundir import ARCHIVE_DIR, RunDir
@@ -135,7 +136,7 @@ def check_checkpoint_storage(job: TrainingJob) -> None:
     try:
         fsspec.get_filesystem_class(scheme)
     except (ImportError, ValueError) as exc:
-        hint = " (pip install 'gpufleet[s3]')" if scheme in ("s3", "s3a") else ""
+        hint = f" ({install_hint('s3')})" if scheme in ("s3", "s3a") else ""
         msg = f"no fsspec filesystem for {scheme}://: {exc}{hint}"
         raise UserInputError([FieldError("spec.checkpoint.dir", msg)]) from None
 

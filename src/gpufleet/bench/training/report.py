@@ -146,11 +146,10 @@ def record(results: str, outdir: Path, as_json: bool) -> int:
 
 
 def need_mlperf_logging() -> None:
-    """Exit 1 with the install line when the optional mlperf-logging package is missing."""
+    """The optional mlperf-logging package, or exit 2 with its install line (nothing ran)."""
     import importlib.util
 
-    from gpufleet.bench import runner
+    from gpufleet.extras import missing
 
     if importlib.util.find_spec("mlperf_logging") is None:
-        runner.say("error: bench training needs mlperf-logging: pip install 'gpufleet[bench]'")
-        raise SystemExit(EXIT_FAILED)
+        raise missing("bench", "mlperf-logging", "bench training")
