@@ -27,6 +27,7 @@ from gpufleet.errors import (
     MetricsPortError,
     UserInputError,
 )
+from gpufleet.extras import install_hint
 from gpufleet.launch.fatal import read_fatal
 from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
@@ -40,7 +41,6 @@ from gpufleet.launch.worker import (
     worker_module_args,
 )
 from gpufleet.launch.worker import worker_env as shared_worker_env
-from gpufleet.extras import install_hint
 from gpufleet.net import free_port
 from gpufleet.runtime.files import read_json, write_json_atomic
 from gpufleet.runtime.rundir import ARCHIVE_DIR, RunDir
