@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.bench.inference.config import DEFAULTS, InferenceConfig
-from gpufleet.cli.bench_cluster import collect, collectives, coordinated, finish, scaling, training
+from gpufleet.cli.bench_jobs import collect, collectives, coordinated, finish, scaling, training
 from gpufleet.cli.common import Output
 
 bench = typer.Typer(

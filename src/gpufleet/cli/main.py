@@ -5,12 +5,12 @@ from __future__ import annotations
 import typer
 
 from gpufleet import __version__
-from gpufleet.cli import cluster
+from gpufleet.cli import jobs
 from gpufleet.cli.bench import bench
 from gpufleet.cli.checkpoints import checkpoints
 from gpufleet.cli.common import fail, internal_error
-from gpufleet.cli.devcluster import devcluster
 from gpufleet.cli.exporter import exporter
+from gpufleet.cli.local_cluster import local_cluster
 from gpufleet.cli.render import render_cmd
 from gpufleet.cli.run import run
 from gpufleet.cli.serve import export_cmd, serve
@@ -32,8 +32,8 @@ app.command(name="export")(export_cmd)
 app.command()(serve)
 app.add_typer(bench, name="bench")
 app.add_typer(checkpoints, name="checkpoints")
-app.add_typer(devcluster, name="cluster")
-for command in (cluster.submit, cluster.status, cluster.logs, cluster.cancel, exporter):
+app.add_typer(local_cluster, name="cluster")
+for command in (jobs.submit, jobs.status, jobs.logs, jobs.cancel, exporter):
     app.command()(command)
 
 

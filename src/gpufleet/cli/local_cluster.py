@@ -16,7 +16,7 @@ from gpufleet.devcluster.state import DEFAULT_DIR
 from gpufleet.errors import EXIT_FAILED, ClusterUpError, FieldError, UserInputError
 
 NODE_DEFAULTS = NodeSpec()
-devcluster = typer.Typer(
+local_cluster = typer.Typer(
     help="A local Kubernetes control plane with fake GPU nodes (etcd, kube-apiserver, "
     "controller-manager, scheduler, kwok), built from source; no containers run.",
     no_args_is_help=True,
@@ -26,7 +26,7 @@ DirOption = Annotated[
 ]
 
 
-@devcluster.command()
+@local_cluster.command()
 def up(
     nodes: Annotated[int, typer.Option(help="Fake nodes.")] = NODE_DEFAULTS.count,
     gpus_per_node: Annotated[int, typer.Option(help="nvidia.com/gpu per node.")] = (
@@ -99,7 +99,7 @@ def up(
     )
 
 
-@devcluster.command()
+@local_cluster.command()
 def down(directory: DirOption = DEFAULT_DIR) -> None:
     """Stop every component the state directory's cluster started."""
     stopped = LocalCluster(directory, log=err_console.print).down()
@@ -107,7 +107,7 @@ def down(directory: DirOption = DEFAULT_DIR) -> None:
         err_console.print("nothing was running")
 
 
-@devcluster.command(name="status")
+@local_cluster.command(name="status")
 def status_cmd(directory: DirOption = DEFAULT_DIR) -> None:
     """Each component: running, or exited (with its log). Exit 1 if any has exited."""
     states = LocalCluster(directory).status()
