@@ -21,7 +21,7 @@ def bad(option: str, message: str) -> NoReturn:
 
 def say(message: str) -> None:
     """A note on stderr (stdout holds only the table or the JSON)."""
-    from gpufleet.cli.common import err_console
+    from gpufleet.console import err_console
 
     err_console.print(message)
 
@@ -92,6 +92,6 @@ def print_rendered(job: TrainingJob, target: str) -> None:
 
 def print_json(data: dict[str, Any]) -> None:
     """One JSON object on stdout (the CLI's strict JSON)."""
-    from gpufleet.cli.common import print_json as strict
+    from gpufleet.console import print_json as strict
 
     strict(data)

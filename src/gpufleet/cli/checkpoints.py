@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpufleet.cli.common import Output, fail, print_json
+from gpufleet.cli.common import Output, fail
+from gpufleet.console import print_json
 from gpufleet.errors import EXIT_FAILED, FieldError, UserInputError
 from gpufleet.runtime import integrity
 from gpufleet.runtime.context import CHECKPOINTS_DIR

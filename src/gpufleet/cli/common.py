@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import signal
 import sys
 import threading
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from rich.console import Console
 from rich.text import Text
 
+from gpufleet.console import err_console
 from gpufleet.errors import EXIT_FAILED, GpufleetError, UserInputError
 from gpufleet.spec import Spec, TrainingJob, load_spec, load_training_job
-
-# markup=False: what is printed holds user text (a job named "[/x]", a field "[a]"), which rich
-# would read as markup and fail on (MarkupError) or swallow; styles come as Text spans instead.
-err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 
 class Output(StrEnum):
@@ -92,21 +86,3 @@ def internal_error(exc: BaseException) -> NoReturn:
         )
     )
     sys.exit(EXIT_FAILED)
-
-
-def strict_json(data: Any) -> Any:
-    """``data`` with every NaN or infinite float replaced by None: strict JSON has no NaN,
-    and parsers other than Python's refuse Python's bare ``NaN``."""
-    if isinstance(data, float):
-        return data if math.isfinite(data) else None
-    if isinstance(data, dict):
-        return {k: strict_json(v) for k, v in data.items()}
-    if isinstance(data, list | tuple):
-        return [strict_json(v) for v in data]
-    return data
-
-
-def print_json(data: Any) -> None:
-    """One JSON object on stdout (strict JSON: ``null`` for NaN or Inf)."""
-    sys.stdout.write(json.dumps(strict_json(data), sort_keys=True, allow_nan=False) + "\n")
-    sys.stdout.flush()
