@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import err_console, fail, stop_on_signals
+from gpufleet.cli.common import fail, stop_on_signals
+from gpufleet.console import err_console
 from gpufleet.errors import FieldError, MetricsPortError, UserInputError
 from gpufleet.observe.devices import Device, SimulatedDevice, nvml_devices
 from gpufleet.observe.exporter import DEFAULT_DEADLINE, GpuCollector, registry_for

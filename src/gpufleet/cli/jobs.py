@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import Output, err_console, fail
+from gpufleet.cli.common import Output, fail
 from gpufleet.cli.render import TargetOption, load_and_render
 from gpufleet.cli.validate import SetOption
 from gpufleet.cluster import Cluster
-from gpufleet.console import print_json
+from gpufleet.console import err_console, print_json
 from gpufleet.errors import FieldError, GpufleetError, UserInputError
 
 NamespaceOption = Annotated[

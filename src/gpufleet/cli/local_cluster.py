@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 import yaml
 
-from gpufleet.cli.common import err_console, fail
+from gpufleet.cli.common import fail
+from gpufleet.console import err_console
 from gpufleet.devcluster import LocalCluster, NodeSpec
 from gpufleet.devcluster.nodes import pools_from_values
 from gpufleet.devcluster.state import DEFAULT_DIR

@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 import yaml
 
-from gpufleet.cli.common import err_console, fail, load_any
+from gpufleet.cli.common import fail, load_any
 from gpufleet.cli.validate import SetOption
+from gpufleet.console import err_console
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.launch.worker import missing_script
 from gpufleet.render import SERVING_TARGETS, TARGETS, Obj, render_spec, targets_for

@@ -15,9 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from gpufleet.cli.common import Output, err_console, load_job
+from gpufleet.cli.common import Output, load_job
 from gpufleet.cli.validate import SetOption
-from gpufleet.console import print_json
+from gpufleet.console import err_console, print_json
 from gpufleet.launch.worker import DEFAULT_RUN_ROOT
 from gpufleet.runtime.files import read_json
 from gpufleet.runtime.rundir import RunDir

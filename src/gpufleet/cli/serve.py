@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import err_console, fail, stop_on_signals
+from gpufleet.cli.common import fail, stop_on_signals
+from gpufleet.console import err_console
 from gpufleet.errors import FieldError, ServingError, UserInputError
 from gpufleet.serve.server import ServeConfig
 from gpufleet.spec.inference import (

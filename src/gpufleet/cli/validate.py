@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import Output, err_console, load_any
-from gpufleet.console import print_json
+from gpufleet.cli.common import Output, load_any
+from gpufleet.console import err_console, print_json
 from gpufleet.spec import InferenceService
 
 SetOption = Annotated[
