@@ -206,7 +206,7 @@ def test_run_directory_file_names_are_written_nowhere_but_rundir() -> None:
     src = Path(gpufleet.__file__).parent
     names = ("result.json", "progress.json", "preempted.json", "fatal.json", "state.json")
     # Files of other directories that share a name: a LoadGen report, the dev cluster's state.
-    others = {src / "serve" / "loadgen" / "report.py", src / "devcluster" / "cluster.py"}
+    others = {src / "serve" / "loadgen" / "report.py", src / "devcluster" / "state.py"}
     spelled = [
         f"{path.relative_to(src)}: {name}"
         for path in sorted(src.rglob("*.py"))
