@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 # The tests that read the custom-resource schemas and the goldens (each reads files of the repo).
 STANDALONE_TESTS = (

@@ -20,9 +20,9 @@ from gpufleet.kube import LABEL_JOB
 from gpufleet.render import check_restricted, pod_specs_in, render_spec
 from gpufleet.render.serving import ADAPTER_METRICS
 from gpufleet.spec import InferenceService, validate_spec
-from tests.conftest import REPO
-from tests.fake_kube import FakeKube
-from tests.k8s_schemas import validate_strictly
+from tests.support.fake_kube import FakeKube
+from tests.support.k8s_schemas import validate_strictly
+from tests.support.paths import REPO
 
 GOLDEN = REPO / "tests" / "golden"
 ADAPTER = REPO / "deploy" / "prometheus" / "adapter-rules.yaml"
