@@ -17,7 +17,7 @@ from tests.support.paths import REPO
 STANDALONE_TESTS = (
     "tests/unit/test_render.py",
     "tests/unit/test_serving_render.py",
-    "tests/unit/test_chart.py",
+    "tests/integration/test_chart.py",
     "tests/unit/test_goldens.py",
 )
 
