@@ -37,7 +37,8 @@ lint: $(STAMP)
 	$(BIN)/python scripts/gen_spec_docs.py --check
 
 # One pytest-xdist worker per core: the test modules are handed out whole, the control plane's
-# together (tests/conftest.py, work_unit). PYTEST_WORKERS=0 runs them in this one process.
+# together, all of tests/cluster/ (tests/conftest.py, work_unit; tests/README.md).
+# PYTEST_WORKERS=0 runs them in this one process.
 PYTEST_WORKERS ?= auto
 test: lint tools controlplane
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
@@ -62,11 +63,11 @@ docs: $(STAMP)
 
 # Rewrite tests/golden/* from the renderers after an intended change; review with git diff.
 goldens: $(STAMP)
-	$(BIN)/python -m tests.goldens
+	$(BIN)/python -m tests.support.goldens
 
 # Rewrite tests/k8s-schemas/* from the CRDs of the pinned controllers after a pin changes.
 schemas: $(STAMP) controlplane
-	$(BIN)/python -m tests.k8s_schemas
+	$(BIN)/python -m tests.support.k8s_schemas
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/runtime_overhead.py

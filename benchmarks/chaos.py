@@ -33,8 +33,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' job and helpers
 from common import environment, result_path
-from tests.conftest import digits_job as job  # the chaos tests' job: same reference digest
-from tests.conftest import fill_disk
+from tests.support.disk import fill_disk
+from tests.support.specs import digits_job as job  # the chaos tests' job: same reference digest
 
 from gpufleet.errors import EXIT_NON_FINITE, EXIT_PREEMPTED, EXIT_STORAGE
 

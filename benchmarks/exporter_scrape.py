@@ -2,8 +2,8 @@
 
 Starts ``gpufleet exporter --simulate N`` as a real process for N in (0, 1, 8), and once more
 for 8 GPUs with ``--pod-resources`` against a stand-in kubelet (a gRPC server on a unix socket,
-tests/kubelet.py, answering 4 pods), so the GPU -> pod attribution's cost shows. Scrapes each
-``--scrapes`` times round-robin (so machine noise hits all alike), and reads the exporter's CPU
+tests/support/kubelet.py, answering 4 pods), so the GPU -> pod attribution's cost shows. Scrapes
+each ``--scrapes`` times round-robin (so machine noise hits all alike), and reads the exporter's CPU
 time and RSS with psutil. N = 0 (the same process serving only its self metrics) is the
 baseline in the same run; the ratios and the CPU share at a 15 s scrape interval are reported
 against the goals (< 50 ms per scrape, < 1 % of a core, < 80 MB RSS).
@@ -27,7 +27,7 @@ import psutil
 from common import environment, median, result_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
-from tests.kubelet import Kubelet, compiled_upstream, kubelet_answer
+from tests.support.kubelet import Kubelet, compiled_upstream, kubelet_answer
 
 # (name, simulated GPUs, with the kubelet's pod-resources)
 CONFIGS = [("0", 0, False), ("1", 1, False), ("8", 8, False), ("8+pods", 8, True)]

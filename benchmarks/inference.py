@@ -135,7 +135,7 @@ def guard_overhead(guard: str, backend: str, queries: int, rounds: int) -> dict[
     import http.client
     import urllib.parse
 
-    from tests.oip import INFER, infer_body
+    from tests.support.oip import INFER, infer_body
 
     body = infer_body([1, 1, 8, 8])
     headers = {"Content-Type": "application/json"}
@@ -166,7 +166,7 @@ def guard_overhead(guard: str, backend: str, queries: int, rounds: int) -> dict[
 
 
 def hostile_memory(http: str, server: psutil.Process, loops: int) -> dict[str, Any]:
-    from tests.oip import HOSTILE, INFER, infer_body, post
+    from tests.support.oip import HOSTILE, INFER, infer_body, post
 
     bodies = [b for _, path, b, _ in HOSTILE if path == INFER]
     for body in bodies:

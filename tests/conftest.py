@@ -1,23 +1,18 @@
-"""Shared fixtures: run the real CLI in a scratch directory and check for orphan processes."""
+"""Fixtures and pytest hooks only: a scratch directory checked for orphan processes, the
+session's cache and control plane, the skips by marker and the order of the work units. The
+helpers the tests import live in tests/support/ (tests/README.md)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import psutil
 import pytest
-import yaml
 from hypothesis import settings
 
-REPO = Path(__file__).resolve().parents[1]
-T = TypeVar("T")
+from tests.support.procs import wait_no_processes
 
 # Property tests: `ci` (the default, `make test`) draws the same examples on every run, each
 # test's seed derived from its name, so CI never fails at random; `explore` (`make fuzz`) draws
@@ -26,150 +21,6 @@ T = TypeVar("T")
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-
-
-def poll_until(
-    check: Callable[[], T | None],
-    *,
-    what: str,
-    timeout: float = 120,
-    interval: float = 0.2,
-    alive: subprocess.Popen[Any] | None = None,
-    retry_on: tuple[type[BaseException], ...] = (),
-) -> T:
-    """Call ``check`` until it returns something truthy, and return that.
-
-    Fails the test saying ``what`` was awaited when ``timeout`` seconds pass, or at once when
-    the ``alive`` process has exited (a dead launcher makes no more progress; its exit code is
-    in the message). Exceptions of the ``retry_on`` types count as "not yet" (a server that is
-    not listening yet raises OSError).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-        except retry_on:
-            value = None
-        if value:
-            return value
-        if alive is not None and alive.poll() is not None:
-            pytest.fail(f"process exited with {alive.returncode} while waiting for {what}")
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
-
-
-def digits_job(name: str = "digits-test", **spec: Any) -> dict[str, Any]:
-    """A small digits TrainingJob document; ``spec`` keys override (camelCase)."""
-    doc: dict[str, Any] = {
-        "apiVersion": "gpufleet.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "workload": {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 5},
-            "nodes": 1,
-            "procsPerNode": 2,
-            "checkpoint": {"everySteps": 10, "keep": 3},
-            "maxRestarts": 2,
-            "hangTimeout": "60s",
-            "preemption": {"gracePeriod": "20s"},
-        },
-    }
-    doc["spec"].update(spec)
-    return doc
-
-
-def cluster_job(**spec: Any) -> dict[str, Any]:
-    """A digits job named "train" that can run on a cluster (image, checkpoints on a volume)."""
-    base: dict[str, Any] = {
-        "image": "ghcr.io/example/gpufleet:0.1.0",
-        "checkpoint": {"dir": "/ckpt/run", "everySteps": 50},
-        "volumes": [{"name": "ckpt", "mountPath": "/ckpt", "claimName": "team-ckpt"}],
-    }
-    base.update(spec)
-    return digits_job("train", **base)
-
-
-def fill_disk(disk: Path) -> Path:
-    """Write a file into ``disk`` until it is full (ENOSPC); returns the file."""
-    filler = disk / "filler"
-    with filler.open("wb") as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 65536)
-                fh.flush()
-        except OSError:
-            pass
-    return filler
-
-
-def write_spec(directory: Path, doc: dict[str, Any], filename: str = "job.yaml") -> Path:
-    """Write a spec document as YAML and return its path."""
-    path = directory / filename
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
-def cli_env() -> dict[str, str]:
-    """The environment for CLI subprocesses (no colors, no terminal tricks)."""
-    env = dict(os.environ)
-    env.update({"NO_COLOR": "1", "TERM": "dumb", "PYTHONUNBUFFERED": "1", "COLUMNS": "200"})
-    env.pop("GPUFLEET_FAULTS", None)
-    return env
-
-
-def gpufleet_cmd(*args: str) -> list[str]:
-    """argv for the CLI in this interpreter."""
-    return [sys.executable, "-m", "gpufleet.cli.main", *args]
-
-
-def run_cli(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240
-) -> subprocess.CompletedProcess[str]:
-    """Run ``gpufleet ARGS`` to completion."""
-    return subprocess.run(
-        gpufleet_cmd(*args),
-        cwd=cwd,
-        env=env or cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def summary_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """The JSON summary that ``gpufleet run -o json`` printed."""
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    assert lines, f"no stdout; stderr:\n{proc.stderr[-3000:]}"
-    return json.loads(lines[-1])  # type: ignore[no-any-return]
-
-
-def processes_mentioning(text: str, cwd: Path | None = None) -> list[psutil.Process]:
-    """Live processes whose command line or working directory mentions ``text``; with ``cwd``,
-    only those working there (read once in the listing: another test's processes come and go)."""
-    found = []
-    for p in psutil.process_iter(["cmdline", "cwd", "status"]):
-        try:
-            if p.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            cmd, where = " ".join(p.info["cmdline"] or []), p.info["cwd"] or ""
-            mentions = text in cmd or text == where
-            if p.pid != os.getpid() and mentions and (cwd is None or where == str(cwd)):
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
-def wait_no_processes(text: str, timeout: float = 15) -> list[psutil.Process]:
-    """Wait until no process mentions ``text``; return the ones left after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    left = processes_mentioning(text)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
-        left = processes_mentioning(text)
-    return left
 
 
 @pytest.fixture
@@ -192,14 +43,10 @@ def own_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip `gpu` tests without CUDA and `cluster` tests without KUBECONFIG, with the reason;
-    order the modules (work_unit)."""
-    strays = sorted({item.nodeid.split("::")[0] for item in items
-                     if "devcluster" in getattr(item, "fixturenames", ())
-                     and work_unit(item.nodeid) != CONTROL_PLANE})  # fmt: skip
-    if strays:  # it would start a second control plane in its own worker
-        raise pytest.UsageError(f"tests using the devcluster fixture belong in {CONTROL_PLANE}/: "
-                                f"{', '.join(strays)}")  # fmt: skip
+    """Refuse control-plane tests outside tests/cluster/ or without their marker; skip `gpu`
+    tests without CUDA and `cluster` tests without KUBECONFIG, with the reason; order the
+    modules (work_unit)."""
+    check_control_plane_tests(items)
     in_one_process = not hasattr(config, "workerinput")
     slow = {work_unit(item.nodeid) for item in items if "slow" in item.keywords}
 
@@ -221,14 +68,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_cluster)
 
 
-# The modules that use the session's control plane (the devcluster fixture) live here.
-CONTROL_PLANE = "tests/controlplane"
+def check_control_plane_tests(items: list[pytest.Item]) -> None:
+    """A test using the devcluster fixture is marked `controlplane`, and a `controlplane` test
+    lives in tests/cluster/: elsewhere it would start a second control plane in its own worker."""
+    uses = {item.nodeid.split("::")[0]: item for item in items
+            if "devcluster" in getattr(item, "fixturenames", ())}  # fmt: skip
+    unmarked = sorted(
+        m for m, item in uses.items() if item.get_closest_marker("controlplane") is None
+    )
+    if unmarked:
+        raise pytest.UsageError("tests using the devcluster fixture are marked controlplane "
+                                f"(pytestmark): {', '.join(unmarked)}")  # fmt: skip
+    strays = sorted({item.nodeid.split("::")[0] for item in items
+                     if item.get_closest_marker("controlplane") is not None
+                     and work_unit(item.nodeid) != CONTROL_PLANE})  # fmt: skip
+    if strays:
+        raise pytest.UsageError(f"controlplane tests belong in {CONTROL_PLANE}/: "
+                                f"{', '.join(strays)}")  # fmt: skip
+
+
+# The modules that use the session's control plane (the devcluster fixture, marker
+# `controlplane`) live here, beside the live-cluster tests (marker `cluster`).
+CONTROL_PLANE = "tests/cluster"
 
 
 def work_unit(nodeid: str) -> str:
     """What runs whole, in one process: a test module (its module fixtures are set up once), or
-    all of tests/controlplane/ (one control plane per process: a second would cost a minute
-    to start, and the MPI operator's fixed port allows only one).
+    all of tests/cluster/ (one control plane per process: a second would cost a minute to start,
+    and the MPI operator's fixed port allows only one; the live-cluster tests beside it are
+    skipped without KUBECONFIG).
 
     In one process the control plane's modules run last: it runs from their first test to the
     end of the session, and its processes would otherwise run beside every test after them.
@@ -256,33 +124,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 @pytest.fixture(scope="session")
 def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The local control plane (`gpufleet cluster up`: 3 nodes x 4 A30, Kueue, JobSet), started
-    once per test session and stopped at its end (tests/devcluster.py)."""
-    from tests.devcluster import session_cluster
+    once per test session and stopped at its end (tests/support/devcluster.py)."""
+    from tests.support.devcluster import session_cluster
 
     yield from session_cluster(tmp_path_factory)
-
-
-def pod_templates(obj: Any) -> Iterator[dict[str, Any]]:
-    """Every pod template inside a rendered object (Job, JobSet, Kubeflow and Volcano kinds)."""
-    if isinstance(obj, dict):
-        template = obj.get("template")
-        if isinstance(template, dict) and "containers" in template.get("spec", {}):
-            yield template
-        for value in obj.values():
-            yield from pod_templates(value)
-    elif isinstance(obj, list):
-        for value in obj:
-            yield from pod_templates(value)
-
-
-def stop_processes(procs: list[subprocess.Popen[Any]], timeout: float = 30) -> None:
-    """SIGTERM each process still running (last started first), then wait; SIGKILL laggards."""
-    for proc in reversed(procs):
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -23,17 +23,10 @@ from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_NON_FINITE, EXIT_PREEMPTED,
 from gpufleet.runtime.context import PREEMPTED_FILE
 from gpufleet.runtime.files import read_json
 from gpufleet.runtime.samplelog import read_sample_log
-from tests.conftest import (
-    cli_env,
-    digits_job,
-    fill_disk,
-    gpufleet_cmd,
-    poll_until,
-    processes_mentioning,
-    run_cli,
-    summary_of,
-    write_spec,
-)
+from tests.support.cli import cli_env, gpufleet_cmd, run_cli, summary_of
+from tests.support.disk import fill_disk
+from tests.support.procs import poll_until, processes_mentioning
+from tests.support.specs import digits_job, write_spec
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import pytest
 from gpufleet.cluster import Cluster
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
-from tests.conftest import digits_job
+from tests.support.specs import digits_job
 
 pytestmark = pytest.mark.cluster
 

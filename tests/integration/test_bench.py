@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from gpufleet.bench.collectives import OPS
-from tests.conftest import cli_env, cluster_job, run_cli, write_spec
+from tests.support.cli import cli_env, run_cli
+from tests.support.specs import cluster_job, write_spec
 
 
 def test_collectives_measure_and_check_every_op_mode_and_size(workdir: Path) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import digits_job, run_cli, summary_of, write_spec
+from tests.support.cli import run_cli, summary_of
+from tests.support.specs import digits_job, write_spec
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -11,8 +11,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.net import free_port
-from tests.conftest import cli_env, digits_job, gpufleet_cmd, poll_until, write_spec
-from tests.scrape import scrape_port, steps_by_rank
+from tests.support.cli import cli_env, gpufleet_cmd
+from tests.support.procs import poll_until
+from tests.support.scrape import scrape_port, steps_by_rank
+from tests.support.specs import digits_job, write_spec
 
 pytestmark = pytest.mark.slow
 

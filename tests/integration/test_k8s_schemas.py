@@ -4,8 +4,8 @@ from the manifests the control-plane build extracted writes the same bytes."""
 from __future__ import annotations
 
 from gpufleet.devcluster.build import binaries_dir
-from tests.conftest import REPO
-from tests.k8s_schemas import generate
+from tests.support.k8s_schemas import generate
+from tests.support.paths import REPO
 
 
 def test_committed_schemas_equal_a_regeneration_from_the_pinned_crds() -> None:

@@ -13,18 +13,10 @@ import psutil
 import pytest
 
 from gpufleet.errors import EXIT_BAD_INPUT, EXIT_FAILED
-from tests.conftest import (
-    REPO,
-    cli_env,
-    digits_job,
-    gpufleet_cmd,
-    poll_until,
-    processes_mentioning,
-    run_cli,
-    summary_of,
-    wait_no_processes,
-    write_spec,
-)
+from tests.support.cli import cli_env, gpufleet_cmd, run_cli, summary_of
+from tests.support.paths import REPO
+from tests.support.procs import poll_until, processes_mentioning, wait_no_processes
+from tests.support.specs import digits_job, write_spec
 
 pytestmark = pytest.mark.slow
 

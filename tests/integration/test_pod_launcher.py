@@ -24,8 +24,10 @@ from gpufleet.errors import EXIT_FAILED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_PREEM
 from gpufleet.net import free_port
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
-from tests.conftest import cli_env, cluster_job, poll_until
-from tests.scrape import scrape_port, steps_by_rank
+from tests.support.cli import cli_env
+from tests.support.procs import poll_until
+from tests.support.scrape import scrape_port, steps_by_rank
+from tests.support.specs import cluster_job
 
 pytestmark = pytest.mark.slow
 

@@ -14,16 +14,11 @@ from typing import Any
 import pytest
 
 from gpufleet.net import free_port
-from tests.conftest import (
-    cli_env,
-    digits_job,
-    gpufleet_cmd,
-    poll_until,
-    stop_processes,
-    write_spec,
-)
-from tests.kubelet import Kubelet, answering_kubelet
-from tests.prometheus import prometheus, query, static
+from tests.support.cli import cli_env, gpufleet_cmd
+from tests.support.kubelet import Kubelet, answering_kubelet
+from tests.support.procs import poll_until, stop_processes
+from tests.support.prometheus import prometheus, query, static
+from tests.support.specs import digits_job, write_spec
 
 pytestmark = [
     pytest.mark.slow,

@@ -13,7 +13,8 @@ import torch
 
 from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.runtime.integrity import MARKER
-from tests.conftest import cli_env, digits_job, run_cli, summary_of, write_spec
+from tests.support.cli import cli_env, run_cli, summary_of
+from tests.support.specs import digits_job, write_spec
 
 pytestmark = pytest.mark.slow
 

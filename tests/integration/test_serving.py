@@ -39,8 +39,8 @@ from gpufleet.serve.export import export
 from gpufleet.serve.repository import Batching, read_repository
 from gpufleet.serve.server import Endpoints, ServeConfig, serving
 from gpufleet.workloads.digits import DigitsCNN, digits_datasets
-from tests.conftest import cli_env, gpufleet_cmd
-from tests.oip import HOSTILE, INFER, MODEL, infer_body, is_parse_error, post, ready
+from tests.support.cli import cli_env, gpufleet_cmd
+from tests.support.oip import HOSTILE, INFER, MODEL, infer_body, is_parse_error, post, ready
 
 pytestmark = pytest.mark.slow
 tritonclient_http = pytest.importorskip("tritonclient.http")
@@ -522,7 +522,7 @@ def test_triton_metrics_are_served_with_the_recorded_names(served: Served) -> No
     """The recorded Triton metric names (dashboards and autoscaling read them) are real."""
     import re
 
-    from tests.metric_names import triton
+    from tests.support.metric_names import triton
 
     post(served.endpoints.http, INFER, infer_body([1, 1, 8, 8]))
     with urllib.request.urlopen(served.endpoints.metrics, timeout=10) as resp:

@@ -11,13 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 # The tests that read the custom-resource schemas and the goldens (each reads files of the repo).
 STANDALONE_TESTS = (
     "tests/unit/test_render.py",
     "tests/unit/test_serving_render.py",
-    "tests/unit/test_chart.py",
+    "tests/integration/test_chart.py",
     "tests/unit/test_goldens.py",
 )
 

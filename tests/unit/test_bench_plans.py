@@ -17,7 +17,7 @@ from gpufleet.bench.training import TrainingConfig
 from gpufleet.bench.training import plan as plan_training
 from gpufleet.errors import UserInputError
 from gpufleet.spec import TrainingJob, validate_training_job
-from tests.conftest import cluster_job
+from tests.support.specs import cluster_job
 
 
 def spec(**fields: Any) -> TrainingJob:

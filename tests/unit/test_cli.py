@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT
-from tests.conftest import REPO, digits_job, write_spec
+from tests.support.paths import REPO
+from tests.support.specs import digits_job, write_spec
 
 runner = CliRunner()
 

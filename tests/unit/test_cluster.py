@@ -1,6 +1,6 @@
 """``gpufleet status`` from recorded API objects, and the client's calls against a stand-in API.
 
-No cluster runs here, so the client talks to ``FakeKube`` (tests/fake_kube.py) holding the
+No cluster runs here, so the client talks to ``FakeKube`` (tests/support/fake_kube.py) holding the
 objects of one recorded scenario (tests/fixtures/cluster/*.yaml), through the same method names
 and parameters as kubernetes.client's APIs (checked in test_fake_kube).
 """
@@ -21,8 +21,9 @@ from gpufleet.errors import EXIT_BAD_INPUT, GpufleetError, UserInputError
 from gpufleet.kube import LABEL_JOB
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
-from tests.conftest import REPO, cluster_job
-from tests.fake_kube import FakeKube
+from tests.support.fake_kube import FakeKube
+from tests.support.paths import REPO
+from tests.support.specs import cluster_job
 
 FIXTURES = REPO / "tests" / "fixtures" / "cluster"
 
@@ -52,7 +53,7 @@ def test_kueue_quota_names_the_cluster_queue_and_what_is_used_up() -> None:
 
 
 # Kueue v0.19.2's conditions on a workload preempted by its lender (recorded on the local
-# control plane, tests/controlplane/test_devcluster_platform.py).
+# control plane, tests/cluster/test_devcluster_platform.py).
 PREEMPTED_BY_LENDER = (
     "Preempted to accommodate a workload (UID: 11c56a05-d67f-4747-9162-e0594e1b6a27, JobUID: "
     "87967475-8792-4ea6-8091-863b5e14ddc9) due to reclamation within the cohort; preemptor path: "

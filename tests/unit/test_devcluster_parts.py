@@ -16,7 +16,7 @@ from gpufleet.devcluster.components import KWOK_NODE_ANNOTATION, kube_apiserver
 from gpufleet.devcluster.kwok import node_object
 from gpufleet.devcluster.nodes import NodeSpec
 from gpufleet.devcluster.pki import CLIENTS, make_pki
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def load(path: Path) -> x509.Certificate:

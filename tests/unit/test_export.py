@@ -14,7 +14,7 @@ from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.serve.repository import read_repository
 from gpufleet.serve.torchscript import TorchScriptModel
 from gpufleet.workloads.digits import DigitsCNN
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 pytest.importorskip("tritonclient.grpc")
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from tests.fake_kube import API_CLASSES, API_METHODS, FakeKube
+from tests.support.fake_kube import API_CLASSES, API_METHODS, FakeKube
 
 
 def required(fn: Any) -> list[str]:

@@ -23,8 +23,8 @@ from gpufleet.spec import (
     validate_training_job,
 )
 from gpufleet.spec.loader import _format_path, parse_override
-from tests.conftest import digits_job
-from tests.spec_strategies import from_schema
+from tests.support.spec_strategies import from_schema
+from tests.support.specs import digits_job
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=20)

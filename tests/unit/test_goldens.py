@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.goldens import GOLDENS, golden_text
+from tests.support.goldens import GOLDENS, golden_text
+from tests.support.paths import REPO
 
 
 @pytest.mark.parametrize("path", list(GOLDENS), ids=lambda p: p.name)

@@ -21,7 +21,8 @@ from gpufleet.kube import LABEL_JOB
 from gpufleet.render import TARGETS, render_spec
 from gpufleet.spec import load_spec, validate_training_job
 from gpufleet.spec.loader import MAX_SPEC_BYTES, MAX_SPEC_NODES, parse_yaml
-from tests.conftest import cluster_job, digits_job, gpufleet_cmd, write_spec
+from tests.support.cli import gpufleet_cmd
+from tests.support.specs import cluster_job, digits_job, write_spec
 
 JOB_HEAD = "apiVersion: gpufleet.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: bomb}\n"
 

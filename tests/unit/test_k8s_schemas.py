@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.k8s_schemas import KINDS, SCHEMAS, schema_path, strict, validate_strictly
+from tests.support.k8s_schemas import KINDS, SCHEMAS, schema_path, strict, validate_strictly
 
 CRD = {
     "type": "object",

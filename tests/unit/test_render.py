@@ -15,8 +15,9 @@ from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
 from gpufleet.render import TARGETS, check_restricted, pod_specs_in, render
 from gpufleet.render.checks import TRAINJOB_GRACE_PERIOD
 from gpufleet.spec import validate_training_job
-from tests.conftest import REPO, cluster_job, digits_job, write_spec
-from tests.k8s_schemas import validate_strictly
+from tests.support.k8s_schemas import validate_strictly
+from tests.support.paths import REPO
+from tests.support.specs import cluster_job, digits_job, write_spec
 
 GOLDEN = REPO / "tests" / "golden"
 
@@ -339,7 +340,7 @@ def test_the_pod_monitor_finds_a_named_port_on_every_target(target: str) -> None
     """spec.metrics.podMonitor: every pod the PodMonitor selects has a container port of the
     name it scrapes (PyTorchJob replaced the port list and lost it; a TrainJob cannot declare
     one and refuses the spec, above)."""
-    from tests.conftest import pod_templates
+    from tests.support.specs import pod_templates
 
     doc = cluster_job(nodes=2, metrics={"port": 9090, "podMonitor": True})
     objects = render(validate_training_job(doc), target)

@@ -13,7 +13,7 @@ from gpufleet.errors import UserInputError
 from gpufleet.launch.secrets import ENV_OBJECTS_DIR, resolve_env
 from gpufleet.render import TARGETS, render_spec
 from gpufleet.spec import validate_training_job
-from tests.conftest import cluster_job, digits_job
+from tests.support.specs import cluster_job, digits_job
 
 REF = {"secretKeyRef": {"name": "hf", "key": "token"}}
 CONFIG = {"configMapKeyRef": {"name": "settings", "key": "mode", "optional": True}}

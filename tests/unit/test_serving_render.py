@@ -3,9 +3,6 @@ restricted pods, the autoscaler's signal), goldens, and submit through the typed
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,33 +16,16 @@ from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
 from gpufleet.kube import LABEL_JOB
 from gpufleet.render import check_restricted, pod_specs_in, render_spec
 from gpufleet.render.serving import ADAPTER_METRICS
-from gpufleet.spec import InferenceService, validate_spec
-from tests.conftest import REPO
-from tests.fake_kube import FakeKube
-from tests.k8s_schemas import validate_strictly
+from gpufleet.spec import validate_spec
+from tests.support.fake_kube import FakeKube
+from tests.support.k8s_schemas import validate_strictly
+from tests.support.paths import REPO
+from tests.support.serving import adapter_rules, parsed, service
 
 GOLDEN = REPO / "tests" / "golden"
-ADAPTER = REPO / "deploy" / "prometheus" / "adapter-rules.yaml"
-
-
-def service(**spec: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"model": {"name": "digits", "repository": "s3://models/repo"}}
-    base.update(spec)
-    return {
-        "apiVersion": "gpufleet.dev/v1alpha1",
-        "kind": "InferenceService",
-        "metadata": {"name": "digits", "namespace": "team-a"},
-        "spec": base,
-    }
 
 
 ON_PVC = {"name": "digits", "pvc": {"claimName": "models"}}
-
-
-def parsed(doc: dict[str, Any]) -> InferenceService:
-    spec = validate_spec(doc)
-    assert isinstance(spec, InferenceService)
-    return spec
 
 
 MATRIX = [
@@ -222,40 +202,9 @@ def test_hpa_scales_on_the_adapter_metric() -> None:
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
 
 
-def adapter_rules() -> list[dict[str, Any]]:
-    return yaml.safe_load(ADAPTER.read_text())["rules"]  # type: ignore[no-any-return]
-
-
 def test_adapter_rules_serve_the_metrics_the_hpa_names() -> None:
     served = {r["name"]["as"] for r in adapter_rules()}
     assert set(ADAPTER_METRICS.values()) <= served
-
-
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (make tools)")
-def test_autoscaling_queries_parse(tmp_path: Path) -> None:
-    """Adapter rules (placeholders filled as the adapter does) and KEDA triggers parse."""
-    exprs = [
-        re.sub(r"<<\.LabelMatchers>>", 'namespace="a",pod="b"', r["metricsQuery"]).replace(
-            "<<.GroupBy>>", "pod"
-        )
-        for r in adapter_rules()
-    ]
-    for metric in ("queueTime", "inflight"):
-        svc = parsed(
-            service(replicas={"min": 1, "max": 2}, autoscaling={"engine": "keda", "metric": metric})
-        )
-        exprs.append(render_spec(svc, "triton")[-1]["spec"]["triggers"][0]["metadata"]["query"])
-    rules = [{"record": f"check:q{i}", "expr": e} for i, e in enumerate(exprs)]
-    path = tmp_path / "q.rules.yaml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "q", "rules": rules}]}))
-    proc = subprocess.run(
-        ["promtool", "check", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 BAD = [

@@ -11,7 +11,7 @@ import yaml
 from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
 from gpufleet.spec import load_spec, load_training_job, parse_override, validate_training_job
 from gpufleet.spec.units import parse_duration, parse_quantity
-from tests.conftest import digits_job, write_spec
+from tests.support.specs import digits_job, write_spec
 
 
 def errors_of(doc: Any) -> dict[str, str]:

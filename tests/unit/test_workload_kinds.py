@@ -13,7 +13,7 @@ from gpufleet.runtime.context import ENV_WORKLOAD, JobContext
 from gpufleet.spec import WORKLOAD_KINDS, TrainingJob, validate_training_job
 from gpufleet.spec.workloads import Workload
 from gpufleet.workloads import __main__ as worker
-from tests.conftest import digits_job
+from tests.support.specs import digits_job
 
 
 def test_each_kind_is_listed_once_under_its_own_name() -> None:

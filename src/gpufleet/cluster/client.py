@@ -1,9 +1,10 @@
 """``gpufleet submit | status | logs | cancel``: the official kubernetes client, injected.
 
 ``Cluster.connect()`` loads a kubeconfig (``KUBECONFIG``, ``~/.kube/config``) or the in-cluster
-service account; tests inject one stand-in for every API (tests/fake_kube.py) holding recorded
-objects. Everything it fetches goes through ``status.summarize`` (pure, unit-tested). Only the
-client's own errors (``api_errors()``) become ClusterError; anything else is a bug of ours.
+service account; tests inject one stand-in for every API (tests/support/fake_kube.py) holding
+recorded objects. Everything it fetches goes through ``status.summarize`` (pure, unit-tested).
+Only the client's own errors (``api_errors()``) become ClusterError; anything else is a bug of
+ours.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+__all__ = ["RULESET", "Compliance", "check", "run_minutes", "write_ruleset"]
+
 RULESET = "6.1.0"
 _HOOK = "'training_{ruleset}/{{}}_common.yaml'.format(v['value'])"
 

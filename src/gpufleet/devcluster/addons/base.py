@@ -112,6 +112,8 @@ class Addon:
 
 @dataclass(frozen=True)
 class Ports:
+    """The ports one controller manager serves on: its webhook, health probes and metrics."""
+
     webhook: int
     health: int
     metrics: int

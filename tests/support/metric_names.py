@@ -12,7 +12,7 @@ from gpufleet.observe.devices import SimulatedDevice
 from gpufleet.observe.exporter import GpuCollector
 from gpufleet.observe.podresources import Allocation, Attribution
 from gpufleet.runtime.metrics import JobMetrics
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
 # gpufleet metric names, recording-rule names (level:metric:operations) and Triton's (nv_*) in a

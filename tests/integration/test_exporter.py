@@ -26,7 +26,7 @@ from gpufleet.errors import EXIT_BAD_INPUT
 from gpufleet.observe.devices import Reading, SimulatedDevice, XidCounter, nvml_devices
 from gpufleet.observe.exporter import METRICS, GpuCollector, reading_fields, registry_for
 from gpufleet.observe.http import start_metrics_server, url
-from tests.scrape import scrape, serve, stop
+from tests.support.scrape import scrape, serve, stop
 
 RELEASE = threading.Event()  # set at the end of the module: lets hung reads return
 

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from gpufleet.devcluster.build import COMPONENTS, binaries_dir
-from tests.conftest import REPO, cli_env, poll_until, run_cli
+from tests.support.cli import cli_env, run_cli
+from tests.support.paths import REPO
+from tests.support.procs import poll_until
 
 CHART = REPO / "deploy" / "helm" / "gpufleet"
 NODES, GPUS_PER_NODE, PRODUCT = 3, 4, "NVIDIA-A30"

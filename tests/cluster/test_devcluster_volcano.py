@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from gpufleet.devcluster.kwok import NOT_KWOK_COMPLETE, exit_with
-from tests.conftest import cluster_job, poll_until, write_spec
-from tests.devcluster import DevCluster, needs_controlplane
+from tests.support.devcluster import DevCluster, needs_controlplane
+from tests.support.procs import poll_until
+from tests.support.specs import cluster_job, write_spec
 
-pytestmark = [pytest.mark.slow, needs_controlplane]
+pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
 VOLCANO_JOBS = ("batch.volcano.sh", "v1alpha1")
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 

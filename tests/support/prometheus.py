@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import yaml
 
 from gpufleet.net import free_port
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
 K = TypeVar("K", bound=Hashable)

@@ -1,10 +1,10 @@
 """Strict validation of rendered objects: core kinds with kubernetes-validate, custom kinds with
 the JSON Schemas in tests/k8s-schemas/, derived from the CRDs of exactly the controller versions
 the project pins (the manifests scripts/build-controlplane.sh extracts from each Go module into
-.tools/controlplane/manifests and crds/). `python -m tests.k8s_schemas` (`make schemas`) writes
-them again after a pin changes; tests/integration/test_k8s_schemas.py checks that doing so gives
-the committed bytes. A kind with no schema fails the test that needs it (a skip would hide every
-custom-resource check)."""
+.tools/controlplane/manifests and crds/). `python -m tests.support.k8s_schemas` (`make schemas`)
+writes them again after a pin changes; tests/integration/test_k8s_schemas.py checks that doing so
+gives the committed bytes. A kind with no schema fails the test that needs it (a skip would hide
+every custom-resource check)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import kubernetes_validate
 import pytest
 
 from gpufleet.devcluster.addons import CRD, load_manifests
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 K8S_VERSION = "1.33"
 SCHEMAS = REPO / "tests" / "k8s-schemas"
@@ -55,7 +55,7 @@ def crd_schema(group: str, kind: str, version: str) -> dict[str, Any]:
     if not path.is_file():
         pytest.fail(
             f"no schema for {group}/{version} {kind}: expected {path.relative_to(REPO)} (add the "
-            "kind to KINDS in tests/k8s_schemas.py and run `make schemas`)",
+            "kind to KINDS in tests/support/k8s_schemas.py and run `make schemas`)",
             pytrace=False,
         )
     schema: dict[str, Any] = json.loads(path.read_text())

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from gpufleet.render import TARGETS, check_restricted, pod_specs_in
-from tests.conftest import REPO, cluster_job, pod_templates
-from tests.k8s_schemas import validate_strictly
+from tests.support.k8s_schemas import validate_strictly
+from tests.support.paths import REPO
+from tests.support.specs import cluster_job, pod_templates
 
 CHART = REPO / "deploy" / "helm" / "gpufleet"
 SCENARIOS = sorted((CHART / "ci").glob("*-values.yaml"))

@@ -13,7 +13,7 @@ from dockerfile_parse import DockerfileParser
 
 from gpufleet.render.mpijob import SSH_DIR, SSH_PORT, SSHD_CONFIG
 from gpufleet.render.podspec import RUN_DIR, UID
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 DOCKERFILE = REPO / "docker" / "Dockerfile"
 SSHD = REPO / "docker" / "sshd_config"

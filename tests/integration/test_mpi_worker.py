@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import poll_until
+from tests.support.procs import poll_until
 
 # Stands in for the pod launcher sshd's session runs: "gpufleet.launch.pod" in its command line,
 # a SIGTERM handler that records the signal (the preemption checkpoint) and exits 75.

@@ -3,7 +3,7 @@
 The tests compare the rendered text with the file, byte for byte, and never write it. After an
 intended change to a renderer, rewrite the files in a separate step and review the diff:
 
-    python -m tests.goldens          # or: make goldens
+    python -m tests.support.goldens          # or: make goldens
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 
 from gpufleet.render import SERVING_TARGETS, TARGETS, render_spec
 from gpufleet.spec import validate_spec
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 GOLDEN = REPO / "tests" / "golden"
 TRAINING_SPEC = GOLDEN / "digits-cluster.spec.yaml"

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO
-from tests.metric_names import NAME, produced
+from tests.support.metric_names import NAME, produced
+from tests.support.paths import REPO
 
 DASHBOARDS = sorted((REPO / "deploy" / "grafana").glob("*.json"))
 

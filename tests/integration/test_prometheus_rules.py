@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
-from tests.metric_names import NAME, produced
+from tests.support.metric_names import NAME, produced
+from tests.support.paths import REPO
 
 RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
 TESTS = sorted((REPO / "deploy" / "prometheus" / "tests").glob("*.test.yaml"))

@@ -2,7 +2,7 @@
 kube-scheduler, Kueue and JobSet built from controlplane/go.mod) with kwok's fake GPU nodes, and
 gpufleet jobs carried by the real Job controller and scheduler to Succeeded.
 
-The cluster is the session's (tests/devcluster.py): started once, shared by the live tests;
+The cluster is the session's (tests/support/devcluster.py): started once, shared by the live tests;
 each test works in a namespace of its own.
 """
 
@@ -23,8 +23,8 @@ from gpufleet.devcluster.build import COMPONENTS, CONTROL_PLANE
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from gpufleet.devcluster.state import State
 from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
-from tests.conftest import cluster_job, poll_until, processes_mentioning, run_cli, write_spec
-from tests.devcluster import (
+from tests.support.cli import run_cli
+from tests.support.devcluster import (
     CHART,
     GPUS_PER_NODE,
     NODES,
@@ -34,8 +34,10 @@ from tests.devcluster import (
     start,
     stop,
 )
+from tests.support.procs import poll_until, processes_mentioning
+from tests.support.specs import cluster_job, write_spec
 
-pytestmark = [pytest.mark.slow, needs_controlplane]
+pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
 CONTROLLERS = PROJECTS
 
 

@@ -30,10 +30,11 @@ from gpufleet.observe.podresources import (
     list_allocations,
     owner_of,
 )
-from tests.conftest import cli_env, gpufleet_cmd, poll_until
-from tests.fake_kube import FakeKube
-from tests.kubelet import GPU0, GPU1, Kubelet, compiled_upstream, kubelet_answer
-from tests.scrape import scrape, serve, stop
+from tests.support.cli import cli_env, gpufleet_cmd
+from tests.support.fake_kube import FakeKube
+from tests.support.kubelet import GPU0, GPU1, Kubelet, compiled_upstream, kubelet_answer
+from tests.support.procs import poll_until
+from tests.support.scrape import scrape, serve, stop
 
 
 @pytest.fixture(scope="module")

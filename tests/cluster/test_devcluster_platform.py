@@ -2,7 +2,7 @@
 ci/ values file and accepted by Kueue, queued jobs admitted by Kueue and run by the Job and JobSet
 controllers on kwok's GPU nodes, gangs that wait for quota, and cohort borrowing with preemption.
 
-All on the session's local cluster (tests/devcluster.py: 3 nodes x 4 A30, the chart's lab).
+All on the session's local cluster (tests/support/devcluster.py: 3 nodes x 4 A30, the chart's lab).
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ import yaml
 
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from gpufleet.kube import Obj
-from tests.conftest import REPO, cluster_job, pod_templates, poll_until, write_spec
-from tests.devcluster import CHART, DevCluster, needs_controlplane
+from tests.support.devcluster import CHART, DevCluster, needs_controlplane
+from tests.support.paths import REPO
+from tests.support.procs import poll_until
+from tests.support.specs import cluster_job, pod_templates, write_spec
 
-pytestmark = [pytest.mark.slow, needs_controlplane]
+pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
@@ -711,7 +713,7 @@ def test_the_queues_dashboard_reads_kueue(lab: DevCluster, tmp_path: Path) -> No
     """A real Prometheus scrapes the running Kueue (HTTPS, a ServiceAccount token, as a cluster's
     Prometheus does) while research runs one job and has another waiting for quota: every panel
     of the Queues dashboard and the per-tenant queue rules return data (issue 14)."""
-    from tests.prometheus import panel_queries, prometheus, query, static, without_data
+    from tests.support.prometheus import panel_queries, prometheus, query, static, without_data
 
     (config,) = list(lab.dir.rglob("kueue-config.yaml"))
     kueue_metrics = yaml.safe_load(config.read_text())["metrics"]

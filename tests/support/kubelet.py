@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from gpufleet.observe.devices import SimulatedDevice
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 PROTO_DIR = REPO / "tests" / "fixtures" / "kubelet"
 GPU0, GPU1 = SimulatedDevice(0).uuid, SimulatedDevice(1).uuid

@@ -1,0 +1,86 @@
+"""Waiting on processes and servers: poll until ready, find and stop what a test started."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+import pytest
+
+T = TypeVar("T")
+
+
+def poll_until(
+    check: Callable[[], T | None],
+    *,
+    what: str,
+    timeout: float = 120,
+    interval: float = 0.2,
+    alive: subprocess.Popen[Any] | None = None,
+    retry_on: tuple[type[BaseException], ...] = (),
+) -> T:
+    """Call ``check`` until it returns something truthy, and return that.
+
+    Fails the test saying ``what`` was awaited when ``timeout`` seconds pass, or at once when
+    the ``alive`` process has exited (a dead launcher makes no more progress; its exit code is
+    in the message). Exceptions of the ``retry_on`` types count as "not yet" (a server that is
+    not listening yet raises OSError).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+        except retry_on:
+            value = None
+        if value:
+            return value
+        if alive is not None and alive.poll() is not None:
+            pytest.fail(f"process exited with {alive.returncode} while waiting for {what}")
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def processes_mentioning(text: str, cwd: Path | None = None) -> list[psutil.Process]:
+    """Live processes whose command line or working directory mentions ``text``; with ``cwd``,
+    only those working there (read once in the listing: another test's processes come and go)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "cwd", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            cmd, where = " ".join(p.info["cmdline"] or []), p.info["cwd"] or ""
+            mentions = text in cmd or text == where
+            if p.pid != os.getpid() and mentions and (cwd is None or where == str(cwd)):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def wait_no_processes(text: str, timeout: float = 15) -> list[psutil.Process]:
+    """Wait until no process mentions ``text``; return the ones left after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    left = processes_mentioning(text)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = processes_mentioning(text)
+    return left
+
+
+def stop_processes(procs: list[subprocess.Popen[Any]], timeout: float = 30) -> None:
+    """SIGTERM each process still running (last started first), then wait; SIGKILL laggards."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
