@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from gpufleet import errors
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SRC = REPO / "src" / "gpufleet"
 

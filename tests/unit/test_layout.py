@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 SRC = REPO / "src" / "gpufleet"
 MAX_MODULE_LINES = 400
