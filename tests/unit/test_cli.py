@@ -79,7 +79,9 @@ def test_bench_training_without_mlperf_logging_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "mlperf_logging", None)  # as if not installed
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["bench", "training", "--quick"])
-    assert result.exit_code == 1
+    # Exit 2 like every missing extra (issue 27: it was its own message and exit 1).
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "mlperf-logging" in result.output
     assert "pip install 'gpufleet[bench]'" in result.output
     assert not (tmp_path / ".gpufleet").exists()  # nothing started
 
