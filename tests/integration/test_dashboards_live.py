@@ -21,16 +21,15 @@ from gpufleet.observe.exporter import GpuCollector
 from gpufleet.observe.podresources import Attribution, PodLabels, list_allocations
 from gpufleet.serve.export import export
 from gpufleet.serve.repository import Batching
-from tests.integration.test_podresources import pods_api
-from tests.integration.test_serving import start_cli_serve, trained_checkpoint
 from tests.support.cli import cli_env, gpufleet_cmd
-from tests.support.kubelet import Kubelet, answering_kubelet
+from tests.support.kubelet import Kubelet, answering_kubelet, pods_api
 from tests.support.oip import INFER, MODEL, infer_body
 from tests.support.paths import REPO
 from tests.support.procs import stop_processes
 from tests.support.prometheus import panel_queries, prometheus, static, without_data
 from tests.support.scrape import serve, stop
 from tests.support.specs import digits_job, write_spec
+from tests.support.triton import start_cli_serve, trained_checkpoint
 
 pytestmark = [
     pytest.mark.slow,

@@ -31,8 +31,15 @@ from gpufleet.observe.podresources import (
     owner_of,
 )
 from tests.support.cli import cli_env, gpufleet_cmd
-from tests.support.fake_kube import FakeKube
-from tests.support.kubelet import GPU0, GPU1, Kubelet, compiled_upstream, kubelet_answer
+from tests.support.kubelet import (
+    GPU0,
+    GPU1,
+    POD_LABELS,
+    Kubelet,
+    compiled_upstream,
+    kubelet_answer,
+    pods_api,
+)
 from tests.support.procs import poll_until
 from tests.support.scrape import scrape, serve, stop
 
@@ -48,25 +55,6 @@ def kubelet(upstream: tuple[ModuleType, ModuleType]) -> Iterator[Kubelet]:
     k = Kubelet(upstream, kubelet_answer(upstream[0]))
     yield k
     k.close()
-
-
-POD_LABELS = {
-    ("team-a", "llm-worker-0-0-abcde"): {
-        "gpufleet.dev/job": "llm",
-        "gpufleet.dev/tenant": "team-a",
-        "gpufleet.dev/queue": "team-a",
-    },
-    ("team-b", "notebook"): {"app": "jupyter"},
-}
-
-
-def pods_api(node: str = "n1") -> FakeKube:
-    """The API server's view of the pods on ``node``, with their labels."""
-    kube = FakeKube()
-    for (ns, name), labels in POD_LABELS.items():
-        kube.put({"apiVersion": "v1", "kind": "Pod", "spec": {"nodeName": node},
-                  "metadata": {"namespace": ns, "name": name, "labels": labels}})  # fmt: skip
-    return kube
 
 
 def test_list_reads_gpu_devices_and_skips_what_it_does_not_know(kubelet: Kubelet) -> None:

@@ -13,13 +13,11 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,6 @@ from hypothesis import strategies as st
 
 from gpufleet.errors import EXIT_FAILED
 from gpufleet.net import free_port
-from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.runtime.faults import ENV_FAULTS
 from gpufleet.serve.export import export
 from gpufleet.serve.repository import Batching, read_repository
@@ -41,6 +38,7 @@ from gpufleet.serve.server import Endpoints, ServeConfig, serving
 from gpufleet.workloads.digits import DigitsCNN, digits_datasets
 from tests.support.cli import cli_env, gpufleet_cmd
 from tests.support.oip import HOSTILE, INFER, MODEL, infer_body, is_parse_error, post, ready
+from tests.support.triton import cli_serve, start_cli_serve, trained_checkpoint
 
 pytestmark = pytest.mark.slow
 tritonclient_http = pytest.importorskip("tritonclient.http")
@@ -58,22 +56,6 @@ class Served:
     @property
     def host(self) -> str:
         return self.endpoints.http.removeprefix("http://")
-
-
-def trained_checkpoint(root: Path) -> DigitsCNN:
-    """A few SGD steps on the digits, saved the way the Trainer saves ({"job": {"model": ...}})."""
-    torch.manual_seed(0)
-    model = DigitsCNN()
-    train, _ = digits_datasets(0)
-    x, y = train.tensors
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    for i in range(30):
-        batch = slice(32 * i % len(x), 32 * i % len(x) + 32)
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
-        opt.step()
-    Checkpointer(str(root), log=lambda _: None).save(30, {"job": {"model": model.state_dict()}})
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
@@ -530,42 +512,6 @@ def test_triton_metrics_are_served_with_the_recorded_names(served: Served) -> No
     live = {m.group(1) for line in lines if (m := re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", line))}
     assert triton() <= live, sorted(triton() - live)
     assert any(line.startswith('nv_inference_request_success{model="digits"') for line in lines)
-
-
-def start_cli_serve(
-    repo: Path, tmp_path: Path, **env: str
-) -> tuple[subprocess.Popen[str], list[str], list[str]]:
-    """`gpufleet serve` as users run it, up to its ready line: (process, ports, stderr lines)."""
-    ports = [str(free_port()) for _ in range(3)]
-    proc = subprocess.Popen(
-        gpufleet_cmd("serve", "--repository", str(repo), "--http-port", ports[0],
-                     "--grpc-port", ports[1], "--metrics-port", ports[2],
-                     "--log-file", str(tmp_path / "triton.log")),
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env={**cli_env(), **env},
-    )  # fmt: skip
-    assert proc.stderr is not None
-    lines = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        lines.append(line)
-        if line.startswith("serving:") or not line:
-            break
-    return proc, ports, lines
-
-
-@contextmanager
-def cli_serve(
-    repo: Path, tmp_path: Path, **env: str
-) -> Iterator[tuple[subprocess.Popen[str], list[str], list[str]]]:
-    """start_cli_serve, and the process killed (if still running) and reaped afterwards."""
-    proc, ports, lines = start_cli_serve(repo, tmp_path, **env)
-    try:
-        yield proc, ports, lines
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
 
 
 def exit_on_sigterm(proc: subprocess.Popen[str]) -> int:

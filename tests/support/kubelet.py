@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from gpufleet.observe.devices import SimulatedDevice
+from tests.support.fake_kube import FakeKube
 from tests.support.paths import REPO
 
 PROTO_DIR = REPO / "tests" / "fixtures" / "kubelet"
@@ -177,3 +178,23 @@ def answering_kubelet() -> Iterator[Kubelet]:
             yield kubelet
         finally:
             kubelet.close()
+
+
+# The API server's view of the pods the stand-in kubelet reports: their labels.
+POD_LABELS = {
+    ("team-a", "llm-worker-0-0-abcde"): {
+        "gpufleet.dev/job": "llm",
+        "gpufleet.dev/tenant": "team-a",
+        "gpufleet.dev/queue": "team-a",
+    },
+    ("team-b", "notebook"): {"app": "jupyter"},
+}
+
+
+def pods_api(node: str = "n1") -> FakeKube:
+    """The API server's view of the pods on ``node``, with their labels."""
+    kube = FakeKube()
+    for (ns, name), labels in POD_LABELS.items():
+        kube.put({"apiVersion": "v1", "kind": "Pod", "spec": {"nodeName": node},
+                  "metadata": {"namespace": ns, "name": name, "labels": labels}})  # fmt: skip
+    return kube

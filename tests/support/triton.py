@@ -1,0 +1,69 @@
+"""gpufleet's model served for tests: a trained digits checkpoint, and `gpufleet serve` started
+as users start it."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from gpufleet.net import free_port
+from gpufleet.runtime.checkpoint import Checkpointer
+from gpufleet.workloads.digits import DigitsCNN, digits_datasets
+from tests.support.cli import cli_env, gpufleet_cmd
+
+
+def trained_checkpoint(root: Path) -> DigitsCNN:
+    """A few SGD steps on the digits, saved the way the Trainer saves ({"job": {"model": ...}})."""
+    torch.manual_seed(0)
+    model = DigitsCNN()
+    train, _ = digits_datasets(0)
+    x, y = train.tensors
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for i in range(30):
+        batch = slice(32 * i % len(x), 32 * i % len(x) + 32)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+        opt.step()
+    Checkpointer(str(root), log=lambda _: None).save(30, {"job": {"model": model.state_dict()}})
+    return model.eval()
+
+
+def start_cli_serve(
+    repo: Path, tmp_path: Path, **env: str
+) -> tuple[subprocess.Popen[str], list[str], list[str]]:
+    """`gpufleet serve` as users run it, up to its ready line: (process, ports, stderr lines)."""
+    ports = [str(free_port()) for _ in range(3)]
+    proc = subprocess.Popen(
+        gpufleet_cmd("serve", "--repository", str(repo), "--http-port", ports[0],
+                     "--grpc-port", ports[1], "--metrics-port", ports[2],
+                     "--log-file", str(tmp_path / "triton.log")),
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env={**cli_env(), **env},
+    )  # fmt: skip
+    assert proc.stderr is not None
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if line.startswith("serving:") or not line:
+            break
+    return proc, ports, lines
+
+
+@contextmanager
+def cli_serve(
+    repo: Path, tmp_path: Path, **env: str
+) -> Iterator[tuple[subprocess.Popen[str], list[str], list[str]]]:
+    """start_cli_serve, and the process killed (if still running) and reaped afterwards."""
+    proc, ports, lines = start_cli_serve(repo, tmp_path, **env)
+    try:
+        yield proc, ports, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
