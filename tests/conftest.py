@@ -62,9 +62,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
     no_cluster = pytest.mark.skip(reason="needs a live Kubernetes cluster (KUBECONFIG unset)")
     for item in items:
-        if "gpu" in item.keywords and not torch.cuda.is_available():
+        # The markers themselves, not item.keywords: keywords also hold the names of the
+        # test's folders, and every test under tests/cluster/ would count as marked `cluster`.
+        if item.get_closest_marker("gpu") and not torch.cuda.is_available():
             item.add_marker(no_gpu)
-        if "cluster" in item.keywords and not os.environ.get("KUBECONFIG"):
+        if item.get_closest_marker("cluster") and not os.environ.get("KUBECONFIG"):
             item.add_marker(no_cluster)
 
 
