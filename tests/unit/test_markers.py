@@ -5,26 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+# Each marker whose absence conftest turns into a skip, and the words of that skip's reason.
+SKIPS = {"cluster": "live Kubernetes cluster", "gpu": "needs an NVIDIA GPU"}
 
-def _skip_reasons(item: pytest.Item) -> list[str]:
-    return [str(m.kwargs.get("reason", "")) for m in item.iter_markers("skip")]
 
-
-def test_only_tests_marked_cluster_are_skipped_for_want_of_a_live_cluster(
-    request: pytest.FixtureRequest,
+@pytest.mark.parametrize("marker", sorted(SKIPS))
+def test_only_marked_tests_are_skipped_for_want_of_what_the_marker_needs(
+    request: pytest.FixtureRequest, marker: str
 ) -> None:
     """Over the whole collected session (all of tests/ under `make test`)."""
     wrongly = [
         item.nodeid
         for item in request.session.items
-        if item.get_closest_marker("cluster") is None
-        and any("live Kubernetes cluster" in r for r in _skip_reasons(item))
-    ]
-    assert not wrongly, wrongly
-    wrongly = [
-        item.nodeid
-        for item in request.session.items
-        if item.get_closest_marker("gpu") is None
-        and any("needs an NVIDIA GPU" in r for r in _skip_reasons(item))
+        if item.get_closest_marker(marker) is None
+        and any(SKIPS[marker] in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skip"))
     ]
     assert not wrongly, wrongly
