@@ -24,6 +24,19 @@ declare -A PKGS=(
   [vc-webhook-manager]=volcano.sh/volcano/cmd/webhook-manager
   [vc-controller-manager]=volcano.sh/volcano/cmd/controller-manager
   [vc-scheduler]=volcano.sh/volcano/cmd/scheduler
+  # a real node's (issue 28): kubelet, kube-proxy, containerd with its runc shim and ctr,
+  # runc, the CNI plugins the node's bridge network uses, CoreDNS
+  [kubelet]=k8s.io/kubernetes/cmd/kubelet
+  [kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
+  [containerd]=github.com/containerd/containerd/v2/cmd/containerd
+  [containerd-shim-runc-v2]=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+  [ctr]=github.com/containerd/containerd/v2/cmd/ctr
+  [runc]=github.com/opencontainers/runc
+  [cni-bridge]=github.com/containernetworking/plugins/plugins/main/bridge
+  [cni-loopback]=github.com/containernetworking/plugins/plugins/main/loopback
+  [cni-host-local]=github.com/containernetworking/plugins/plugins/ipam/host-local
+  [cni-portmap]=github.com/containernetworking/plugins/plugins/meta/portmap
+  [coredns]=github.com/coredns/coredns
 )
 # name -> its Go module's directory, where it is not controlplane/ itself
 declare -A MODULES=(
@@ -33,9 +46,31 @@ declare -A MODULES=(
   [vc-webhook-manager]=controlplane/volcano
   [vc-controller-manager]=controlplane/volcano
   [vc-scheduler]=controlplane/volcano
+  [containerd]=controlplane/containerd
+  [containerd-shim-runc-v2]=controlplane/containerd
+  [ctr]=controlplane/containerd
+  [runc]=controlplane/runc
+  [cni-bridge]=controlplane/cni-plugins
+  [cni-loopback]=controlplane/cni-plugins
+  [cni-host-local]=controlplane/cni-plugins
+  [cni-portmap]=controlplane/cni-plugins
+  [coredns]=controlplane/coredns
+)
+# name -> what its own Makefile builds it with, where that is more than a plain go build:
+# containerd without btrfs (no headers here), static shim; runc with cgo and libseccomp.
+declare -A TAGS=([containerd]=no_btrfs [ctr]=no_btrfs [runc]="seccomp urfave_cli_no_docs")
+declare -A CGO=([runc]=1 [containerd-shim-runc-v2]=0)
+declare -A VERSION_LDFLAGS=(
+  [containerd]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
+  [containerd-shim-runc-v2]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
+  [ctr]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
+  [runc]="-X main.version=1.5.2"
+  [coredns]="-X github.com/coredns/coredns/coremain.GitCommit=v1.14.2"
 )
 ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset
-       training-operator mpi-operator trainer vc-webhook-manager vc-controller-manager vc-scheduler)
+       training-operator mpi-operator trainer vc-webhook-manager vc-controller-manager vc-scheduler
+       kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc
+       cni-bridge cni-loopback cni-host-local cni-portmap coredns pause)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ORDER[@]}")
 
@@ -58,6 +93,17 @@ ldflags_k8s="-s -w \
 
 mkdir -p "$DEST"
 for name in "${names[@]}"; do
+  if [ "$name" = pause ]; then  # Kubernetes' own pause, from its module (no image to pull)
+    out="$DEST/pause"
+    src=$(cd controlplane && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
+    if [ ! -x "$out" ] || [ "$src" -nt "$out" ] || [ controlplane/go.mod -nt "$out" ]; then
+      ${CC:-cc} -Os -Wall -Werror -static -DVERSION=v3.10.2-gpufleet -o "$out.tmp" "$src"
+      mv "$out.tmp" "$out" && echo "  pause: built"
+    else
+      echo "  pause: up to date"
+    fi
+    continue
+  fi
   pkg="${PKGS[$name]:-}"
   if [ -z "$pkg" ]; then
     echo "build-controlplane: unknown component '$name' (one of: ${ORDER[*]})" >&2
@@ -71,8 +117,9 @@ for name in "${names[@]}"; do
   fi
   started=$(date +%s)
   flags="$ldflags_k8s"
-  [ "$module" = controlplane ] || flags="-s -w"  # the version ldflags are Kubernetes' own
-  (cd "$module" && go build -ldflags "$flags" -o "$out.tmp" "$pkg")
+  [ "$module" = controlplane ] || flags="-s -w ${VERSION_LDFLAGS[$name]:-}"  # Kubernetes' own
+  (cd "$module" && CGO_ENABLED="${CGO[$name]:-$(go env CGO_ENABLED)}" \
+     go build -tags "${TAGS[$name]:-}" -ldflags "$flags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
   echo "  $name: built in $(($(date +%s) - started)) s ($(du -h "$out" | cut -f1))"
 done

@@ -4,7 +4,7 @@ built from their Go modules, kwok's fake GPU nodes) on 127.0.0.1."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -13,6 +13,7 @@ from gpufleet.cli.common import fail
 from gpufleet.console import err_console
 from gpufleet.devcluster import LocalCluster, NodeSpec
 from gpufleet.devcluster.nodes import pools_from_values
+from gpufleet.devcluster.realnodes import RealNodes, real_pools
 from gpufleet.devcluster.state import DEFAULT_DIR
 from gpufleet.errors import EXIT_FAILED, ClusterUpError, FieldError, UserInputError
 
@@ -54,6 +55,14 @@ def up(
             min=0,
         ),
     ] = None,
+    real_nodes: Annotated[
+        int,
+        typer.Option(
+            help="Real nodes beside the fake ones (root only): each a kubelet with containerd "
+            "and runc that runs containers, with the GPUs of --gpus-per-node advertised.",
+            min=0,
+        ),
+    ] = 0,
     values: Annotated[
         Path | None,
         typer.Option(
@@ -79,10 +88,13 @@ def up(
         if not isinstance(loaded, dict):
             fail(UserInputError([FieldError("--values", f"{values} is not a values mapping")]))
         pools = pools_from_values(loaded, nodes, gpus_per_node, gpu_product)
+    kinds: list[Any] = [*(pools if isinstance(pools, list) else [pools])]
+    if real_nodes:
+        kinds.append(RealNodes(real_pools(pools, real_nodes)))
     cluster = LocalCluster(directory, log=err_console.print)
     try:
         state = cluster.up(
-            pools,
+            kinds,
             without=tuple(without or ()),
             fair_sharing=kueue_fair_sharing,
             pod_delay_ms=pod_delay_ms,
@@ -93,6 +105,8 @@ def up(
     except UserInputError as exc:
         fail(exc)
     described = ", ".join(p.describe() for p in (pools if isinstance(pools, list) else [pools]))
+    if real_nodes:
+        described += f", {real_nodes} real node(s)"
     err_console.print(
         f"API server {state.server}; {described}"
         f"\n  export KUBECONFIG={cluster.kubeconfig}\n  gpufleet cluster down   # when done",

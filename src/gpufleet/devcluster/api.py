@@ -114,8 +114,8 @@ class Api:
             return None
         return base64.b64decode(data["tls.crt"]), base64.b64decode(data["tls.key"])
 
-    def nodes_ready(self, count: int) -> bool:
-        """Whether at least ``count`` nodes report Ready."""
+    def nodes_ready(self, count: int | list[str]) -> bool:
+        """Whether at least ``count`` nodes report Ready, or every node named."""
         try:
             listed = self.core().list_node().items
         except api_errors():  # the API may still be settling; readiness is polled again
@@ -124,4 +124,6 @@ class Api:
             n for n in listed
             if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
         ]  # fmt: skip
+        if isinstance(count, list):
+            return set(count) <= {n.metadata.name for n in ready}
         return len(ready) >= count

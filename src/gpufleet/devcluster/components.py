@@ -14,9 +14,10 @@ from gpufleet.devcluster.pki import Pki
 if TYPE_CHECKING:  # ssl and urllib load when a probe runs, not with every CLI start
     import ssl
 
-# Pod IPs kwok hands out and the Service range: addresses inside the API objects only, never
-# routed (no container runs here).
+# Pod IPs kwok hands out and the Service range: addresses inside the API objects only, except
+# on real nodes (realnodes.network), where kube-proxy routes Services.
 SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first of SERVICE_CIDR: the API server's Service
 POD_CIDR = "10.244.0.0/16"
 # kwok manages the nodes that carry this annotation (and no others).
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
@@ -70,14 +71,18 @@ def etcd(binary: Path, data_dir: Path, client_port: int, peer_port: int) -> Comp
     return Component("etcd", argv, lambda: _get(f"{client}/readyz"))
 
 
-def kube_apiserver(binary: Path, pki: Pki, port: int, etcd_port: int) -> Component:
+def kube_apiserver(
+    binary: Path, pki: Pki, port: int, etcd_port: int, address: str = "127.0.0.1"
+) -> Component:
     """The API server as a real cluster runs it: client certificates, Node+RBAC authorization,
     signed ServiceAccount tokens, the default admission plugins (PodSecurity, ResourceQuota
-    among them); privileged containers refused."""
+    among them); privileged containers refused. It listens on ``address``: loopback, or the
+    real nodes' bridge (pods reach it there, through the ``kubernetes`` Service); to kubelets
+    with its own client certificate, at their InternalIP."""
     argv = [
         str(binary),
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        f"--bind-address={address}",
+        f"--advertise-address={address}",
         f"--secure-port={port}",
         f"--etcd-servers=http://127.0.0.1:{etcd_port}",
         f"--tls-cert-file={pki.cert('kube-apiserver')}",
@@ -90,6 +95,9 @@ def kube_apiserver(binary: Path, pki: Pki, port: int, etcd_port: int) -> Compone
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=false",
         "--profiling=false",
+        f"--kubelet-client-certificate={pki.cert('kubelet-client')}",
+        f"--kubelet-client-key={pki.key('kubelet-client')}",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
     ]
 
     def ready() -> bool:
@@ -97,7 +105,7 @@ def kube_apiserver(binary: Path, pki: Pki, port: int, etcd_port: int) -> Compone
 
         ctx = ssl.create_default_context(cafile=str(pki.ca))
         ctx.load_cert_chain(str(pki.cert("admin")), str(pki.key("admin")))
-        return _get(f"https://127.0.0.1:{port}/readyz", context=ctx)
+        return _get(f"https://{address}:{port}/readyz", context=ctx)
 
     return Component("kube-apiserver", argv, ready)
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import yaml
 
-from gpufleet.devcluster.components import KWOK_NODE_ANNOTATION, Component, kwok
-from gpufleet.devcluster.nodes import NodeContext, NodeSpec
+from gpufleet.devcluster.components import KWOK_NODE_ANNOTATION, kwok
+from gpufleet.devcluster.nodes import GPU_TAINT, NodeContext, NodeSpec, node_labels
+from gpufleet.devcluster.processes import Processes
 from gpufleet.errors import ClusterUpError
 from gpufleet.kube import Obj
 
@@ -81,33 +82,23 @@ def capped_pod_stages(kwok_stages: Path, directory: Path, cap_ms: int) -> Path:
 
 
 def node_object(name: str, nodes: NodeSpec, index: int) -> dict[str, Any]:
-    """A Node kwok manages, with its capacity (kept as created) and GPU discovery labels."""
+    """A Node kwok manages, with its capacity (kept as created), labels and GPU taint."""
     key, value = KWOK_NODE_ANNOTATION
     capacity = {"cpu": nodes.cpu, "memory": nodes.memory, "pods": "110"}
+    if nodes.gpus:
+        capacity["nvidia.com/gpu"] = str(nodes.gpus)
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         "type": "kwok",
-        "topology.kubernetes.io/zone": f"zone-{index % 2}",
+        **node_labels(nodes, index),
     }
-    taints = []
-    if nodes.gpus:
-        capacity["nvidia.com/gpu"] = str(nodes.gpus)
-        labels |= {
-            "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.product": nodes.gpu_product,
-            "nvidia.com/gpu.count": str(nodes.gpus),
-            "nvidia.com/gpu.memory": str(nodes.gpu_memory_mib),
-        }
-        taints = [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
-    for key_, value_ in nodes.labels:  # a topology level without a value: spread over two
-        labels[key_] = value_ or f"{key_.rsplit('/', 1)[-1]}-{index % 2}"
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels, "annotations": {key: value}},
-        "spec": {"taints": taints},
+        "spec": {"taints": [GPU_TAINT] if nodes.gpus else []},
         "status": {"capacity": capacity, "allocatable": capacity},
     }
 
@@ -127,7 +118,12 @@ class KwokNodes:
                             for pool in self.pools for i in range(pool.count)]  # fmt: skip
         return nodes + ([NVIDIA_RUNTIME_CLASS] if any(p.gpus for p in self.pools) else [])
 
-    def components(self, ctx: NodeContext) -> list[Component]:
+    api_address = "127.0.0.1"  # kwok runs on this host: the API server stays on loopback
+
+    def prepare(self, directory: Path) -> None:
+        """Nothing on the host: kwok's nodes are API objects."""
+
+    def start(self, ctx: NodeContext, processes: Processes, timeout: float) -> None:
         """kwok, with its own Stages (capped when asked) and gpufleet's; ready once every node
         reports Ready."""
         kwok_stages = ctx.binaries / "kwok-stages"
@@ -137,5 +133,5 @@ class KwokNodes:
         stages = sorted(kwok_stages.glob("*.yaml")) + sorted(STAGES.glob("*.yaml"))
         stages.append(owner_complete_stage(kwok_stages, ctx.directory / "stages"))
         count = sum(p.count for p in self.pools)
-        return [kwok(ctx.binaries / "kwok", ctx.kubeconfig("kwok"), stages,
-                     lambda: ctx.api.nodes_ready(count))]  # fmt: skip
+        processes.start(kwok(ctx.binaries / "kwok", ctx.kubeconfig("kwok"), stages,
+                             lambda: ctx.api.nodes_ready(count)), timeout)  # fmt: skip

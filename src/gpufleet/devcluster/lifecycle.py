@@ -18,12 +18,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpufleet.devcluster import addons
 from gpufleet.devcluster.addons import Addon
 from gpufleet.devcluster.api import Api
 from gpufleet.devcluster.build import ensure_built
 from gpufleet.devcluster.components import (
+    KUBERNETES_SERVICE_IP,
     Component,
     etcd,
     kube_apiserver,
@@ -35,11 +37,13 @@ from gpufleet.devcluster.kwok import KwokNodes
 from gpufleet.devcluster.nodes import NodeContext, NodeKind, NodeSpec
 from gpufleet.devcluster.pki import Pki, make_pki, write_kubeconfig
 from gpufleet.devcluster.processes import Processes, stop_all
+from gpufleet.devcluster.realnodes import host
 from gpufleet.devcluster.state import DEFAULT_DIR, State
 from gpufleet.errors import ClusterUpError, FieldError, UserInputError
 from gpufleet.extras import require
 from gpufleet.net import free_ports, port_free
 
+LOOPBACK = "127.0.0.1"
 # The control plane's clients with a kubeconfig of their own (the PKI's CLIENTS).
 CLIENT_KUBECONFIGS = ("kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -74,6 +78,16 @@ def check_fixed_ports(enabled: list[Addon]) -> None:
             )
 
 
+def node_kinds(
+    nodes: NodeSpec | list[NodeSpec] | NodeKind | list[NodeKind], pod_delay_ms: int | None
+) -> list[NodeKind]:
+    """The kinds of node of a cluster: pools of NodeSpec are kwok's."""
+    listed: list[Any] = nodes if isinstance(nodes, list) else [nodes]
+    pools = [n for n in listed if isinstance(n, NodeSpec)]
+    kinds: list[NodeKind] = [n for n in listed if not isinstance(n, NodeSpec)]
+    return ([KwokNodes(pools, pod_delay_ms)] if pools else []) + kinds
+
+
 def port_names() -> list[str]:
     """Every listener of the cluster: the control plane's and three per controller."""
     names = ["etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
@@ -105,7 +119,7 @@ class LocalCluster:
 
     def up(
         self,
-        nodes: NodeSpec | list[NodeSpec] | NodeKind,
+        nodes: NodeSpec | list[NodeSpec] | NodeKind | list[NodeKind],
         *,
         timeout: float = 120,
         without: tuple[str, ...] = (),
@@ -114,12 +128,11 @@ class LocalCluster:
     ) -> State:
         """Start every component in order, each once the one before is ready; create the nodes.
         ``nodes``: pools of kwok's fake nodes (``pod_delay_ms`` caps kwok's delays at each step
-        of a pod's life), or another kind of node. ``without`` names controllers
-        (addons.PROJECTS) to leave out, as on a cluster that lacks them; ``fair_sharing`` turns
-        on Kueue's fair sharing. A running cluster in the same directory is found and returned
-        as it is."""
-        if isinstance(nodes, NodeSpec | list):
-            nodes = KwokNodes(nodes if isinstance(nodes, list) else [nodes], pod_delay_ms)
+        of a pod's life), or kinds of node (kwok's, real ones) side by side. ``without`` names
+        controllers (addons.PROJECTS) to leave out, as on a cluster that lacks them;
+        ``fair_sharing`` turns on Kueue's fair sharing. A running cluster in the same directory
+        is found and returned as it is."""
+        kinds = node_kinds(nodes, pod_delay_ms)
         enabled = preflight(without)
         require("cluster", "cryptography", "kubernetes")
         running = self.state_if_running()
@@ -128,9 +141,12 @@ class LocalCluster:
             return running
         self.down(quiet=True)
         check_fixed_ports(enabled)  # after down: our own last cluster's are free now
-        plan = self.plan(ensure_built(self.log))
+        address = next((k.api_address for k in kinds if k.api_address != LOOPBACK), LOOPBACK)
+        plan = self.plan(ensure_built(self.log), address)
         try:
-            self.start(plan, nodes, enabled, fair_sharing, timeout)
+            for kind in kinds:
+                kind.prepare(self.dir)
+            self.start(plan, kinds, enabled, fair_sharing, timeout)
         except BaseException:
             plan.state.write(self.dir)
             self.down(quiet=True)
@@ -139,14 +155,15 @@ class LocalCluster:
         plan.state.write(self.dir)
         return plan.state
 
-    def plan(self, binaries: Path) -> Plan:
+    def plan(self, binaries: Path, address: str = LOOPBACK) -> Plan:
         """Ports (all held at once while chosen: one port never goes to two listeners), the
-        PKI, the control plane's kubeconfigs and command lines."""
-        pki = make_pki(self.dir / "pki")
+        PKI, the control plane's kubeconfigs and command lines; the API server on
+        ``address``."""
+        pki = make_pki(self.dir / "pki", sorted({LOOPBACK, address, KUBERNETES_SERVICE_IP}))
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         names = port_names()
         ports = dict(zip(names, free_ports(len(names)), strict=True))
-        server = f"https://127.0.0.1:{ports['kube-apiserver']}"
+        server = f"https://{address}:{ports['kube-apiserver']}"
         state = State(ports=ports, server=server, binaries=str(binaries))
         configs = {u: write_kubeconfig(self.dir / f"{u}.kubeconfig", server, pki, u)
                    for u in CLIENT_KUBECONFIGS}  # fmt: skip
@@ -154,7 +171,7 @@ class LocalCluster:
         control_plane = [
             etcd(binaries / "etcd", self.dir / "etcd-data", ports["etcd"], ports["etcd-peer"]),
             kube_apiserver(
-                binaries / "kube-apiserver", pki, ports["kube-apiserver"], ports["etcd"]
+                binaries / "kube-apiserver", pki, ports["kube-apiserver"], ports["etcd"], address
             ),
             kube_controller_manager(
                 binaries / "kube-controller-manager",
@@ -169,7 +186,7 @@ class LocalCluster:
         return Plan(state, pki, control_plane)
 
     def start(
-        self, plan: Plan, nodes: NodeKind, enabled: list[Addon], fair_sharing: bool,
+        self, plan: Plan, kinds: list[NodeKind], enabled: list[Addon], fair_sharing: bool,
         timeout: float,
     ) -> None:  # fmt: skip
         """The control plane, each component once the one before is ready; the nodes' objects
@@ -179,10 +196,10 @@ class LocalCluster:
             processes.start(component, timeout)
         binaries = Path(plan.state.binaries)
         ctx = NodeContext(binaries, self.dir, lambda user: self.dir / f"{user}.kubeconfig",
-                          self.api)  # fmt: skip
-        self.api.create_all(nodes.objects())
-        for component in nodes.components(ctx):
-            processes.start(component, timeout)
+                          self.api, plan.pki, plan.state.server)  # fmt: skip
+        for kind in kinds:
+            self.api.create_all(kind.objects())
+            kind.start(ctx, processes, timeout)
         controllers = Controllers(binaries, self.dir, plan.pki, plan.state.server, self.api,
                                   processes, timeout, self.log)  # fmt: skip
         controllers.start_all(enabled, fair_sharing)
@@ -200,8 +217,10 @@ class LocalCluster:
         10 s), newest first; remove etcd's data. Returns the names stopped."""
         state = State.read(self.dir)
         if state is None:
+            host.undo(self.dir, None if quiet else self.log)  # a crash before any process
             return []
         stopped = stop_all(state, None if quiet else self.log)
+        host.undo(self.dir, None if quiet else self.log)
         state.remove(self.dir)
         shutil.rmtree(self.dir / "etcd-data", ignore_errors=True)
         return stopped

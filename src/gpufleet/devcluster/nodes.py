@@ -1,9 +1,9 @@
 """The nodes of a local cluster: pools (``NodeSpec``) and the kinds of node that can carry them.
 
-A kind of node is one module implementing ``NodeKind``: what it creates through the API before
-its processes start, and those processes (each a ``Component`` with its readiness), started
-once the control plane is ready and stopped with it. kwok's fake nodes (``kwok.KwokNodes``) are
-the one kind today."""
+A kind of node is one module implementing ``NodeKind``: what it changes on the host before the
+control plane starts, what it creates through the API, and its processes, started once the
+control plane is ready and stopped with it. kwok's fake nodes (``kwok.KwokNodes``) and real
+nodes (``realnodes.RealNodes``: kubelet, containerd, runc) can run side by side."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpufleet.devcluster.components import Component
+from gpufleet.devcluster.pki import Pki, issue, write_kubeconfig
 from gpufleet.kube import Obj
 
 if TYPE_CHECKING:
     from gpufleet.devcluster.api import Api
+    from gpufleet.devcluster.processes import Processes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +61,25 @@ def pools_from_values(
     return pools
 
 
+GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}  # GPU nodes carry it
+
+
+def node_labels(pool: NodeSpec, index: int) -> dict[str, str]:
+    """Node ``index`` of ``pool``'s labels: its zone, GPU feature discovery's labels on GPU
+    pools, the pool's own (a topology level without a value: nodes spread over two)."""
+    labels = {"topology.kubernetes.io/zone": f"zone-{index % 2}"}
+    if pool.gpus:
+        labels |= {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": pool.gpu_product,
+            "nvidia.com/gpu.count": str(pool.gpus),
+            "nvidia.com/gpu.memory": str(pool.gpu_memory_mib),
+        }
+    for key, value in pool.labels:
+        labels[key] = value or f"{key.rsplit('/', 1)[-1]}-{index % 2}"
+    return labels
+
+
 @dataclass(frozen=True)
 class NodeContext:
     """What a kind of node gets from the cluster it joins."""
@@ -68,18 +88,34 @@ class NodeContext:
     directory: Path  # the cluster's state directory; each kind keeps its files under it
     kubeconfig: Callable[[str], Path]  # a kubeconfig for a client of the cluster's PKI
     api: Api
+    pki: Pki
+    server: str  # the API server's URL
+
+    def issue_client(self, user: str, name: str, groups: tuple[str, ...] = ()) -> Path:
+        """A client certificate for ``name`` (in ``groups``) and its kubeconfig,
+        ``<directory>/<user>.kubeconfig``."""
+        issue(self.pki, user, name, groups)
+        return write_kubeconfig(self.kubeconfig(user), self.server, self.pki, user)
 
 
 class NodeKind(Protocol):
-    """A kind of node: fake (kwok) today; one new module per new kind."""
+    """A kind of node: fake (kwok.KwokNodes) or real (realnodes.RealNodes); one module each.
+    A cluster has one or more kinds side by side."""
 
     @property
     def pools(self) -> list[NodeSpec]:
         """The pools its nodes form."""
 
+    @property
+    def api_address(self) -> str:
+        """Where the API server must listen for these nodes (kwok: 127.0.0.1)."""
+
+    def prepare(self, directory: Path) -> None:
+        """Host changes before the control plane starts, recorded so ``down`` undoes them."""
+
     def objects(self) -> list[Obj]:
         """What is created through the API before its processes start (kwok: the Nodes)."""
 
-    def components(self, ctx: NodeContext) -> list[Component]:
-        """Its processes, started in order once the control plane is ready; the last is ready
-        when every node is Ready."""
+    def start(self, ctx: NodeContext, processes: Processes, timeout: float) -> None:
+        """Start its processes once the control plane is ready; return when every node of
+        this kind is Ready."""

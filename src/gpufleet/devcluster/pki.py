@@ -22,6 +22,8 @@ CLIENTS = (
     ("kube-controller-manager", "system:kube-controller-manager", None),
     ("kube-scheduler", "system:kube-scheduler", None),
     ("kwok", "kwok-controller", "system:masters"),
+    # the API server's own, to a kubelet (logs, exec, port-forward); kubelets authorize it
+    ("kubelet-client", "kube-apiserver-kubelet-client", "system:masters"),
 )
 API_SERVER_NAMES = (
     "localhost",
@@ -91,13 +93,14 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, user: str) -> Path:
     return path
 
 
-def make_pki(directory: Path) -> Pki:
-    """Create every certificate and key under ``directory`` (kept if already there)."""
+def make_pki(directory: Path, server_ips: Sequence[str] = ("127.0.0.1",)) -> Pki:
+    """Create every certificate and key under ``directory`` (kept if already there); the API
+    server's certificate names ``server_ips``."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
 
     pki = Pki(directory)
-    if pki.ca.exists() and pki.service_account_pub.exists():
+    if pki.ca.exists() and pki.service_account_pub.exists() and _names_ips(pki, server_ips):
         return pki
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
@@ -121,7 +124,7 @@ def make_pki(directory: Path) -> Pki:
     )
     _save_key(pki.key("ca"), ca_key)
     pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    issue(pki, "kube-apiserver", "kube-apiserver", server_names=API_SERVER_NAMES)
+    issue(pki, "kube-apiserver", "kube-apiserver", server_names=API_SERVER_NAMES, ips=server_ips)
     for name, cn, org in CLIENTS:
         issue(pki, name, cn, [org] if org else [])
     sa_key = _new_key()
@@ -141,10 +144,11 @@ def issue(
     orgs: Sequence[str] = (),
     *,
     server_names: Sequence[str] = (),
+    ips: Sequence[str] = ("127.0.0.1",),
     not_after: datetime.datetime | None = None,
 ) -> Path:
     """Sign ``<name>.crt``/``.key`` with the PKI's CA: a serving certificate for
-    ``server_names`` (and 127.0.0.1) when given, else a client certificate for user ``cn`` in
+    ``server_names`` and ``ips`` when names are given, else a client certificate for user ``cn`` in
     groups ``orgs``; valid for a year, or until ``not_after``. Returns the certificate's path."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -172,12 +176,25 @@ def issue(
     builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     if server:
         names: list[x509.GeneralName] = [x509.DNSName(n) for n in server_names]
-        names.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+        names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ips]
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     _save_key(pki.key(name), key)
     cert = builder.sign(ca_key, hashes.SHA256())
     pki.cert(name).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return pki.cert(name)
+
+
+def _names_ips(pki: Pki, ips: Sequence[str]) -> bool:
+    """Whether the API server's certificate names every address of ``ips``."""
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate(pki.cert("kube-apiserver").read_bytes())
+    except OSError:
+        return False
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    named = {str(a) for a in sans.get_values_for_type(x509.IPAddress)}
+    return set(ips) <= named and pki.cert("kubelet-client").exists()
 
 
 def _new_key() -> Any:

@@ -58,7 +58,8 @@ class State:
             argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
         except OSError:
             return False
-        return argv0 == str(Path(self.binaries) / name)
+        # A node's component runs one binary per node: "kubelet@real-node-0" is the kubelet.
+        return argv0 == str(Path(self.binaries) / name.partition("@")[0])
 
     def write(self, directory: Path) -> None:
         """Record the state in ``directory`` (pretty JSON, keys sorted)."""

@@ -1,0 +1,56 @@
+"""Images for real nodes, with no registry: OCI archives in a cache outside the checkout
+(``image_cache()``), made by buildah and imported into each node's containerd. The pause image
+(the sandbox every pod's network namespace lives in) is Kubernetes' own pause, built from its
+module (scripts/build-controlplane.sh), packed under the name containerd pins for sandboxes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+from gpufleet.devcluster.realnodes.configs import SANDBOX_IMAGE
+from gpufleet.errors import ClusterUpError
+
+
+def image_cache() -> Path:
+    """$GPUFLEET_IMAGE_CACHE, else ~/.cache/gpufleet/images (scripts/build-image.sh's too)."""
+    default = Path.home() / ".cache" / "gpufleet" / "images"
+    return Path(os.environ.get("GPUFLEET_IMAGE_CACHE", default))
+
+
+def _buildah(*args: str) -> str:
+    try:
+        proc = subprocess.run(["buildah", *args], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise ClusterUpError(
+            "buildah is not installed (real nodes' images are built with it): "
+            "apt-get install buildah"
+        ) from None
+    if proc.returncode != 0:
+        raise ClusterUpError(f"buildah {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def pause_archive(binaries: Path) -> Path:
+    """The pause image's OCI archive for the pause executable in ``binaries`` (made once per
+    build of it): one layer holding /pause, run as 65535 as the upstream image does."""
+    pause = binaries / "pause"
+    digest = hashlib.sha256(pause.read_bytes()).hexdigest()[:16]
+    archive = image_cache() / f"pause-{digest}.tar"
+    if archive.is_file():
+        return archive
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    container = _buildah("from", "scratch")
+    try:
+        _buildah("copy", "--chmod", "0755", container, str(pause), "/pause")
+        _buildah("config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container)
+        _buildah("commit", "-q", container, SANDBOX_IMAGE)
+        tmp = archive.with_suffix(".tmp")
+        _buildah("push", "-q", SANDBOX_IMAGE, f"oci-archive:{tmp}:{SANDBOX_IMAGE}")
+        tmp.replace(archive)
+    finally:
+        subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+        subprocess.run(["buildah", "rmi", SANDBOX_IMAGE], capture_output=True, check=False)
+    return archive

@@ -1,0 +1,169 @@
+"""The ``NodeKind`` of real nodes: host preparation, the RBAC of kube-proxy and CoreDNS, and
+the start of CoreDNS and of each node's containerd, kubelet and kube-proxy."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufleet.devcluster.api import wait
+from gpufleet.devcluster.components import Component, _get
+from gpufleet.devcluster.nodes import GPU_TAINT, NodeContext, NodeSpec, node_labels
+from gpufleet.devcluster.processes import Processes
+from gpufleet.devcluster.realnodes import configs, images, network
+from gpufleet.devcluster.realnodes.host import RUN_ROOT, HostChanges
+from gpufleet.devcluster.realnodes.node import RealNode
+from gpufleet.errors import ClusterUpError
+from gpufleet.kube import Obj
+from gpufleet.net import free_ports
+
+KUBE_PROXY_USER = "system:kube-proxy"  # bound to the built-in ClusterRole system:node-proxier
+COREDNS_USER = "gpufleet:coredns"
+# What CoreDNS's kubernetes plugin reads (its documented RBAC).
+COREDNS_RULES = [
+    {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
+     "verbs": ["list", "watch"]},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+     "verbs": ["list", "watch"]},
+]  # fmt: skip
+
+
+def node_cache() -> Path:
+    """Where nodes keep containerd's store across clusters: $GPUFLEET_NODE_CACHE, else
+    ~/.cache/gpufleet/nodes."""
+    default = Path.home() / ".cache" / "gpufleet" / "nodes"
+    return Path(os.environ.get("GPUFLEET_NODE_CACHE", default))
+
+
+def real_pools(pools: NodeSpec | list[NodeSpec], count: int) -> list[NodeSpec]:
+    """Pools of real nodes shaped as the fake ``pools`` (GPUs, product, labels): ``count`` in
+    the first (GPU) pool, named real-<prefix>."""
+    listed = pools if isinstance(pools, list) else [pools]
+    first = next((p for p in listed if p.gpus), listed[0])
+    return [dataclasses.replace(first, count=count, prefix=f"real-{first.prefix}")]
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise ClusterUpError(
+            "real nodes change the host (network namespaces, cgroups, mounts): run "
+            "`gpufleet cluster up --real-nodes N` as root"
+        )
+
+
+@dataclass
+class RealNodes:
+    """Real nodes in pools (GPUs advertised as extended resources, labelled as GPU feature
+    discovery would, so GPU jobs schedule here and run on the CPU); ``images``: OCI archives
+    imported into every node besides the pause image."""
+
+    pools: list[NodeSpec]
+    images: list[Path] = field(default_factory=list)
+    api_address: str = network.HOST_IP
+    _nodes: list[tuple[RealNode, NodeSpec]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        count = sum(p.count for p in self.pools)
+        if count > network.MAX_NODES:
+            raise ClusterUpError(f"at most {network.MAX_NODES} real nodes")
+
+    def prepare(self, directory: Path) -> None:
+        """Host changes before the control plane starts (the API server listens on the
+        bridge): the bridge, each node's namespace, directories and cgroups."""
+        require_root()
+        changes = HostChanges(directory / "host-changes.json")
+        changes.remember_fixed_paths()
+        changes.remember_sysctls()
+        network.make_bridge(changes)
+        names = [(f"{pool.prefix}-{i}", pool) for pool in self.pools for i in range(pool.count)]
+        run_root = Path(RUN_ROOT)
+        for index, (name, pool) in enumerate(names):
+            paths = configs.NodePaths(run=run_root / name, data=directory / "nodes" / name,
+                                      cache=node_cache() / name)  # fmt: skip
+            node = RealNode(name, index, len(names), paths)
+            node.prepare(changes)
+            self._nodes.append((node, pool))
+
+    def objects(self) -> list[Obj]:
+        """The RBAC of kube-proxy and CoreDNS."""
+        binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding"}
+        role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"}
+        return [
+            {**binding, "metadata": {"name": "gpufleet:kube-proxy"},
+             "roleRef": {**role_ref, "name": "system:node-proxier"},
+             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                           "name": KUBE_PROXY_USER}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": COREDNS_USER}, "rules": COREDNS_RULES},
+            {**binding, "metadata": {"name": COREDNS_USER},
+             "roleRef": {**role_ref, "name": COREDNS_USER},
+             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                           "name": COREDNS_USER}]},
+        ]  # fmt: skip
+
+    def start(self, ctx: NodeContext, processes: Processes, timeout: float) -> None:
+        """CoreDNS; then each node's containerd (images imported), kubelet and kube-proxy;
+        then its GPUs and labels, once it registered; ready when every node is Ready."""
+        processes.start(self._coredns(ctx), timeout)
+        cni_bin = _cni_bin(ctx)
+        archives = [images.pause_archive(ctx.binaries), *self.images]
+        proxy = ctx.issue_client("kube-proxy", KUBE_PROXY_USER)
+        for node, pool in self._nodes:
+            taints = [GPU_TAINT] if pool.gpus else []
+            node.write_configs(ctx, cni_bin, proxy, taints)
+            processes.start(node.containerd(ctx.binaries), timeout)
+            for archive in archives:
+                node.import_image(ctx.binaries, archive)
+            processes.start(node.kubelet(ctx.binaries, self._registered(ctx, node)), timeout)
+            processes.start(node.kube_proxy(ctx.binaries), timeout)
+        for node, pool in self._nodes:
+            self._advertise(ctx, node, pool)
+        names = [node.name for node, _ in self._nodes]
+        wait(lambda: ctx.api.nodes_ready(names), "real nodes", timeout, processes.log)
+
+    def _coredns(self, ctx: NodeContext) -> Component:
+        kubeconfig = ctx.issue_client("coredns", COREDNS_USER)
+        (ready_port,) = free_ports(1)
+        path = ctx.directory / "Corefile"
+        path.write_text(configs.corefile(kubeconfig, ready_port))
+        argv = [str(ctx.binaries / "coredns"), "-conf", str(path)]
+        return Component("coredns", argv, lambda: _get(f"http://127.0.0.1:{ready_port}/ready"))
+
+    @staticmethod
+    def _registered(ctx: NodeContext, node: RealNode) -> Callable[[], bool]:
+        def registered() -> bool:
+            from gpufleet.cluster.apierrors import api_errors
+
+            try:
+                ctx.api.core().read_node(node.name)
+            except api_errors():
+                return False
+            return True
+
+        return registered
+
+    @staticmethod
+    def _advertise(ctx: NodeContext, node: RealNode, pool: NodeSpec) -> None:
+        """The pool's labels (GPU discovery's, topology's) and its GPUs as an extended
+        resource in the node's capacity (Kubernetes' documented way to advertise one without
+        a device plugin)."""
+        core = ctx.api.core()
+        core.patch_node(node.name, {"metadata": {"labels": node_labels(pool, node.index)}})
+        if pool.gpus:
+            capacity: dict[str, Any] = {"nvidia.com/gpu": str(pool.gpus)}
+            core.patch_node_status(node.name, {"status": {"capacity": capacity}})
+
+
+def _cni_bin(ctx: NodeContext) -> Path:
+    """The CNI plugins under the names containerd looks for (the build names them cni-*)."""
+    where = ctx.directory / "cni-bin"
+    where.mkdir(exist_ok=True)
+    for plugin in configs.CNI_PLUGINS:
+        link = where / plugin
+        if not link.is_symlink():
+            link.symlink_to(ctx.binaries / f"cni-{plugin}")
+    return where

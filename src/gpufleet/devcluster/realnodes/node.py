@@ -1,0 +1,138 @@
+"""One real node: its files, identity and processes. containerd runs in the node's network
+namespace and cgroup (so its shims and containers do too); the kubelet in the node's network
+namespace and a mount namespace of its own, where the device plugins' fixed directory is the
+node's own (two kubelets on one host would otherwise remove each other's sockets); its root
+directory is a shared mount, so the volumes it mounts reach containerd; kube-proxy in the
+node's network namespace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.devcluster.components import Component
+from gpufleet.devcluster.nodes import NodeContext
+from gpufleet.devcluster.realnodes import configs, network
+from gpufleet.devcluster.realnodes.host import HostChanges
+
+DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")  # the kubelet's fixed path
+
+
+@dataclass(frozen=True)
+class RealNode:
+    """Node ``index`` of ``count``, named ``name``, with ``paths``."""
+
+    name: str
+    index: int
+    count: int
+    paths: configs.NodePaths
+
+    @property
+    def netns(self) -> str:
+        return network.netns_name(self.name)
+
+    @property
+    def runtime_cgroup(self) -> str:
+        return f"{configs.cgroup_of(self.name)}/runtime"
+
+    def prepare(self, changes: HostChanges) -> None:
+        """The node's directories (its run and data directories are mount roots: ``undo``
+        unmounts and removes them), network namespace and cgroups."""
+        for root in (self.paths.run, self.paths.data):
+            changes.add_mount_root(root)
+            root.mkdir(parents=True, exist_ok=True)
+        self.paths.cache.mkdir(parents=True, exist_ok=True)
+        root = self.paths.kubelet_root
+        root.mkdir(parents=True, exist_ok=True)
+        _run("mount", "--bind", str(root), str(root))
+        _run("mount", "--make-rshared", str(root))
+        network.make_node_netns(changes, self.name, self.index, self.count)
+        changes.make_cgroup(self.runtime_cgroup)
+
+    def write_configs(self, ctx: NodeContext, cni_bin: Path, proxy_kubeconfig: Path,
+                      taints: list[dict[str, str]]) -> None:  # fmt: skip
+        """containerd's, the CNI network's, the kubelet's (its kubeconfig with a client
+        certificate as system:node:<name>) and kube-proxy's."""
+        run, binaries, pki = self.paths.run, ctx.binaries, ctx.pki
+        (run / "cni").mkdir(exist_ok=True)
+        (run / "containerd.toml").write_text(
+            configs.containerd_config(self.paths, binaries, cni_bin)
+        )
+        (run / "cni" / "10-gpufleet.conflist").write_text(
+            json.dumps(configs.cni_network(self.paths, self.index), indent=1)
+        )
+        (run / "kubelet.yaml").write_text(
+            configs.kubelet_config(self.paths, self.name, self.index, pki.ca, taints)
+        )
+        kubeconfig = ctx.issue_client(f"node-{self.name}", f"system:node:{self.name}",
+                                      ("system:nodes",))  # fmt: skip
+        (run / "kubelet.kubeconfig").write_bytes(kubeconfig.read_bytes())
+        (run / "kubelet.kubeconfig").chmod(0o600)
+        (run / "kube-proxy.yaml").write_text(configs.kube_proxy_config(proxy_kubeconfig, self.name))
+
+    def containerd(self, binaries: Path) -> Component:
+        """containerd, joined to the node's runtime cgroup in every hierarchy before it
+        starts (its shims and their containers stay there: ``undo`` ends them all)."""
+        from gpufleet.devcluster.realnodes.host import hierarchies
+
+        procs = " ".join(f"'{h / self.runtime_cgroup / 'cgroup.procs'}'" for h in hierarchies())
+        script = f'for f in {procs}; do echo $$ > "$f"; done; exec nsenter --net="$0" -- "$@"'
+        argv = ["sh", "-c", script, f"/run/netns/{self.netns}", str(binaries / "containerd"),
+                "--config", str(self.paths.run / "containerd.toml")]  # fmt: skip
+        env = (("PATH", f"{binaries}:/usr/sbin:/usr/bin:/sbin:/bin"),)  # its runc shim
+        return Component(f"containerd@{self.name}", argv, self._containerd_ready(binaries), env)
+
+    def _containerd_ready(self, binaries: Path) -> Callable[[], bool]:
+        socket = self.paths.containerd_socket
+
+        def ready() -> bool:
+            if not socket.exists():
+                return False
+            argv = [str(binaries / "ctr"), "--address", str(socket), "version"]
+            return subprocess.run(argv, capture_output=True, check=False).returncode == 0
+
+        return ready
+
+    def kubelet(self, binaries: Path, registered: Callable[[], bool]) -> Component:
+        """The kubelet in the node's network namespace and a mount namespace of its own."""
+        own_plugins = self.paths.run / "device-plugins"
+        own_plugins.mkdir(exist_ok=True)
+        DEVICE_PLUGINS.mkdir(parents=True, exist_ok=True)
+        script = f'mount --bind "{own_plugins}" "{DEVICE_PLUGINS}" && exec "$0" "$@"'
+        run = self.paths.run
+        argv = [
+            "nsenter", f"--net=/run/netns/{self.netns}", "--",
+            "unshare", "--mount", "--propagation", "unchanged", "--",
+            "sh", "-c", script, str(binaries / "kubelet"),
+            f"--config={run / 'kubelet.yaml'}",
+            f"--kubeconfig={run / 'kubelet.kubeconfig'}",
+            f"--root-dir={self.paths.kubelet_root}",
+            f"--cert-dir={run / 'kubelet-pki'}",
+            f"--hostname-override={self.name}",
+            f"--node-ip={network.node_ip(self.index)}",
+        ]  # fmt: skip
+        return Component(f"kubelet@{self.name}", argv, registered)
+
+    def kube_proxy(self, binaries: Path) -> Component:
+        argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--", str(binaries / "kube-proxy"),
+                f"--config={self.paths.run / 'kube-proxy.yaml'}"]  # fmt: skip
+        return Component(f"kube-proxy@{self.name}", argv, lambda: True)
+
+    def import_image(self, binaries: Path, archive: Path) -> None:
+        """Import an OCI archive into the node's containerd (the kubelet's namespace, k8s.io),
+        unless every image it names is there already (containerd's store outlives the
+        cluster: a warm ``up`` imports nothing)."""
+        ctr = [str(binaries / "ctr"), "--address", str(self.paths.containerd_socket),
+               "--namespace", "k8s.io"]  # fmt: skip
+        _run(*ctr, "images", "import", "--no-unpack=false", str(archive))
+
+
+def _run(*argv: str) -> None:
+    from gpufleet.errors import ClusterUpError
+
+    proc = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ClusterUpError(f"{' '.join(argv)} failed: {proc.stderr.strip()}")
