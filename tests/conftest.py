@@ -52,15 +52,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     def rank(item: pytest.Item) -> tuple[bool, ...]:
         unit = work_unit(item.nodeid)
+        real = item.get_closest_marker("realnodes") is not None  # their cluster starts last
         if in_one_process:
-            return (unit == CONTROL_PLANE,)
-        return (unit != CONTROL_PLANE, unit not in slow)
+            return (unit == CONTROL_PLANE, real)
+        return (unit != CONTROL_PLANE, unit not in slow, real)
 
     items.sort(key=rank)
     import torch
 
     no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
     no_cluster = pytest.mark.skip(reason="needs a live Kubernetes cluster (KUBECONFIG unset)")
+    not_root = pytest.mark.skip(reason="real nodes change the host: run as root")
     for item in items:
         # The markers themselves, not item.keywords: keywords also hold the names of the
         # test's folders, and every test under tests/cluster/ would count as marked `cluster`.
@@ -68,6 +70,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_gpu)
         if item.get_closest_marker("cluster") and not os.environ.get("KUBECONFIG"):
             item.add_marker(no_cluster)
+        if item.get_closest_marker("realnodes") and os.geteuid() != 0:
+            item.add_marker(not_root)
 
 
 def check_control_plane_tests(items: list[pytest.Item]) -> None:
@@ -130,3 +134,13 @@ def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from tests.support.devcluster import session_cluster
 
     yield from session_cluster(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def realcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The real-node cluster (`gpufleet cluster up --real-nodes 2`, lab values), started once
+    after the kwok cluster stops, and stopped at the session's end: `down` must leave the host
+    as it found it (tests/support/realnodes.py)."""
+    from tests.support.realnodes import session_real_cluster
+
+    yield from session_real_cluster(tmp_path_factory)

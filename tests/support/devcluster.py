@@ -202,10 +202,12 @@ def start(
     gpus: int = GPUS_PER_NODE,
     without: tuple[str, ...] = (),
     values: Path | None = None,
+    extra: tuple[str, ...] = (),
 ) -> DevCluster:
     state_dir = root / "state"
     leave_out = [arg for name in without for arg in ("--without", name)]
     leave_out += ["--values", str(values)] if values else []
+    leave_out += list(extra)
     up = run_cli("cluster", "up", "--nodes", str(nodes), "--gpus-per-node", str(gpus),
                  "--gpu-product", PRODUCT, "--pod-delay-ms", str(POD_DELAY_MS),
                  "--dir", str(state_dir), *leave_out, cwd=root,
@@ -219,12 +221,27 @@ def stop(cluster: DevCluster) -> None:
     assert down.returncode == 0, down.stderr[-2000:]
 
 
+# The session's running clusters: one control plane at a time (the MPI operator's port is
+# fixed), so the real-node cluster stops the kwok one first (its tests run last: conftest).
+RUNNING: list[DevCluster] = []
+
+
+def stop_running() -> None:
+    """Stop the session's clusters still running (before another starts)."""
+    while RUNNING:
+        stop(RUNNING.pop())
+
+
 def session_cluster(factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """The body of the session fixture ``devcluster`` (tests/conftest.py)."""
     if not BUILT:
         pytest.skip(f"control plane not built in {binaries_dir()} (make controlplane)")
+    stop_running()
     cluster = start(factory.mktemp("devcluster"))
+    RUNNING.append(cluster)
     try:
         yield cluster
     finally:
-        stop(cluster)
+        if cluster in RUNNING:
+            RUNNING.remove(cluster)
+            stop(cluster)

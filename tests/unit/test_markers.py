@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 
 # Each marker whose absence conftest turns into a skip, and the words of that skip's reason.
-SKIPS = {"cluster": "live Kubernetes cluster", "gpu": "needs an NVIDIA GPU"}
+SKIPS = {
+    "cluster": "live Kubernetes cluster",
+    "gpu": "needs an NVIDIA GPU",
+    "realnodes": "real nodes change the host",
+}
 
 
 # ids that are not the markers' names: an id is a keyword too, and the bug this catches read

@@ -30,7 +30,9 @@ DirOption = Annotated[
 
 @local_cluster.command()
 def up(
-    nodes: Annotated[int, typer.Option(help="Fake nodes.")] = NODE_DEFAULTS.count,
+    nodes: Annotated[
+        int, typer.Option(help="Fake nodes (0 allowed beside --real-nodes).")
+    ] = NODE_DEFAULTS.count,
     gpus_per_node: Annotated[int, typer.Option(help="nvidia.com/gpu per node.")] = (
         NODE_DEFAULTS.gpus
     ),
@@ -63,6 +65,12 @@ def up(
             min=0,
         ),
     ] = 0,
+    image: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="An OCI archive imported into every real node (no registry here; repeatable).",
+        ),
+    ] = None,
     values: Annotated[
         Path | None,
         typer.Option(
@@ -73,7 +81,8 @@ def up(
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
     """Build what is missing, start the control plane and wait until it is ready."""
-    bad = [FieldError(o, "must be at least 1") for o, v in (("--nodes", nodes),) if v < 1]
+    least = 0 if real_nodes else 1  # real nodes alone, or kwok's beside them
+    bad = [FieldError("--nodes", f"must be at least {least}")] if nodes < least else []
     bad += [FieldError("--gpus-per-node", "must be 0 or more")] if gpus_per_node < 0 else []
     if bad:
         fail(UserInputError(bad))
@@ -88,9 +97,9 @@ def up(
         if not isinstance(loaded, dict):
             fail(UserInputError([FieldError("--values", f"{values} is not a values mapping")]))
         pools = pools_from_values(loaded, nodes, gpus_per_node, gpu_product)
-    kinds: list[Any] = [*(pools if isinstance(pools, list) else [pools])]
+    kinds: list[Any] = [*(pools if isinstance(pools, list) else [pools])] if nodes else []
     if real_nodes:
-        kinds.append(RealNodes(real_pools(pools, real_nodes)))
+        kinds.append(RealNodes(real_pools(pools, real_nodes), images=list(image or [])))
     cluster = LocalCluster(directory, log=err_console.print)
     try:
         state = cluster.up(
@@ -104,7 +113,8 @@ def up(
         raise typer.Exit(EXIT_FAILED) from None
     except UserInputError as exc:
         fail(exc)
-    described = ", ".join(p.describe() for p in (pools if isinstance(pools, list) else [pools]))
+    described = ", ".join(p.describe() for p in (pools if isinstance(pools, list) else [pools])
+                          if p.count)  # fmt: skip
     if real_nodes:
         described += f", {real_nodes} real node(s)"
     err_console.print(

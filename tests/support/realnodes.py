@@ -1,0 +1,76 @@
+"""The real-node cluster for tests: one `gpufleet cluster up --nodes 0 --real-nodes 2` (the
+chart's lab values: each node has 4 "A30", which are the CPU), started by the first test that
+asks for it and stopped at the session's end, after the kwok cluster (one control plane at a
+time); and what the host looks like before and after, to prove `down` leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufleet.devcluster.build import binaries_dir
+from gpufleet.devcluster.realnodes.host import FIXED_PATHS, KUBELET_SYSCTLS, hierarchies
+from tests.support import devcluster
+from tests.support.paths import REPO
+
+LAB_VALUES = REPO / "deploy" / "helm" / "gpufleet" / "ci" / "lab-3node-a30-values.yaml"
+REAL_NODES = 2
+NODE_BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "runc",
+                 "cni-bridge", "coredns", "pause")  # fmt: skip
+BUILT = all((binaries_dir() / name).is_file() for name in NODE_BINARIES)
+
+
+def host_snapshot() -> dict[str, object]:
+    """What real nodes may change on the host: processes of the built binaries, mounts,
+    cgroups, network namespaces and links, the kubelet's sysctls, fixed paths."""
+    where = str(binaries_dir())
+    procs = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        if exe.startswith(where):
+            procs.append(exe)
+    ip = lambda *a: subprocess.run(["ip", *a], capture_output=True, text=True).stdout  # noqa: E731
+    links = sorted(line.split(":")[1].strip().split("@")[0] for line in
+                   ip("-o", "link", "show").splitlines())  # fmt: skip
+    return {
+        "processes": sorted(procs),
+        "mounts": sorted(
+            line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        ),
+        "cgroups": sorted(str(h / "gpufleet") for h in hierarchies() if (h / "gpufleet").exists()),
+        "netns": ip("netns", "list"),
+        "links": links,
+        "sysctls": {k: (Path("/proc/sys") / k).read_text() for k in KUBELET_SYSCTLS},
+        "paths": {p: os.path.lexists(p) for p in FIXED_PATHS},
+    }
+
+
+def session_real_cluster(factory: pytest.TempPathFactory) -> Iterator[devcluster.DevCluster]:
+    """The body of the fixture ``realcluster``: the cluster, then `down` and the host as it
+    was before `up` (a difference fails the last test that used it)."""
+    if not devcluster.BUILT or not BUILT:
+        pytest.skip(f"real nodes' components not built in {binaries_dir()} (make controlplane)")
+    devcluster.stop_running()
+    before = host_snapshot()
+    extra = ("--real-nodes", str(REAL_NODES), *images_args())
+    cluster = devcluster.start(factory.mktemp("realcluster"), nodes=0, gpus=4,
+                               values=LAB_VALUES, extra=extra)  # fmt: skip
+    try:
+        yield cluster
+    finally:
+        devcluster.stop(cluster)
+        after = host_snapshot()
+        changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+        assert not changed, f"cluster down left the host changed: {changed}"
+
+
+def images_args() -> list[str]:
+    """The images to import: none yet beyond the pause image."""
+    return []
