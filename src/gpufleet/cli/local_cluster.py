@@ -116,7 +116,7 @@ def up(
     described = ", ".join(p.describe() for p in (pools if isinstance(pools, list) else [pools])
                           if p.count)  # fmt: skip
     if real_nodes:
-        described += f", {real_nodes} real node(s)"
+        described = ", ".join(filter(None, [described, f"{real_nodes} real node(s)"]))
     err_console.print(
         f"API server {state.server}; {described}"
         f"\n  export KUBECONFIG={cluster.kubeconfig}\n  gpufleet cluster down   # when done",

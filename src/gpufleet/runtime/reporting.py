@@ -116,9 +116,11 @@ class Reporter:
             )
 
     def write_result(self, result: TrainResult) -> None:
-        """Rank 0 writes ``result.json`` for the launcher's summary."""
+        """Rank 0 writes ``result.json`` for the launcher's summary, and logs the state digest
+        (in a pod the run directory goes with it; `gpufleet logs` keeps the line)."""
         if self.info.is_main:
             write_json_atomic(self.files.result, result.to_json())
+            self.log(f"gpufleet: {result.steps} steps; state digest {result.state_digest}")
 
     def write_preempted(self, result: TrainResult) -> None:
         """After a preemption checkpoint: ``result.json`` (rank 0) and every node's

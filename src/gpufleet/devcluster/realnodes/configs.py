@@ -144,6 +144,7 @@ def kubelet_config(
             "nodefs.available": "2%",
             "imagefs.available": "2%",
         },
+        "evictionPressureTransitionPeriod": "30s",
         "registerWithTaints": taints,
         "serializeImagePulls": False,
         "resolvConf": "",

@@ -6,12 +6,16 @@ module (scripts/build-controlplane.sh), packed under the name containerd pins fo
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 from gpufleet.devcluster.realnodes.configs import SANDBOX_IMAGE
 from gpufleet.errors import ClusterUpError
+
+REF_NAME = "org.opencontainers.image.ref.name"
 
 
 def image_cache() -> Path:
@@ -31,6 +35,17 @@ def _buildah(*args: str) -> str:
     if proc.returncode != 0:
         raise ClusterUpError(f"buildah {' '.join(args)} failed: {proc.stderr.strip()}")
     return proc.stdout.strip()
+
+
+def names_in(archive: Path) -> list[str]:
+    """The image names an OCI archive's index gives (its ref.name annotations)."""
+    with tarfile.open(archive) as tar:  # uncompressed: its headers are read, data skipped
+        member = tar.extractfile("index.json")
+        if member is None:
+            raise ClusterUpError(f"{archive} is not an OCI archive (no index.json)")
+        index = json.load(member)
+    return [m["annotations"][REF_NAME] for m in index.get("manifests", [])
+            if REF_NAME in m.get("annotations", {})]  # fmt: skip
 
 
 def pause_archive(binaries: Path) -> Path:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from gpufleet.devcluster.api import wait
 from gpufleet.devcluster.components import Component, _get
 from gpufleet.devcluster.nodes import GPU_TAINT, NodeContext, NodeSpec, node_labels
 from gpufleet.devcluster.processes import Processes
-from gpufleet.devcluster.realnodes import configs, images, network
+from gpufleet.devcluster.realnodes import configs, images, network, storage
 from gpufleet.devcluster.realnodes.host import RUN_ROOT, HostChanges
 from gpufleet.devcluster.realnodes.node import RealNode
 from gpufleet.errors import ClusterUpError
@@ -65,6 +67,7 @@ class RealNodes:
     images: list[Path] = field(default_factory=list)
     api_address: str = network.HOST_IP
     _nodes: list[tuple[RealNode, NodeSpec]] = field(default_factory=list)
+    volumes_dir: Path = Path()  # set by prepare: <cluster dir>/volumes
 
     def __post_init__(self) -> None:
         count = sum(p.count for p in self.pools)
@@ -76,9 +79,12 @@ class RealNodes:
         bridge): the bridge, each node's namespace, directories and cgroups."""
         require_root()
         changes = HostChanges(directory / "host-changes.json")
+        self.volumes_dir = directory / "volumes"
         changes.remember_fixed_paths()
         changes.remember_sysctls()
         network.make_bridge(changes)
+        changes.add_mount_root(self.volumes_dir)
+        storage.make_dirs(self.volumes_dir)
         names = [(f"{pool.prefix}-{i}", pool) for pool in self.pools for i in range(pool.count)]
         run_root = Path(RUN_ROOT)
         for index, (name, pool) in enumerate(names):
@@ -89,7 +95,7 @@ class RealNodes:
             self._nodes.append((node, pool))
 
     def objects(self) -> list[Obj]:
-        """The RBAC of kube-proxy and CoreDNS."""
+        """The RBAC of kube-proxy and CoreDNS; the shared volumes (storage.py)."""
         binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding"}
         role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"}
         return [
@@ -103,6 +109,7 @@ class RealNodes:
              "roleRef": {**role_ref, "name": COREDNS_USER},
              "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                            "name": COREDNS_USER}]},
+            *storage.shared_volumes(self.volumes_dir, [n.name for n, _ in self._nodes]),
         ]  # fmt: skip
 
     def start(self, ctx: NodeContext, processes: Processes, timeout: float) -> None:
@@ -116,8 +123,12 @@ class RealNodes:
             taints = [GPU_TAINT] if pool.gpus else []
             node.write_configs(ctx, cni_bin, proxy, taints)
             processes.start(node.containerd(ctx.binaries), timeout)
-            for archive in archives:
-                node.import_image(ctx.binaries, archive)
+        started = time.monotonic()
+        with ThreadPoolExecutor(len(self._nodes)) as pool_:  # the nodes import side by side
+            list(pool_.map(lambda n: [n[0].import_image(ctx.binaries, a) for a in archives],
+                           self._nodes))  # fmt: skip
+        processes.log(f"  images imported ({time.monotonic() - started:.1f} s)")
+        for node, _ in self._nodes:
             processes.start(node.kubelet(ctx.binaries, self._registered(ctx, node)), timeout)
             processes.start(node.kube_proxy(ctx.binaries), timeout)
         for node, pool in self._nodes:

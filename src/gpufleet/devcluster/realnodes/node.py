@@ -15,10 +15,11 @@ from pathlib import Path
 
 from gpufleet.devcluster.components import Component
 from gpufleet.devcluster.nodes import NodeContext
-from gpufleet.devcluster.realnodes import configs, network
+from gpufleet.devcluster.realnodes import configs, images, network
 from gpufleet.devcluster.realnodes.host import HostChanges
 
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")  # the kubelet's fixed path
+PINNED = "io.cri-containerd.pinned=pinned"  # containerd's CRI label: the kubelet never removes
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,15 @@ class RealNode:
     def import_image(self, binaries: Path, archive: Path) -> None:
         """Import an OCI archive into the node's containerd (the kubelet's namespace, k8s.io),
         unless every image it names is there already (containerd's store outlives the
-        cluster: a warm ``up`` imports nothing)."""
+        cluster: a warm ``up`` imports nothing). Images are pinned: with no registry, one the
+        kubelet removed (image garbage collection, disk pressure) could not be pulled again."""
         ctr = [str(binaries / "ctr"), "--address", str(self.paths.containerd_socket),
                "--namespace", "k8s.io"]  # fmt: skip
-        _run(*ctr, "images", "import", "--no-unpack=false", str(archive))
+        listed = subprocess.run([*ctr, "images", "list", "--quiet"], capture_output=True,
+                                text=True, check=False).stdout.split()  # fmt: skip
+        if set(images.names_in(archive)) <= set(listed):
+            return
+        _run(*ctr, "images", "import", "--label", PINNED, str(archive))
 
 
 def _run(*argv: str) -> None:
