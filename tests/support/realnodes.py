@@ -5,6 +5,7 @@ time); and what the host looks like before and after, to prove `down` leaves not
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import pytest
 
 from gpufleet.devcluster.build import binaries_dir
 from gpufleet.devcluster.realnodes.host import FIXED_PATHS, KUBELET_SYSCTLS, hierarchies
+from gpufleet.devcluster.realnodes.images import image_cache, names_in
 from tests.support import devcluster
 from tests.support.paths import REPO
 
@@ -72,5 +74,17 @@ def session_real_cluster(factory: pytest.TempPathFactory) -> Iterator[devcluster
 
 
 def images_args() -> list[str]:
-    """The images to import: none yet beyond the pause image."""
-    return []
+    """The project's image, imported into every real node besides the pause image."""
+    return ["--image", str(project_image()[1])]
+
+
+@functools.cache
+def project_image() -> tuple[str, Path]:
+    """The project's CPU image (`make image`: scripts/build-image.sh, a no-op when its
+    inputs did not change): its name and OCI archive."""
+    built = subprocess.run(["bash", str(REPO / "scripts" / "build-image.sh"), "cpu"],
+                           capture_output=True, text=True, cwd=REPO, timeout=3600)  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    archive = (image_cache() / "gpufleet-cpu.tar").resolve()
+    (name,) = names_in(archive)
+    return name, archive

@@ -12,6 +12,7 @@ import yaml
 from gpufleet.cli.common import fail
 from gpufleet.console import err_console
 from gpufleet.devcluster import LocalCluster, NodeSpec
+from gpufleet.devcluster.kubeconfig import check_merge_target, merge_kubeconfig
 from gpufleet.devcluster.nodes import pools_from_values
 from gpufleet.devcluster.realnodes import RealNodes, real_pools
 from gpufleet.devcluster.state import DEFAULT_DIR
@@ -78,6 +79,13 @@ def up(
             "flavor, with its node labels and the Kueue topology's levels."
         ),
     ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the cluster's context into this kubeconfig (merged into one that "
+            "exists, made current), as kind does."
+        ),
+    ] = None,
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
     """Build what is missing, start the control plane and wait until it is ready."""
@@ -86,42 +94,44 @@ def up(
     bad += [FieldError("--gpus-per-node", "must be 0 or more")] if gpus_per_node < 0 else []
     if bad:
         fail(UserInputError(bad))
-    pools: NodeSpec | list[NodeSpec] = NodeSpec(
-        count=nodes, gpus=gpus_per_node, gpu_product=gpu_product
-    )
-    if values is not None:
-        try:
-            loaded = yaml.safe_load(values.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            fail(UserInputError([FieldError("--values", f"cannot read {values}: {exc}")]))
-        if not isinstance(loaded, dict):
-            fail(UserInputError([FieldError("--values", f"{values} is not a values mapping")]))
-        pools = pools_from_values(loaded, nodes, gpus_per_node, gpu_product)
-    kinds: list[Any] = [*(pools if isinstance(pools, list) else [pools])] if nodes else []
+    pools = _pools(values, nodes, gpus_per_node, gpu_product)
+    kinds: list[Any] = list(pools) if nodes else []
     if real_nodes:
         kinds.append(RealNodes(real_pools(pools, real_nodes), images=list(image or [])))
     cluster = LocalCluster(directory, log=err_console.print)
     try:
-        state = cluster.up(
-            kinds,
-            without=tuple(without or ()),
-            fair_sharing=kueue_fair_sharing,
-            pod_delay_ms=pod_delay_ms,
-        )
+        if kubeconfig is not None:
+            check_merge_target(kubeconfig)
+        state = cluster.up(kinds, without=tuple(without or ()), fair_sharing=kueue_fair_sharing,
+                           pod_delay_ms=pod_delay_ms)  # fmt: skip
     except ClusterUpError as exc:
         err_console.print(f"cluster up failed: {exc}", markup=False)
         raise typer.Exit(EXIT_FAILED) from None
     except UserInputError as exc:
         fail(exc)
-    described = ", ".join(p.describe() for p in (pools if isinstance(pools, list) else [pools])
-                          if p.count)  # fmt: skip
-    if real_nodes:
-        described = ", ".join(filter(None, [described, f"{real_nodes} real node(s)"]))
+    described = [p.describe() for p in pools if p.count and nodes]
+    described += [f"{real_nodes} real node(s)"] if real_nodes else []
+    exported = cluster.kubeconfig
+    if kubeconfig is not None:
+        exported = merge_kubeconfig(cluster.kubeconfig, kubeconfig)
     err_console.print(
-        f"API server {state.server}; {described}"
-        f"\n  export KUBECONFIG={cluster.kubeconfig}\n  gpufleet cluster down   # when done",
+        f"API server {state.server}; {', '.join(described)}"
+        f"\n  export KUBECONFIG={exported}\n  gpufleet cluster down   # when done",
         markup=False,
     )
+
+
+def _pools(values: Path | None, nodes: int, gpus: int, product: str) -> list[NodeSpec]:
+    """The fake nodes' pools: one, or one per flavor of a chart values file."""
+    if values is None:
+        return [NodeSpec(count=nodes, gpus=gpus, gpu_product=product)]
+    try:
+        loaded = yaml.safe_load(values.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        fail(UserInputError([FieldError("--values", f"cannot read {values}: {exc}")]))
+    if not isinstance(loaded, dict):
+        fail(UserInputError([FieldError("--values", f"{values} is not a values mapping")]))
+    return pools_from_values(loaded, nodes, gpus, product)
 
 
 @local_cluster.command()

@@ -39,11 +39,14 @@ def _buildah(*args: str) -> str:
 
 def names_in(archive: Path) -> list[str]:
     """The image names an OCI archive's index gives (its ref.name annotations)."""
-    with tarfile.open(archive) as tar:  # uncompressed: its headers are read, data skipped
-        member = tar.extractfile("index.json")
-        if member is None:
-            raise ClusterUpError(f"{archive} is not an OCI archive (no index.json)")
-        index = json.load(member)
+    try:
+        with tarfile.open(archive) as tar:  # uncompressed: its headers are read, data skipped
+            member = tar.extractfile("index.json")
+            if member is None:
+                raise KeyError("index.json")
+            index = json.load(member)
+    except (OSError, KeyError, tarfile.TarError, ValueError) as exc:
+        raise ClusterUpError(f"{archive} is not an OCI archive (index.json: {exc})") from None
     return [m["annotations"][REF_NAME] for m in index.get("manifests", [])
             if REF_NAME in m.get("annotations", {})]  # fmt: skip
 

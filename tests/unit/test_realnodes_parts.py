@@ -1,0 +1,139 @@
+"""The parts of real nodes that need no root: addresses, configuration files, the journal of
+host changes, shared volumes, images' names, and the kubeconfig merge of `cluster up
+--kubeconfig`. The nodes themselves are tested live (tests/cluster/test_realnodes*.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.devcluster.kubeconfig import check_merge_target, merge_kubeconfig
+from gpufleet.devcluster.realnodes import configs, network, storage
+from gpufleet.devcluster.realnodes.host import HostChanges, mounts_under, undo
+from gpufleet.devcluster.realnodes.images import names_in
+from gpufleet.errors import ClusterUpError, UserInputError
+
+PATHS = configs.NodePaths(run=Path("/run/gpufleet/n0"), data=Path("/d/n0"), cache=Path("/c/n0"))
+
+
+def test_nodes_and_their_pods_get_disjoint_addresses_off_loopback() -> None:
+    ips = [ipaddress.ip_address(network.node_ip(i)) for i in range(network.MAX_NODES)]
+    assert len(set(ips)) == network.MAX_NODES
+    assert all(ip in network.NODE_NET and not ip.is_loopback for ip in ips)
+    assert str(network.HOST_IP) not in map(str, ips)
+    cidrs = [ipaddress.ip_network(network.pod_cidr(i)) for i in range(4)]
+    assert all(c.subnet_of(network.POD_NET) for c in cidrs)  # type: ignore[arg-type]
+    assert not any(a.overlaps(b) for i, a in enumerate(cidrs) for b in cidrs[i + 1 :])
+
+
+def test_containerd_config_is_toml_with_the_settings_this_host_needs(tmp_path: Path) -> None:
+    doc = tomllib.loads(configs.containerd_config(PATHS, Path("/bin/x"), Path("/cni")))
+    runtime = doc["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["restrict_oom_score_adj"] is True  # no CAP_SYS_RESOURCE here
+    assert runtime["netns_mounts_under_state_dir"] is True  # not /run/netns: undo finds them
+    assert runtime["containerd"]["runtimes"]["runc"]["options"]["BinaryName"] == "/bin/x/runc"
+    images = doc["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == configs.SANDBOX_IMAGE
+    assert doc["grpc"]["address"] == "/run/gpufleet/n0/containerd.sock"
+    assert len(doc["grpc"]["address"].encode()) < 108  # a unix socket's path limit
+
+
+def test_kubelet_config_allows_cgroup_v1_keeps_images_and_listens_on_the_node() -> None:
+    doc = yaml.safe_load(configs.kubelet_config(PATHS, "n0", 0, Path("/ca"), []))
+    assert doc["failCgroupV1"] is False and doc["cgroupDriver"] == "cgroupfs"
+    assert doc["cgroupRoot"] == "/gpufleet/n0"
+    assert doc["imageGCHighThresholdPercent"] == 100  # no registry to pull a removed image
+    assert doc["authentication"]["anonymous"]["enabled"] is False
+    assert doc["address"] == network.node_ip(0) and doc["clusterDNS"] == [network.HOST_IP]
+
+
+def test_the_pod_network_is_the_nodes_own_cidr_with_nftables() -> None:
+    net = configs.cni_network(PATHS, 3)
+    bridge, portmap = net["plugins"]
+    assert bridge["ipam"]["ranges"] == [[{"subnet": network.pod_cidr(3)}]]
+    assert bridge["ipMasqBackend"] == "nftables" and portmap["backend"] == "nftables"
+    assert bridge["ipam"]["dataDir"].startswith(str(PATHS.run))  # not /var/lib/cni
+
+
+def test_coredns_answers_only_the_cluster_domain_on_the_bridge() -> None:
+    text = configs.corefile(Path("/k"), 9000)
+    assert f"bind {network.HOST_IP}" in text and "kubernetes cluster.local" in text
+    assert "forward" not in text  # nothing is asked of servers outside the machine
+
+
+def test_the_journal_survives_a_crash_and_undo_without_one_does_nothing(tmp_path: Path) -> None:
+    changes = HostChanges(tmp_path / "host-changes.json")
+    changes.add_link("gpufleet0")
+    changes.add_netns("gpufleet-n0")
+    changes.sysctls["kernel/panic"] = "1"
+    changes.save()
+    again = HostChanges.load(tmp_path)
+    assert again is not None
+    assert (again.links, again.netns, again.sysctls) == (["gpufleet0"], ["gpufleet-n0"],
+                                                         {"kernel/panic": "1"})  # fmt: skip
+    assert undo(tmp_path / "elsewhere") is False
+
+
+def test_mounts_below_a_root_come_deepest_first() -> None:
+    points = mounts_under(["/proc"])
+    assert points and all(p == "/proc" or p.startswith("/proc/") for p in points)
+    depths = [p.count("/") for p in points]
+    assert depths == sorted(depths, reverse=True)
+
+
+def test_shared_volumes_are_on_every_real_node_and_read_write_many(tmp_path: Path) -> None:
+    storage.make_dirs(tmp_path)
+    objects = storage.shared_volumes(tmp_path, ["a", "b"])
+    volumes = [o for o in objects if o["kind"] == "PersistentVolume"]
+    assert len(volumes) == storage.VOLUMES
+    for volume in volumes:
+        terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+        assert terms[0]["matchExpressions"][0]["values"] == ["a", "b"]
+        assert "ReadWriteMany" in volume["spec"]["accessModes"]
+        assert Path(volume["spec"]["local"]["path"]).is_dir()
+
+
+def test_image_names_come_from_the_archives_index(tmp_path: Path) -> None:
+    index = {"manifests": [{"annotations": {"org.opencontainers.image.ref.name": "x/y:1"}}]}
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        tar.add(tmp_path / "index.json", "index.json")
+    assert names_in(tmp_path / "a.tar") == ["x/y:1"]
+    with tarfile.open(tmp_path / "b.tar", "w") as tar:
+        tar.add(tmp_path / "a.tar", "other")
+    with pytest.raises(ClusterUpError, match="not an OCI archive"):
+        names_in(tmp_path / "b.tar")
+
+
+def test_kubeconfig_merge_keeps_other_contexts_and_makes_ours_current(tmp_path: Path) -> None:
+    ours = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "gpufleet-local",
+        "clusters": [{"name": "gpufleet-local", "cluster": {"server": "https://new"}}],
+        "users": [{"name": "admin", "user": {}}],
+        "contexts": [{"name": "gpufleet-local", "context": {"cluster": "gpufleet-local"}}],
+    }
+    theirs = {"apiVersion": "v1", "kind": "Config", "current-context": "prod",
+              "clusters": [{"name": "prod", "cluster": {"server": "https://prod"}},
+                           {"name": "gpufleet-local", "cluster": {"server": "https://old"}}],
+              "contexts": [{"name": "prod", "context": {"cluster": "prod"}}],
+              "users": []}  # fmt: skip
+    (tmp_path / "ours").write_text(yaml.safe_dump(ours))
+    target = tmp_path / "config"
+    target.write_text(yaml.safe_dump(theirs))
+    merged = yaml.safe_load(merge_kubeconfig(tmp_path / "ours", target).read_text())
+    assert merged["current-context"] == "gpufleet-local"
+    servers = {c["name"]: c["cluster"]["server"] for c in merged["clusters"]}
+    assert servers == {"prod": "https://prod", "gpufleet-local": "https://new"}
+    assert {c["name"] for c in merged["contexts"]} == {"prod", "gpufleet-local"}
+    assert target.stat().st_mode & 0o077 == 0
+    (tmp_path / "bad").write_text("- a list\n")
+    with pytest.raises(UserInputError, match="not a kubeconfig"):
+        check_merge_target(tmp_path / "bad")
