@@ -92,6 +92,9 @@ def up(
     least = 0 if real_nodes else 1  # real nodes alone, or kwok's beside them
     bad = [FieldError("--nodes", f"must be at least {least}")] if nodes < least else []
     bad += [FieldError("--gpus-per-node", "must be 0 or more")] if gpus_per_node < 0 else []
+    bad += [FieldError("--image", f"{p} is not a file (an OCI archive: make image)")
+            for p in image or [] if not p.is_file()]  # fmt: skip
+    bad += [FieldError("--image", "needs --real-nodes")] if image and not real_nodes else []
     if bad:
         fail(UserInputError(bad))
     pools = _pools(values, nodes, gpus_per_node, gpu_product)
