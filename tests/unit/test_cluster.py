@@ -367,3 +367,28 @@ def test_a_queued_pytorchjob_without_workload_names_kueues_missing_integration()
     assert "its kubeflow.org/pytorchjob integration is off in Kueue's default configuration" in (
         st.line()
     )
+
+
+def test_status_names_each_pods_node_restarts_and_last_exit_code() -> None:
+    """`status --pods` and `-o json` podStates: a pod whose container crashed once and runs
+    again, and one that ended; the kubelet's fields, not the job's."""
+    crashed = {
+        "metadata": {"name": "train-0"},
+        "spec": {"nodeName": "real-node-0"},
+        "status": {"phase": "Running", "containerStatuses": [{
+            "restartCount": 1, "state": {"running": {}},
+            "lastState": {"terminated": {"exitCode": 137, "reason": "Error"}}}]},
+    }  # fmt: skip
+    ended = {
+        "metadata": {"name": "train-1"},
+        "spec": {"nodeName": "real-node-1"},
+        "status": {"phase": "Succeeded", "containerStatuses": [{
+            "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]},
+    }  # fmt: skip
+    job = {"kind": "Job", "metadata": {"name": "train"}, "status": {"active": 1}}
+    st = summarize(job, [ended, crashed], [])
+    assert [p.line() for p in st.pod_states] == [
+        "pod train-0 on real-node-0: Running, restarts 1, last exit 137 (Error)",
+        "pod train-1 on real-node-1: Succeeded, restarts 0, last exit 0 (Completed)",
+    ]
+    assert st.as_dict()["podStates"][0]["lastExitCode"] == 137

@@ -58,6 +58,9 @@ def status(
     namespace: NamespaceOption = None,
     context: ContextOption = None,
     output: Annotated[Output, typer.Option("--output", "-o", help="text or json")] = Output.text,
+    pods: Annotated[
+        bool, typer.Option("--pods", help="Then a line per pod: node, phase, restarts, exit.")
+    ] = False,
 ) -> None:
     """One line: phase, pods, and why a job or service is not running (Kueue, scheduler...)."""
     with _reported():
@@ -66,6 +69,8 @@ def status(
         print_json(result.as_dict())
     else:
         print(result.line())
+        for state in getattr(result, "pod_states", []) if pods else []:
+            print(f"  {state.line()}")
 
 
 def logs(

@@ -45,6 +45,51 @@ _WAITING_PROBLEMS = {
 }
 
 
+@dataclass(frozen=True)
+class PodState:
+    """One pod as its kubelet reports it: where it runs, its phase, how often its containers
+    restarted, and the last exit code (of a container that ended, now or before a restart)."""
+
+    name: str
+    node: str
+    phase: str
+    restarts: int
+    last_exit: int | None
+    last_reason: str = ""
+
+    @classmethod
+    def of(cls, pod: Obj) -> PodState:
+        status = pod.get("status") or {}
+        statuses = status.get("containerStatuses") or []
+        ended = [
+            (cs.get("state") or {}).get("terminated")
+            or (cs.get("lastState") or {}).get("terminated")
+            for cs in statuses
+        ]
+        last = next((t for t in ended if t), None) or {}
+        return cls(
+            name=pod["metadata"]["name"],
+            node=(pod.get("spec") or {}).get("nodeName") or "-",
+            phase=status.get("phase", "Unknown"),
+            restarts=sum(int(cs.get("restartCount", 0)) for cs in statuses),
+            last_exit=last.get("exitCode"),
+            last_reason=last.get("reason", ""),
+        )
+
+    def as_dict(self) -> Obj:
+        return {"name": self.name, "node": self.node, "phase": self.phase,
+                "restarts": self.restarts, "lastExitCode": self.last_exit,
+                "lastReason": self.last_reason}  # fmt: skip
+
+    def line(self) -> str:
+        """``pod NAME on NODE: Phase, restarts N, last exit C (Reason)``."""
+        text = f"pod {self.name} on {self.node}: {self.phase}, restarts {self.restarts}"
+        if self.last_exit is not None:
+            text += f", last exit {self.last_exit}"
+            text += f" ({self.last_reason})" if self.last_reason else ""
+        return text
+
+
 @dataclass
 class JobStatus:
     """What ``gpufleet status`` prints: a phase, pod counts and the reasons, most useful first."""
@@ -54,6 +99,7 @@ class JobStatus:
     phase: str  # Queued, Pending, Starting, Running, Restarting, Suspended, Succeeded, Failed
     pods: dict[str, int] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
+    pod_states: list[PodState] = field(default_factory=list)
 
     def line(self) -> str:
         """One line: ``name (Kind): Phase, pods 1/2 Running; reason; reason``."""
@@ -71,6 +117,7 @@ class JobStatus:
             "pods": self.pods,
             "reasons": self.reasons,
             "line": self.line(),
+            "podStates": [p.as_dict() for p in self.pod_states],
         }
 
 
@@ -281,6 +328,7 @@ def summarize(
         kind=job.get("kind", "?"),
         phase=phase or "Pending",
         pods=dict(sorted(counts.items())),
+        pod_states=sorted((PodState.of(p) for p in pods), key=lambda p: p.name),
     )
     if phase in ("Succeeded", "Failed"):
         if message:
