@@ -48,9 +48,10 @@ def reallab(realcluster: DevCluster) -> Iterator[DevCluster]:
         realcluster.helm("uninstall", "lab", "-n", "gpufleet-system", "--wait")
 
 
-def local_digest(root: Path, name: str, nodes: int, procs: int) -> str:
+def local_digest(root: Path, name: str, nodes: int, procs: int, steps: int = 40) -> str:
     """The state digest of the same job run here by `gpufleet run` (same world, same data)."""
-    doc = digits_job(name, workload=WORKLOAD, nodes=nodes, procsPerNode=procs,
+    workload = {**WORKLOAD, "steps": steps}
+    doc = digits_job(name, workload=workload, nodes=nodes, procsPerNode=procs,
                      checkpoint={"dir": str(root / name / "ckpt"), "everySteps": 10})  # fmt: skip
     run = run_cli("run", str(write_spec(root, doc, f"{name}.yaml")), "-o", "json", cwd=root,
                   timeout=300)  # fmt: skip
@@ -96,3 +97,53 @@ def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
     cancel = reallab.gpufleet("cancel", name, "-n", TENANT)
     assert cancel.returncode == 0, cancel.stderr[-2000:]
     poll_until(lambda: not reallab.pods(TENANT, name), what=f"{name}'s pods gone", timeout=60)
+
+
+def worker_pids(pod_uid: str) -> list[int]:
+    """Host pids of a pod's training workers (torchrun's children: gpufleet.launch.shim), found
+    by the pod's cgroup (its UID, with dashes as the cgroupfs driver writes it)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cgroup = (proc / "cgroup").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"pod{pod_uid}" in cgroup and b"gpufleet.launch.shim" in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_a_training_process_killed_mid_run_resumes_from_the_claims_checkpoint(
+    reallab: DevCluster,
+) -> None:
+    """A crash: pod 1's training process is killed (SIGKILL, as the kernel's OOM killer would)
+    after the first checkpoint; the group restarts, resumes from the checkpoint on the shared
+    claim, and ends with the uninterrupted run's weights."""
+    import os
+    import signal
+
+    name, steps = "digits-crash", 80
+    doc = real_job(name, 2, 1)
+    doc["spec"]["workload"] = {**WORKLOAD, "steps": steps}
+    path = write_spec(reallab.root, doc, f"{name}.yaml")
+    submit = reallab.gpufleet("submit", str(path), "--target", "job")
+    assert submit.returncode == 0, submit.stderr[-2000:]
+
+    def checkpointed_pod() -> dict[str, Any] | None:
+        logs = reallab.gpufleet("logs", name, "-n", TENANT).stdout
+        if not re.search(r"step (2\d|3\d)/", logs):
+            return None
+        pods = [p for p in reallab.pods(TENANT, name) if p["status"].get("phase") == "Running"]
+        return next((p for p in pods if p["metadata"]["name"].startswith(f"{name}-1-")), None)
+
+    victim = poll_until(checkpointed_pod, what="step 20 passed", timeout=240, interval=1)
+    pids = worker_pids(victim["metadata"]["uid"])
+    assert pids, "pod 1's training process not found on the host"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    phase, _ = reallab.run_to_end(name, TENANT, timeout=300)
+    logs = reallab.gpufleet("logs", name, "-n", TENANT).stdout
+    assert phase == "Succeeded", logs[-3000:]
+    assert re.search(r"resum\w* from .*step (1\d|2\d|3\d)", logs, re.I), logs[-3000:]
+    assert digests_in_logs(reallab, name) == [local_digest(reallab.root, name, 2, 1, steps)]
