@@ -7,7 +7,7 @@ STAMP := $(VENV)/.gpufleet-installed
 TOOLS := .tools/bin
 
 .PHONY: demo test lint unit fuzz fmt docs goldens schemas bench bench-controlplane clean tools \
-	controlplane
+	controlplane image
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ tools:
 # on 2 cores, then cached).
 controlplane:
 	bash scripts/build-controlplane.sh
+
+# The worker image's CPU flavor, built here with buildah on a Debian base made by debootstrap
+# (no registry, no Docker engine), as an OCI archive for `ctr -n k8s.io images import`, kept
+# outside the clone in ~/.cache/gpufleet/images (GPUFLEET_IMAGE_CACHE); a no-op when the
+# sources did not change (scripts/build-image.sh).
+image:
+	bash scripts/build-image.sh cpu
 
 demo: $(STAMP)
 	$(BIN)/gpufleet run examples/digits.yaml --fresh

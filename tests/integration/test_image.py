@@ -12,8 +12,10 @@ import pytest
 from dockerfile_parse import DockerfileParser
 
 from gpufleet.render.mpijob import SSH_DIR, SSH_PORT, SSHD_CONFIG
-from gpufleet.render.podspec import RUN_DIR, UID
+from gpufleet.render.podspec import RUN_DIR, UID, WorkerPod, pod_spec
+from gpufleet.spec import validate_training_job
 from tests.support.paths import REPO
+from tests.support.specs import cluster_job
 
 DOCKERFILE = REPO / "docker" / "Dockerfile"
 SSHD = REPO / "docker" / "sshd_config"
@@ -44,15 +46,20 @@ def instructions() -> list[tuple[str, str]]:
     ]
 
 
+def runtime_stage() -> list[tuple[str, str]]:
+    """The instructions of the last stage, from its FROM on: what the pods run."""
+    steps = instructions()
+    last_from = max(i for i, (op, _) in enumerate(steps) if op == "FROM")
+    return steps[last_from:]
+
+
 def test_multi_stage_cuda_non_root() -> None:
     parsed = DockerfileParser(path=str(DOCKERFILE))
     stages = parsed.parent_images  # ARG defaults resolved
     assert len(stages) >= 2, "multi-stage: build, then a runtime without build tools"
     runtime = stages[-1]
     assert runtime.startswith("nvidia/cuda:") and "-runtime-" in runtime, runtime
-    steps = instructions()
-    last_from = max(i for i, (op, _) in enumerate(steps) if op == "FROM")
-    final = steps[last_from:]  # the runtime stage: what the pods run
+    final = runtime_stage()
     users = [value for op, value in final if op == "USER"]
     assert users and users[-1] == f"{UID}:{UID}"  # numeric, so runAsNonRoot can verify it
     runs = " ".join(value for op, value in final if op == "RUN")
@@ -73,3 +80,55 @@ def test_sshd_config_matches_the_mpijob_renderer() -> None:
     assert conf["HostKey"].startswith(SSH_DIR + "/")
     assert conf["PidFile"].startswith(RUN_DIR + "/")  # writable under a read-only root
     assert conf["PermitRootLogin"] == "no" and conf["PasswordAuthentication"] == "no"
+
+
+def test_layers_torch_then_dependencies_then_gpufleet() -> None:
+    """A change in src/ rebuilds only small top layers: the runtime stage installs torch, then
+    gpufleet's other dependencies, then gpufleet's wheel, and copies no source tree or venv."""
+    final = runtime_stage()
+
+    def first(op: str, pattern: str) -> int:
+        return next(i for i, (o, v) in enumerate(final) if o == op and re.search(pattern, v))
+
+    torch = first("RUN", r"pip install .* torch$")
+    deps = first("RUN", r"pip install .*-r ")
+    gpufleet = first("RUN", r"pip install .*--no-deps .*gpufleet")
+    assert torch < first("COPY", r"^pyproject.toml ") < deps < gpufleet
+    copies = [v for o, v in final if o == "COPY"]
+    assert not [c for c in copies if re.search(r"(^|\s)(src|\.|/opt/venv)(/|\s|$)", c)], copies
+
+
+def test_caches_are_on_the_pods_writable_mounts() -> None:
+    """Under readOnlyRootFilesystem, every cache the image sends Python, torch, Triton and CUDA
+    to is on an emptyDir that the rendered pods mount; Python writes no bytecode."""
+    spec = pod_spec(validate_training_job(cluster_job()), WorkerPod(rdzv_host="train-0.train"))
+    empty = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
+    writable = [m["mountPath"] for m in spec["containers"][0]["volumeMounts"] if m["name"] in empty]
+    env = DockerfileParser(path=str(DOCKERFILE)).envs  # the last stage's
+    for var in ("XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH"):
+        assert any(Path(env[var]).is_relative_to(m) for m in writable), (var, env[var], writable)
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"
+    # A prefix would make Python ignore the venv's compiled bytecode: torch recompiled each start.
+    assert "PYTHONPYCACHEPREFIX" not in env
+
+
+def test_the_image_key_covers_what_the_dockerfile_copies() -> None:
+    """scripts/build-image.sh names the archive by a hash of INPUTS: every path of the build
+    context that the Dockerfile copies is among them, and .dockerignore lets it in."""
+    script = (REPO / "scripts" / "build-image.sh").read_text()
+    found = re.search(r"^INPUTS=\(([^)]*)\)", script, re.MULTILINE)
+    assert found, "INPUTS=(...) in scripts/build-image.sh"
+    inputs = found.group(1).split()
+    allowed = [
+        line[1:] for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]  # fmt: skip
+    sources = [
+        source for op, value in instructions() if op == "COPY" and "--from" not in value
+        for source in value.split()[:-1]
+    ]  # fmt: skip
+    assert sources
+    for source in sources:
+        source = source.rstrip("/")
+        assert any(source == i or source.startswith(i + "/") for i in inputs), source
+        assert any(source == a or source.startswith(a + "/") for a in allowed), source

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Build the gpufleet image here, with no registry, and write it as an OCI archive that
+# containerd imports (`ctr -n k8s.io images import <archive>`):
+#   scripts/build-image.sh [cpu|cuda]          (make image: cpu)
+# cpu: docker/Dockerfile on localhost/gpufleet-base:bookworm (scripts/make-base-image.sh, built
+# when missing); cuda: on its default CUDA base, which needs that base's registry.
+# The image is localhost/gpufleet:<flavor>-<key>, <key> a hash of the build's inputs; its archive
+# is $GPUFLEET_IMAGE_CACHE/gpufleet-<flavor>-<key>.tar (default ~/.cache/gpufleet/images), and
+# gpufleet-<flavor>.tar links to the newest. With that archive there already, nothing is done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/image-lib.sh
+source scripts/image-lib.sh
+
+# What the image is made of: a change to any of these is a new key.
+INPUTS=(docker/Dockerfile docker/sshd_config .dockerignore pyproject.toml constraints.txt
+  README.md src)
+
+# Files of $@ as the working tree has them (tracked or not, but not ignored), NUL-separated.
+input_files() {
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files -z --cached --others --exclude-standard -- "$@" | sort -zu |
+      while IFS= read -r -d '' f; do if [ -f "$f" ]; then printf '%s\0' "$f"; fi; done
+  else
+    find "$@" -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 |
+      sort -z
+  fi
+}
+
+# 12 hex digits of sha256 over the flavor, its base and the inputs' paths and contents.
+input_key() {
+  local flavor=$1
+  {
+    echo "$flavor"
+    if [ "$flavor" = cpu ]; then echo "$BASE_IMAGE" && sha256sum scripts/make-base-image.sh; fi
+    input_files "${INPUTS[@]}" | xargs -0 sha256sum --
+  } | sha256sum | cut -c1-12
+}
+
+# Build the image, and tag its build stage too, so that a prune keeps that stage's cache. pip
+# in the RUN steps trusts what this host trusts (a TLS-inspecting proxy's CA included): the
+# host's CA bundle is bind-mounted at /mnt, which every base has, empty.
+build() {
+  local flavor=$1 key=$2 bundle options
+  bundle=$(realpath /etc/ssl/certs/ca-certificates.crt)
+  options=(--layers --isolation=chroot --force-rm -f docker/Dockerfile
+    "--volume=$(dirname "$bundle"):/mnt:ro" "--build-arg=PIP_CERT=/mnt/$(basename "$bundle")")
+  if [ "$flavor" = cpu ]; then
+    options+=("--build-arg=BASE=$BASE_IMAGE")
+    buildah inspect --type image "$BASE_IMAGE" >/dev/null 2>&1 || scripts/make-base-image.sh
+  fi
+  buildah bud "${options[@]}" --target build -t "$(image_name "$flavor" "$key")-build" .
+  buildah bud "${options[@]}" -t "$(image_name "$flavor" "$key")" .
+}
+
+# Write the archive next to its final name, then move it there and point the link at it. Layers
+# are zstd-compressed (containerd >= 1.5 reads them): as fast to write as gzip here and ~10%
+# smaller; uncompressed ones were slower to write and to import (benchmarks/results/image-build_*).
+export_archive() {
+  local flavor=$1 key=$2 out
+  out=$(archive_path "$flavor" "$key")
+  mkdir -p "$IMAGE_CACHE"
+  rm -f "$out.tmp"
+  buildah push --quiet --compression-format zstd "$(image_name "$flavor" "$key")" \
+    "oci-archive:$out.tmp:$(image_name "$flavor" "$key")"
+  mv "$out.tmp" "$out"
+  ln -sfn "$(basename "$out")" "$IMAGE_CACHE/gpufleet-$flavor.tar"
+}
+
+# Keep one archive and one image (with its build stage) per flavor; drop what a build that
+# was stopped left behind (untagged images with the Dockerfile's vendor label). Layers that the
+# current image shares stay: they are the cache of the next build.
+prune() {
+  local flavor=$1 key=$2 keep ref id
+  keep=$(basename "$(archive_path "$flavor" "$key")")
+  for f in "$IMAGE_CACHE/gpufleet-$flavor"-*.tar "$IMAGE_CACHE/gpufleet-$flavor"-*.tar.tmp; do
+    if [ -f "$f" ] && [ "$(basename "$f")" != "$keep" ]; then rm -f "$f"; fi
+  done
+  buildah images --noheading --format '{{.Name}}:{{.Tag}}' --filter "reference=$IMAGE_REPO" |
+    while read -r ref; do
+      case $ref in
+        "$IMAGE_REPO:$flavor-$key" | "$IMAGE_REPO:$flavor-$key-build") ;;
+        "$IMAGE_REPO:$flavor-"*) buildah rmi "$ref" >/dev/null || echo "prune: kept $ref (in use)" ;;
+      esac
+    done
+  for _ in 1 2 3 4 5 6 7 8; do  # a pass removes the leaves; their parents are next
+    id=$(buildah images --quiet --filter dangling=true \
+      --filter label=org.opencontainers.image.vendor=gpufleet)
+    [ -n "$id" ] || break
+    # shellcheck disable=SC2086  # one ID a word
+    buildah rmi $id >/dev/null 2>&1 || break
+  done
+}
+
+report() {
+  local flavor=$1 key=$2 image
+  image=$(image_name "$flavor" "$key")
+  echo "image: $image ($(buildah images --noheading --format '{{.Size}}' "$image"))"
+  echo "archive: $(archive_path "$flavor" "$key") ($(du -h "$(archive_path "$flavor" "$key")" | cut -f1))"
+  echo "buildah storage: $(du -sh "$(buildah info --format '{{.store.GraphRoot}}')" | cut -f1)"
+}
+
+main() {
+  local flavor=${1:-cpu} key
+  case $flavor in cpu | cuda) ;; *) echo "usage: $0 [cpu|cuda]" >&2 && exit 2 ;; esac
+  key=$(input_key "$flavor")
+  if [ -f "$(archive_path "$flavor" "$key")" ]; then
+    echo "up to date: $(archive_path "$flavor" "$key") ($(image_name "$flavor" "$key"))"
+    return 0
+  fi
+  need_debs buildah
+  STORAGE_DRIVER=$(storage_driver)
+  export STORAGE_DRIVER
+  build "$flavor" "$key"
+  echo "build: ${SECONDS} s" && SECONDS=0
+  export_archive "$flavor" "$key"
+  echo "export: ${SECONDS} s" && SECONDS=0
+  prune "$flavor" "$key"
+  echo "prune: ${SECONDS} s"
+  report "$flavor" "$key"
+}
+
+main "$@"
