@@ -19,11 +19,14 @@ $(STAMP): pyproject.toml constraints.txt
 tools:
 	bash scripts/get-helm.sh $(TOOLS)
 	bash scripts/get-prometheus.sh
+	bash scripts/get-node-packages.sh
 
-# The local control plane (etcd, kube-*, kwok, Kueue, JobSet, Kubeflow operators, Volcano) built
-# with Go from controlplane/ into .tools/controlplane (scripts/build-controlplane.sh: ~13 min cold
-# on 2 cores, then cached).
+# The local control plane (etcd, kube-*, kwok, Kueue, JobSet, Kubeflow operators, Volcano) and a
+# real node's components (kubelet, kube-proxy, containerd, runc, CNI plugins, CoreDNS, pause),
+# built with Go from controlplane/ into .tools/controlplane (scripts/build-controlplane.sh: ~13
+# min cold on 2 cores for the control plane, ~6 more for a node's, then cached).
 controlplane:
+	bash scripts/get-node-packages.sh
 	bash scripts/build-controlplane.sh
 
 # The worker image's CPU flavor, built here with buildah on a Debian base made by debootstrap
@@ -47,7 +50,7 @@ lint: $(STAMP)
 # together, all of tests/cluster/ (tests/conftest.py, work_unit; tests/README.md).
 # PYTEST_WORKERS=0 runs them in this one process.
 PYTEST_WORKERS ?= auto
-test: lint tools controlplane
+test: lint tools controlplane image
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 unit: $(STAMP) tools
