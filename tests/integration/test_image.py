@@ -58,7 +58,7 @@ def test_multi_stage_cuda_non_root() -> None:
     stages = parsed.parent_images  # ARG defaults resolved
     assert len(stages) >= 2, "multi-stage: build, then a runtime without build tools"
     runtime = stages[-1]
-    assert runtime.startswith("nvidia/cuda:") and "-runtime-" in runtime, runtime
+    assert runtime.startswith("docker.io/nvidia/cuda:") and "-runtime-" in runtime, runtime
     final = runtime_stage()
     users = [value for op, value in final if op == "USER"]
     assert users and users[-1] == f"{UID}:{UID}"  # numeric, so runAsNonRoot can verify it
