@@ -59,7 +59,6 @@ build() {
 export_archive() {
   local flavor=$1 key=$2 out
   out=$(archive_path "$flavor" "$key")
-  mkdir -p "$IMAGE_CACHE"
   rm -f "$out.tmp"
   buildah push --quiet --compression-format zstd "$(image_name "$flavor" "$key")" \
     "oci-archive:$out.tmp:$(image_name "$flavor" "$key")"
@@ -100,17 +99,27 @@ report() {
   echo "buildah storage: $(du -sh "$(buildah info --format '{{.store.GraphRoot}}')" | cut -f1)"
 }
 
+up_to_date() {
+  local flavor=$1 key=$2
+  [ -f "$(archive_path "$flavor" "$key")" ] || return 1
+  echo "up to date: $(archive_path "$flavor" "$key") ($(image_name "$flavor" "$key"))"
+}
+
 main() {
   local flavor=${1:-cpu} key
   case $flavor in cpu | cuda) ;; *) echo "usage: $0 [cpu|cuda]" >&2 && exit 2 ;; esac
   key=$(input_key "$flavor")
-  if [ -f "$(archive_path "$flavor" "$key")" ]; then
-    echo "up to date: $(archive_path "$flavor" "$key") ($(image_name "$flavor" "$key"))"
-    return 0
-  fi
+  up_to_date "$flavor" "$key" && return 0
+  # One build at a time on this machine (a build prunes the other images of its flavor); a
+  # build that waited may find its archive made meanwhile.
+  mkdir -p "$IMAGE_CACHE"
+  exec 9>"$IMAGE_CACHE/.build.lock"
+  flock -n 9 || { echo "waiting for another image build ($IMAGE_CACHE/.build.lock)" && flock 9; }
+  up_to_date "$flavor" "$key" && return 0
   need_debs buildah
   STORAGE_DRIVER=$(storage_driver)
   export STORAGE_DRIVER
+  SECONDS=0
   build "$flavor" "$key"
   echo "build: ${SECONDS} s" && SECONDS=0
   export_archive "$flavor" "$key"
