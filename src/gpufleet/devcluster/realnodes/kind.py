@@ -125,8 +125,7 @@ class RealNodes:
             processes.start(node.containerd(ctx.binaries), timeout)
         started = time.monotonic()
         with ThreadPoolExecutor(len(self._nodes)) as pool_:  # the nodes import side by side
-            list(pool_.map(lambda n: [n[0].import_image(ctx.binaries, a) for a in archives],
-                           self._nodes))  # fmt: skip
+            list(pool_.map(lambda n: self._import(ctx, n[0], archives), self._nodes))
         processes.log(f"  images imported ({time.monotonic() - started:.1f} s)")
         for node, _ in self._nodes:
             processes.start(node.kubelet(ctx.binaries, self._registered(ctx, node)), timeout)
@@ -135,6 +134,13 @@ class RealNodes:
             self._advertise(ctx, node, pool)
         names = [node.name for node, _ in self._nodes]
         wait(lambda: ctx.api.nodes_ready(names), "real nodes", timeout, processes.log)
+
+    @staticmethod
+    def _import(ctx: NodeContext, node: RealNode, archives: list[Path]) -> None:
+        """The archives' images into the node, and no others (older builds go)."""
+        for archive in archives:
+            node.import_image(ctx.binaries, archive)
+        node.keep_only(ctx.binaries, [n for a in archives for n in images.names_in(a)])
 
     def _coredns(self, ctx: NodeContext) -> Component:
         kubeconfig = ctx.issue_client("coredns", COREDNS_USER)

@@ -133,7 +133,35 @@ class RealNode:
                                 text=True, check=False).stdout.split()  # fmt: skip
         if set(images.names_in(archive)) <= set(listed):
             return
-        _run(*ctr, "images", "import", "--label", PINNED, str(archive))
+        # Layers are discarded once unpacked (the snapshots are what runs): one copy per node.
+        _run(*ctr, "images", "import", "--discard-unpacked-layers", "--label", PINNED,
+             str(archive))  # fmt: skip
+
+    def keep_only(self, binaries: Path, names: list[str]) -> None:
+        """Remove every other image from the node's store (older builds of the project's
+        image), so that containerd collects their layers: the store holds one of each."""
+        ctr = [str(binaries / "ctr"), "--address", str(self.paths.containerd_socket),
+               "--namespace", "k8s.io"]  # fmt: skip
+        listed = subprocess.run([*ctr, "images", "list", "--quiet"], capture_output=True,
+                                text=True, check=False).stdout.split()  # fmt: skip
+        # CRI also names each image by its config's digest (its image ID): keep those of ours.
+        keep = set(names) | {_config_digest(ctr, n) for n in names if n in listed}
+        stale = [n for n in listed if n not in keep]
+        if stale:
+            _run(*ctr, "images", "remove", "--sync", *stale)
+
+
+def _config_digest(ctr: list[str], name: str) -> str:
+    """The digest of image ``name``'s config (read from its manifest in the store)."""
+    rows = subprocess.run([*ctr, "images", "list", f"name=={name}"], capture_output=True,
+                          text=True, check=False).stdout.splitlines()[1:]  # fmt: skip
+    manifest = rows[0].split()[2] if rows else ""
+    got = subprocess.run([*ctr, "content", "get", manifest], capture_output=True, text=True,
+                         check=False)  # fmt: skip
+    try:
+        return str(json.loads(got.stdout)["config"]["digest"])
+    except (ValueError, KeyError):
+        return ""
 
 
 def _run(*argv: str) -> None:
