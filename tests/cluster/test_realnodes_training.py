@@ -97,4 +97,3 @@ def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
     cancel = reallab.gpufleet("cancel", name, "-n", TENANT)
     assert cancel.returncode == 0, cancel.stderr[-2000:]
     poll_until(lambda: not reallab.pods(TENANT, name), what=f"{name}'s pods gone", timeout=60)
-
