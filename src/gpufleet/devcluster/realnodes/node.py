@@ -134,7 +134,7 @@ class RealNode:
         if set(images.names_in(archive)) <= set(listed):
             return
         # Layers are discarded once unpacked (the snapshots are what runs): one copy per node.
-        _run(*ctr, "images", "import", "--discard-unpacked-layers", "--label", PINNED,
+        _run(*ctr, "images", "import", "--local", "--discard-unpacked-layers", "--label", PINNED,
              str(archive))  # fmt: skip
 
     def keep_only(self, binaries: Path, names: list[str]) -> None:
