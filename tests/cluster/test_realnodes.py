@@ -16,7 +16,10 @@ from tests.support.devcluster import DevCluster
 from tests.support.procs import poll_until
 from tests.support.realnodes import REAL_NODES
 
-pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes]
+# The first test here may start the real-node cluster: importing a new image into both nodes
+# takes minutes on 2 cores (test setup counts toward the timeout).
+pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
+              pytest.mark.timeout(900)]  # fmt: skip
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 
 

@@ -21,7 +21,10 @@ from tests.support.procs import poll_until
 from tests.support.realnodes import project_image
 from tests.support.specs import digits_job, write_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes]
+# The first test here may start the real-node cluster: importing a new image into both nodes
+# takes minutes on 2 cores (test setup counts toward the timeout).
+pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
+              pytest.mark.timeout(900)]  # fmt: skip
 TENANT = "research"
 CLAIM = "ckpt"
 DIGEST = re.compile(r"state digest ([0-9a-f]{16,})")
