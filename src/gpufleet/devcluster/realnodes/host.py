@@ -41,8 +41,12 @@ FIXED_PATHS = (
     "/etc/cni",
     "/opt/cni",
     "/run/gpufleet",  # the nodes' run directories (RUN_ROOT)
+    "/var/lib/gpufleet",  # the nodes' data directories (DATA_ROOT)
 )
-RUN_ROOT = "/run/gpufleet"
+# Short fixed roots: the kubelet and containerd make unix sockets below them, and a socket's
+# path has at most 107 bytes (a checkout's or a test's temporary directory is too deep).
+RUN_ROOT = "/run/gpufleet"  # sockets and runtime state (tmpfs)
+DATA_ROOT = "/var/lib/gpufleet"  # the kubelet's root (pods' emptyDirs) and pod logs, on disk
 
 
 @dataclass

@@ -17,7 +17,7 @@ from gpufleet.devcluster.components import Component, _get
 from gpufleet.devcluster.nodes import GPU_TAINT, NodeContext, NodeSpec, node_labels
 from gpufleet.devcluster.processes import Processes
 from gpufleet.devcluster.realnodes import configs, images, network, storage
-from gpufleet.devcluster.realnodes.host import RUN_ROOT, HostChanges
+from gpufleet.devcluster.realnodes.host import DATA_ROOT, RUN_ROOT, HostChanges
 from gpufleet.devcluster.realnodes.node import RealNode
 from gpufleet.errors import ClusterUpError
 from gpufleet.kube import Obj
@@ -88,7 +88,7 @@ class RealNodes:
         names = [(f"{pool.prefix}-{i}", pool) for pool in self.pools for i in range(pool.count)]
         run_root = Path(RUN_ROOT)
         for index, (name, pool) in enumerate(names):
-            paths = configs.NodePaths(run=run_root / name, data=directory / "nodes" / name,
+            paths = configs.NodePaths(run=run_root / name, data=Path(DATA_ROOT) / name,
                                       cache=node_cache() / name)  # fmt: skip
             node = RealNode(name, index, len(names), paths)
             node.prepare(changes)
