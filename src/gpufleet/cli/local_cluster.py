@@ -20,8 +20,9 @@ from gpufleet.errors import EXIT_FAILED, ClusterUpError, FieldError, UserInputEr
 
 NODE_DEFAULTS = NodeSpec()
 local_cluster = typer.Typer(
-    help="A local Kubernetes control plane with fake GPU nodes (etcd, kube-apiserver, "
-    "controller-manager, scheduler, kwok), built from source; no containers run.",
+    help="A local Kubernetes cluster built from source: the control plane (etcd, "
+    "kube-apiserver, controller-manager, scheduler), fake GPU nodes (kwok) and, as root, real "
+    "nodes that run containers (kubelet, containerd, runc).",
     no_args_is_help=True,
 )
 DirOption = Annotated[
@@ -29,74 +30,74 @@ DirOption = Annotated[
 ]
 
 
+# up's options, one alias each (the command's signature stays readable).
+NodesOption = Annotated[int, typer.Option(help="Fake nodes (0 allowed beside --real-nodes).")]
+GpusOption = Annotated[int, typer.Option(help="nvidia.com/gpu per node.")]
+ProductOption = Annotated[str, typer.Option(help="The nodes' nvidia.com/gpu.product label.")]
+WithoutOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Leave a controller out (kueue, jobset, training-operator, mpi-operator, "
+        "trainer, volcano; repeatable)."
+    ),
+]
+FairSharingOption = Annotated[
+    bool, typer.Option(help="Turn on Kueue's fair sharing among a cohort's queues.")
+]
+PodDelayOption = Annotated[
+    int | None,
+    typer.Option(
+        help="At most this many ms at each step of a fake pod's life (created, ready, "
+        "completed); kwok's own Stages wait 1-5 s at each. For fast tests.",
+        min=0,
+    ),
+]
+RealNodesOption = Annotated[
+    int,
+    typer.Option(
+        help="Real nodes beside the fake ones (root only): each a kubelet with containerd "
+        "and runc that runs containers, with the GPUs of --gpus-per-node advertised.",
+        min=0,
+    ),
+]
+ImageOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        help="An OCI archive imported into every real node (no registry here; repeatable).",
+    ),
+]
+ValuesOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="A platform chart values file (deploy/helm/gpufleet/ci/...): --nodes nodes per "
+        "flavor, with its node labels and the Kueue topology's levels."
+    ),
+]
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Also write the cluster's context into this kubeconfig (merged into one that "
+        "exists, made current), as kind does."
+    ),
+]
+
+
 @local_cluster.command()
 def up(
-    nodes: Annotated[
-        int, typer.Option(help="Fake nodes (0 allowed beside --real-nodes).")
-    ] = NODE_DEFAULTS.count,
-    gpus_per_node: Annotated[int, typer.Option(help="nvidia.com/gpu per node.")] = (
-        NODE_DEFAULTS.gpus
-    ),
-    gpu_product: Annotated[
-        str, typer.Option(help="The nodes' nvidia.com/gpu.product label.")
-    ] = NODE_DEFAULTS.gpu_product,
-    without: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Leave a controller out (kueue, jobset, training-operator, mpi-operator, "
-            "trainer, volcano; repeatable)."
-        ),
-    ] = None,
-    kueue_fair_sharing: Annotated[
-        bool, typer.Option(help="Turn on Kueue's fair sharing among a cohort's queues.")
-    ] = False,
-    pod_delay_ms: Annotated[
-        int | None,
-        typer.Option(
-            help="At most this many ms at each step of a fake pod's life (created, ready, "
-            "completed); kwok's own Stages wait 1-5 s at each. For fast tests.",
-            min=0,
-        ),
-    ] = None,
-    real_nodes: Annotated[
-        int,
-        typer.Option(
-            help="Real nodes beside the fake ones (root only): each a kubelet with containerd "
-            "and runc that runs containers, with the GPUs of --gpus-per-node advertised.",
-            min=0,
-        ),
-    ] = 0,
-    image: Annotated[
-        list[Path] | None,
-        typer.Option(
-            help="An OCI archive imported into every real node (no registry here; repeatable).",
-        ),
-    ] = None,
-    values: Annotated[
-        Path | None,
-        typer.Option(
-            help="A platform chart values file (deploy/helm/gpufleet/ci/...): --nodes nodes per "
-            "flavor, with its node labels and the Kueue topology's levels."
-        ),
-    ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            help="Also write the cluster's context into this kubeconfig (merged into one that "
-            "exists, made current), as kind does."
-        ),
-    ] = None,
+    nodes: NodesOption = NODE_DEFAULTS.count,
+    gpus_per_node: GpusOption = NODE_DEFAULTS.gpus,
+    gpu_product: ProductOption = NODE_DEFAULTS.gpu_product,
+    without: WithoutOption = None,
+    kueue_fair_sharing: FairSharingOption = False,
+    pod_delay_ms: PodDelayOption = None,
+    real_nodes: RealNodesOption = 0,
+    image: ImageOption = None,
+    values: ValuesOption = None,
+    kubeconfig: KubeconfigOption = None,
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
     """Build what is missing, start the control plane and wait until it is ready."""
-    least = 0 if real_nodes else 1  # real nodes alone, or kwok's beside them
-    bad = [FieldError("--nodes", f"must be at least {least}")] if nodes < least else []
-    bad += [FieldError("--gpus-per-node", "must be 0 or more")] if gpus_per_node < 0 else []
-    bad += [FieldError("--image", f"{p} is not a file (an OCI archive: make image)")
-            for p in image or [] if not p.is_file()]  # fmt: skip
-    bad += [FieldError("--image", "needs --real-nodes")] if image and not real_nodes else []
-    if bad:
-        fail(UserInputError(bad))
+    _check(nodes, gpus_per_node, real_nodes, image or [])
     pools = _pools(values, nodes, gpus_per_node, gpu_product)
     kinds: list[Any] = list(pools) if nodes else []
     if real_nodes:
@@ -122,6 +123,18 @@ def up(
         f"\n  export KUBECONFIG={exported}\n  gpufleet cluster down   # when done",
         markup=False,
     )
+
+
+def _check(nodes: int, gpus: int, real_nodes: int, images: list[Path]) -> None:
+    """The numbers and archives make sense together (exit 2 with every field that does not)."""
+    least = 0 if real_nodes else 1  # real nodes alone, or kwok's beside them
+    bad = [FieldError("--nodes", f"must be at least {least}")] if nodes < least else []
+    bad += [FieldError("--gpus-per-node", "must be 0 or more")] if gpus < 0 else []
+    bad += [FieldError("--image", f"{p} is not a file (an OCI archive: make image)")
+            for p in images if not p.is_file()]  # fmt: skip
+    bad += [FieldError("--image", "needs --real-nodes")] if images and not real_nodes else []
+    if bad:
+        fail(UserInputError(bad))
 
 
 def _pools(values: Path | None, nodes: int, gpus: int, product: str) -> list[NodeSpec]:
