@@ -40,14 +40,15 @@ def netns_name(node: str) -> str:
 def ip(*args: str, netns: str | None = None) -> None:
     """Run iproute2's ``ip`` (in ``netns`` when given); a failure is a ClusterUpError."""
     argv = ["ip", *(["-n", netns] if netns else []), *args]
-    _run(argv)
+    run(*argv)
 
 
 def in_netns(netns: str, *argv: str) -> None:
-    _run(["ip", "netns", "exec", netns, *argv])
+    run("ip", "netns", "exec", netns, *argv)
 
 
-def _run(argv: list[str]) -> None:
+def run(*argv: str) -> None:
+    """Run a host command; a failure is a ClusterUpError with its error output."""
     from gpufleet.errors import ClusterUpError
 
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)

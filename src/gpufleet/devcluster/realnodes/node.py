@@ -17,6 +17,7 @@ from gpufleet.devcluster.components import Component
 from gpufleet.devcluster.nodes import NodeContext
 from gpufleet.devcluster.realnodes import configs, images, network
 from gpufleet.devcluster.realnodes.host import HostChanges
+from gpufleet.devcluster.realnodes.network import run as _run
 
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")  # the kubelet's fixed path
 PINNED = "io.cri-containerd.pinned=pinned"  # containerd's CRI label: the kubelet never removes
@@ -127,28 +128,34 @@ class RealNode:
         unless every image it names is there already (containerd's store outlives the
         cluster: a warm ``up`` imports nothing). Images are pinned: with no registry, one the
         kubelet removed (image garbage collection, disk pressure) could not be pulled again."""
-        ctr = [str(binaries / "ctr"), "--address", str(self.paths.containerd_socket),
-               "--namespace", "k8s.io"]  # fmt: skip
-        listed = subprocess.run([*ctr, "images", "list", "--quiet"], capture_output=True,
-                                text=True, check=False).stdout.split()  # fmt: skip
-        if set(images.names_in(archive)) <= set(listed):
+        ctr = self._ctr(binaries)
+        if set(images.names_in(archive)) <= set(_listed(ctr)):
             return
         # Layers are discarded once unpacked (the snapshots are what runs): one copy per node.
         _run(*ctr, "images", "import", "--local", "--discard-unpacked-layers", "--label", PINNED,
              str(archive))  # fmt: skip
 
+    def _ctr(self, binaries: Path) -> list[str]:
+        """``ctr`` on the node's containerd, in the kubelet's namespace (k8s.io)."""
+        return [str(binaries / "ctr"), "--address", str(self.paths.containerd_socket),
+                "--namespace", "k8s.io"]  # fmt: skip
+
     def keep_only(self, binaries: Path, names: list[str]) -> None:
         """Remove every other image from the node's store (older builds of the project's
         image), so that containerd collects their layers: the store holds one of each."""
-        ctr = [str(binaries / "ctr"), "--address", str(self.paths.containerd_socket),
-               "--namespace", "k8s.io"]  # fmt: skip
-        listed = subprocess.run([*ctr, "images", "list", "--quiet"], capture_output=True,
-                                text=True, check=False).stdout.split()  # fmt: skip
+        ctr = self._ctr(binaries)
+        listed = _listed(ctr)
         # CRI also names each image by its config's digest (its image ID): keep those of ours.
         keep = set(names) | {_config_digest(ctr, n) for n in names if n in listed}
         stale = [n for n in listed if n not in keep]
         if stale:
             _run(*ctr, "images", "remove", "--sync", *stale)
+
+
+def _listed(ctr: list[str]) -> list[str]:
+    """The names of the images in a node's store."""
+    return subprocess.run([*ctr, "images", "list", "--quiet"], capture_output=True, text=True,
+                          check=False).stdout.split()  # fmt: skip
 
 
 def _config_digest(ctr: list[str], name: str) -> str:
@@ -162,11 +169,3 @@ def _config_digest(ctr: list[str], name: str) -> str:
         return str(json.loads(got.stdout)["config"]["digest"])
     except (ValueError, KeyError):
         return ""
-
-
-def _run(*argv: str) -> None:
-    from gpufleet.errors import ClusterUpError
-
-    proc = subprocess.run(list(argv), capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ClusterUpError(f"{' '.join(argv)} failed: {proc.stderr.strip()}")
