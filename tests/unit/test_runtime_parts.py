@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,26 @@ def test_run_directory_file_names_are_written_nowhere_but_rundir() -> None:
         if f'"{name}"' in path.read_text()
     ]
     assert spelled == []
+
+
+def test_deterministic_cuda_turns_on_the_modes_a_bit_exact_resume_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without them a restarted run on an H200 ended with other weights (test_gpu.py); what the
+    GPU run needs is set here the same way, and a user's own cuBLAS workspace is kept."""
+    from gpufleet.runtime.distributed import deterministic_cuda
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
+    try:
+        torch.backends.cudnn.benchmark = True
+        deterministic_cuda()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.benchmark is False
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+        deterministic_cuda()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.benchmark = before[1]

@@ -47,6 +47,7 @@ def init_distributed(timeout: timedelta = timedelta(minutes=30)) -> DistInfo:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available()
     if use_cuda:
+        deterministic_cuda()
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
@@ -70,6 +71,16 @@ def init_distributed(timeout: timedelta = timedelta(minutes=30)) -> DistInfo:
         atexit.register(shutdown_distributed)
     _info = DistInfo(rank, local_rank, world, device, backend)
     return _info
+
+
+def deterministic_cuda() -> None:
+    """Bit-exact resume on GPUs: cuDNN's autotuner and its nondeterministic kernels (conv
+    backward, atomics) give a restarted run other weights than an uninterrupted one. PyTorch's
+    deterministic mode, and cuBLAS's fixed workspace that mode requires (read when cuBLAS
+    starts, so set before the first matrix product; a user's own setting is kept)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True)
 
 
 def ensure_process_group() -> None:
