@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
+from gpufleet.runtime.integrity import MARKER
 from tests.support.cli import run_cli
 from tests.support.devcluster import CHART, DevCluster
 from tests.support.procs import poll_until
@@ -51,11 +53,14 @@ def reallab(realcluster: DevCluster) -> Iterator[DevCluster]:
         realcluster.helm("uninstall", "lab", "-n", "gpufleet-system", "--wait")
 
 
-def local_digest(root: Path, name: str, nodes: int, procs: int, steps: int = 40) -> str:
+def local_digest(
+    root: Path, name: str, nodes: int, procs: int, steps: int = 40, every: int = 10
+) -> str:
     """The state digest of the same job run here by `gpufleet run` (same world, same data)."""
     workload = {**WORKLOAD, "steps": steps}
+    checkpoint = {"dir": str(root / name / "ckpt"), "everySteps": every}
     doc = digits_job(name, workload=workload, nodes=nodes, procsPerNode=procs,
-                     checkpoint={"dir": str(root / name / "ckpt"), "everySteps": 10})  # fmt: skip
+                     checkpoint=checkpoint)  # fmt: skip
     run = run_cli("run", str(write_spec(root, doc, f"{name}.yaml")), "-o", "json", cwd=root,
                   timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
@@ -100,3 +105,114 @@ def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
     cancel = reallab.gpufleet("cancel", name, "-n", TENANT)
     assert cancel.returncode == 0, cancel.stderr[-2000:]
     poll_until(lambda: not reallab.pods(TENANT, name), what=f"{name}'s pods gone", timeout=60)
+
+
+def launcher_pids(pod_uid: str, worker_only: bool) -> list[int]:
+    """Host pids of a pod's launcher (gpufleet.launch.pod, the container's process) and its
+    training workers (gpufleet.launch.shim), found by the pod's cgroup (its UID as the
+    cgroupfs driver writes it); ``worker_only``: the workers alone."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cgroup = (proc / "cgroup").read_text()
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"pod{pod_uid}" not in cgroup or b"gpufleet.launch.shim" not in argv:
+            continue
+        if not worker_only or b"gpufleet.launch.pod" not in argv:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.parametrize("crash", ["worker", "container"])
+def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
+    reallab: DevCluster, crash: str
+) -> None:
+    """A crash on pod 1 after the first checkpoint (SIGKILL, as the kernel's OOM killer
+    would): its training process alone (torchrun restarts the group inside the pods), or its
+    whole container (the Job makes a new pod 1, whose new agent joins the group pod 0 still
+    hosts). The job resumes from the checkpoint on the shared claim and ends with the
+    uninterrupted run's weights."""
+    import os
+    import signal
+
+    name, steps, every = f"crash-{crash}", 1500, 50
+    doc = real_job(name, 2, 1)
+    doc["spec"]["workload"] = {**WORKLOAD, "steps": steps, "logEvery": 100}
+    doc["spec"]["checkpoint"]["everySteps"] = every
+    path = write_spec(reallab.root, doc, f"{name}.yaml")
+    submit = reallab.gpufleet("submit", str(path), "--target", "job")
+    assert submit.returncode == 0, submit.stderr[-2000:]
+    checkpoints = reallab.dir / "volumes"
+
+    def victim() -> dict[str, Any] | None:
+        if not list(checkpoints.glob(f"pv-*/{name}/*/COMPLETE.json")):
+            return None
+        pods = [p for p in reallab.pods(TENANT, name) if p["status"].get("phase") == "Running"]
+        return next((p for p in pods if p["metadata"]["name"].startswith(f"{name}-1-")), None)
+
+    pod = poll_until(victim, what="the first checkpoint", timeout=240, interval=0.2)
+    pids = launcher_pids(pod["metadata"]["uid"], worker_only=crash == "worker")
+    assert len(pids) == (1 if crash == "worker" else 2), pids
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    phase, pods = reallab.run_to_end(name, TENANT, timeout=300)
+    logs = reallab.gpufleet("logs", name, "-n", TENANT).stdout
+    assert phase == "Succeeded", logs[-3000:]
+    assert re.search(r"resum\w* from .*step \d+", logs, re.I), logs[-3000:]
+    pod_1 = [n for n in pods if n.startswith(f"{name}-1-")]
+    assert len(pod_1) == (1 if crash == "worker" else 2), pods.keys()
+    local = local_digest(reallab.root, name, 2, 1, steps, every)
+    assert digests_in_logs(reallab, name) == [local]
+
+
+@pytest.fixture(scope="module")
+def pod_s3(reallab: DevCluster) -> Iterator[dict[str, str]]:
+    """moto's S3 server on the address the real nodes reach the host by (the bridge's), a
+    bucket 'ckpt', and its credentials in a Secret of the tenant (never in the job's spec)."""
+    boto3 = pytest.importorskip("boto3")
+    server_mod = pytest.importorskip("moto.server")
+    server = server_mod.ThreadedMotoServer(ip_address=HOST_IP, port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ACCESS_KEY_ID": "gpufleet-test", "AWS_SECRET_ACCESS_KEY": "gpufleet-test",
+           "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}  # fmt: skip
+    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="gpufleet-test",
+                 aws_secret_access_key="gpufleet-test",
+                 region_name="us-east-1").create_bucket(Bucket="ckpt")  # fmt: skip
+    reallab.core.create_namespaced_secret(
+        TENANT, {"metadata": {"name": "s3-ckpt"}, "stringData": env}
+    )
+    try:
+        yield env
+    finally:
+        reallab.core.delete_namespaced_secret("s3-ckpt", TENANT)
+        server.stop()
+
+
+def test_pods_checkpoint_to_s3_and_end_with_the_local_runs_weights(
+    reallab: DevCluster, pod_s3: dict[str, str]
+) -> None:
+    """Both pods write their checkpoint shards to the bucket through the Service network (the
+    credentials from the Secret by envFrom); rank 0's marker completes each checkpoint."""
+    import boto3
+
+    name = "digits-s3"
+    doc = real_job(name, 2, 1)
+    doc["spec"]["checkpoint"]["dir"] = f"s3://ckpt/{name}"
+    doc["spec"]["envFrom"] = [{"secretRef": {"name": "s3-ckpt"}}]
+    path = write_spec(reallab.root, doc, f"{name}.yaml")
+    submit = reallab.gpufleet("submit", str(path), "--target", "job")
+    assert submit.returncode == 0, submit.stderr[-2000:]
+    phase, _ = reallab.run_to_end(name, TENANT, timeout=300)
+    assert phase == "Succeeded", reallab.gpufleet("logs", name, "-n", TENANT).stdout[-3000:]
+    s3 = boto3.client("s3", endpoint_url=pod_s3["AWS_ENDPOINT_URL"],
+                      aws_access_key_id="gpufleet-test", aws_secret_access_key="gpufleet-test",
+                      region_name="us-east-1")  # fmt: skip
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="ckpt", Prefix=name)["Contents"]]
+    steps = {k.split("/")[1] for k in keys if k.endswith(MARKER)}
+    assert any(s.startswith("step_000000040-") for s in steps), keys
+    assert sum(k.endswith(".distcp") for k in keys) >= 2 * len(steps), keys  # one per rank
+    assert digests_in_logs(reallab, name) == [local_digest(reallab.root, name, 2, 1)]

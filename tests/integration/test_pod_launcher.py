@@ -11,6 +11,7 @@ rendezvous host was ever reachable.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -39,12 +40,14 @@ def pod_process(
     node: int = 0,
     here: str = "",
     rdzv_conf: str = "",
+    replacement: int = 0,
     **spec: Any,
 ) -> tuple[subprocess.Popen[str], int]:
     """Start the rendered worker pod ``node``'s command here; returns it and its metrics port.
     Its rendezvous host is ``here`` (default: a free loopback port); ``rdzv_conf`` is passed
-    as torchrun's ``--rdzv-conf``. Each pod has its own run directory (an emptyDir) and all
-    share the checkpoint volume. The pod leads a process group of its own (a node)."""
+    as torchrun's ``--rdzv-conf``. Each pod has its own run directory (an emptyDir; a new one
+    for the ``replacement``-th pod of the same index) and all share the checkpoint volume. The
+    pod leads a process group of its own (a node)."""
     port = free_port()
     job = validate_training_job(
         cluster_job(**{"nodes": 1, "procsPerNode": 2, "metrics": {"port": port}, **spec})
@@ -64,6 +67,7 @@ def pod_process(
         env["GPUFLEET_METRICS_PORT"] == str(port) and env["GPUFLEET_METRICS_ADDRESS"] == "0.0.0.0"
     )
     run = workdir / ("run" if node == 0 else f"run-{node}")
+    run = run.with_name(f"{run.name}-{replacement}") if replacement else run
     # The pod's emptyDir and volume, moved here; listen on loopback only on a shared machine.
     env.update(
         GPUFLEET_RUN_DIR=str(run),
@@ -159,6 +163,46 @@ def test_losing_the_rendezvous_host_exits_75_on_the_other_pods(workdir: Path) ->
     (line,) = [x for x in out.splitlines() if "lost the rendezvous host" in x]
     assert line.startswith(f"gpufleet: lost the rendezvous host {here} after the group formed")
     assert "Traceback" not in out[out.index(line) :]
+
+
+def test_a_pod_that_replaces_a_crashed_one_joins_and_the_job_ends_exact(workdir: Path) -> None:
+    """Pod 1 crashes whole (agent and worker: the container's process killed, as on a real
+    node) after a checkpoint; the Job's replacement pod 1, a new agent, joins a later round of
+    the rendezvous that pod 0's agent still hosts. With torch's shared store it waited for a
+    MASTER_ADDR nobody writes (DistStoreError) and the job failed; now both pods end 0 with the
+    weights of the same two pods run without a crash."""
+    spec: dict[str, Any] = {
+        "nodes": 2, "procsPerNode": 1, "maxRestarts": 2,
+        "workload": {"name": "digits", "steps": 300, "logEvery": 50},
+        "checkpoint": {"dir": "/ckpt/run", "everySteps": 10},
+    }  # fmt: skip
+    digests = []
+    for crash in (False, True):
+        where = workdir / ("crash" if crash else "straight")
+        where.mkdir()
+        here = f"127.0.0.1:{free_port()}"
+        started = [pod_process(where, node=n, here=here,
+                               rdzv_conf=f"is_host={str(n == 0).lower()}", **spec)
+                   for n in (0, 1)]  # fmt: skip
+        pods = [proc for proc, _ in started]
+        try:
+            if crash:
+                wait_for_steps(pods[1], started[1][1], 15, ranks={"1"})
+                os.killpg(pods[1].pid, signal.SIGKILL)
+                pods[1].communicate(timeout=30)
+                pods[1] = pod_process(where, node=1, here=here, rdzv_conf="is_host=false",
+                                      replacement=1, **spec)[0]  # fmt: skip
+            results = [finish(p) for p in pods]
+        finally:
+            for proc in pods:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.communicate(timeout=30)
+        assert [code for code, _ in results] == [EXIT_OK, EXIT_OK], results
+        summary = json.loads((where / "run" / "result.json").read_text())
+        assert (summary.get("resumed_from") is not None) == crash, summary
+        digests.append(summary["state_digest"])
+    assert digests[0] == digests[1]
 
 
 def test_a_rendezvous_host_never_reached_exits_1_in_one_line(workdir: Path) -> None:

@@ -39,6 +39,8 @@ from gpufleet.launch.fatal import no_restart_after_fatal, read_fatal
 from gpufleet.runtime.context import ENV_METRICS_DIR, ENV_RUN_DIR
 from gpufleet.runtime.rundir import RunDir
 
+# torch's switch that stops the agents sharing their rendezvous TCPStore with the workers.
+ENV_NO_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 ENV_METRICS_PORT = "GPUFLEET_METRICS_PORT"
 ENV_METRICS_ADDRESS = "GPUFLEET_METRICS_ADDRESS"
 MODULE = "gpufleet.launch.pod"
@@ -115,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         import socket
 
         args.rdzv_conf = rendezvous_conf(args.rdzv_conf, args.rdzv_endpoint, socket.gethostname())
+    # A pod that replaces a failed one starts a new agent, which joins a later rendezvous
+    # round. With the shared store, torch builds the workers' MASTER_ADDR/PORT once per agent
+    # (dynamic_rendezvous.next_rendezvous): the long-lived rank-0 agent never writes them for
+    # that round, and the new agent's get of <round>/MASTER_ADDR times out (DistStoreError),
+    # failing the job that should resume. Unshared, rank 0 writes them every round and the
+    # workers' store is hosted by worker rank 0, new in each round.
+    os.environ.setdefault(ENV_NO_SHARED_STORE, "1")
     run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
     for stale in (RunDir(run_dir).preempted, RunDir(run_dir).fatal):  # this pod's last try's
         stale.unlink(missing_ok=True)

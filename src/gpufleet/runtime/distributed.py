@@ -109,7 +109,9 @@ def _attempt_store(rank: int, world: int, timeout: timedelta) -> Any:
     process group writes at init (each rank's gloo/nccl address) are named the same in every
     attempt. A restarted rank can then read its peer's address from the dead attempt and fail
     with "Connection refused" or wait forever (pytorch/pytorch#167288). A prefix per attempt
-    keeps attempts apart.
+    keeps attempts apart. A store of the workers' own (pods: gpufleet.launch.pod) is new in
+    every attempt and needs none; there the agents' restart counts can differ (a replacement
+    pod's agent starts at 0), so a prefix from them would keep the ranks apart instead.
     """
     addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
     port = int(os.environ.get("MASTER_PORT", "29500"))
@@ -123,7 +125,7 @@ def _attempt_store(rank: int, world: int, timeout: timedelta) -> Any:
         multi_tenant=not agent_hosts,
     )
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") if agent_hosts else "own"
     return dist.PrefixStore(  # type: ignore[attr-defined]
         f"gpufleet/{run_id}/attempt_{attempt}/", store
     )
