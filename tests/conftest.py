@@ -144,3 +144,12 @@ def realcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from tests.support.realnodes import session_real_cluster
 
     yield from session_real_cluster(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def reallab(realcluster: Any) -> Iterator[Any]:
+    """The chart with the lab's values on the real-node cluster, and the research tenant's
+    shared claim for checkpoints (tests/support/realnodes.py)."""
+    from tests.support.realnodes import session_lab
+
+    yield from session_lab(realcluster)

@@ -15,42 +15,19 @@ from typing import Any
 import pytest
 
 from gpufleet.devcluster.realnodes.network import HOST_IP
-from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
 from gpufleet.runtime.integrity import MARKER
 from tests.support.cli import run_cli
-from tests.support.devcluster import CHART, DevCluster
+from tests.support.devcluster import DevCluster
 from tests.support.procs import poll_until
-from tests.support.realnodes import project_image
+from tests.support.realnodes import CLAIM, TENANT, project_image
 from tests.support.specs import digits_job, write_spec
 
 # The first test here may start the real-node cluster: importing a new image into both nodes
 # takes minutes on 2 cores (test setup counts toward the timeout).
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
-TENANT = "research"
-CLAIM = "ckpt"
 DIGEST = re.compile(r"state digest ([0-9a-f]{16,})")
 WORKLOAD = {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 10}
-
-
-@pytest.fixture(scope="module")
-def reallab(realcluster: DevCluster) -> Iterator[DevCluster]:
-    """The chart with the lab's values (the NVML exporter left out: no GPU here) and a shared
-    claim for checkpoints in the research tenant."""
-    values = CHART / "ci" / "lab-3node-a30-values.yaml"
-    realcluster.helm("install", "lab", str(CHART), "-f", str(values), "-n", "gpufleet-system",
-                     "--set", "monitoring.exporter.enabled=false", "--create-namespace",
-                     "--wait", "--timeout", "120s")  # fmt: skip
-    realcluster.core.create_namespaced_persistent_volume_claim(TENANT, {
-        "metadata": {"name": CLAIM},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": STORAGE_CLASS,
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    })  # fmt: skip
-    try:
-        yield realcluster
-    finally:
-        realcluster.core.delete_namespaced_persistent_volume_claim(CLAIM, TENANT)
-        realcluster.helm("uninstall", "lab", "-n", "gpufleet-system", "--wait")
 
 
 def local_digest(

@@ -16,6 +16,7 @@ import pytest
 from gpufleet.devcluster.build import binaries_dir
 from gpufleet.devcluster.realnodes.host import FIXED_PATHS, KUBELET_SYSCTLS, hierarchies
 from gpufleet.devcluster.realnodes.images import image_cache, names_in
+from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
 from tests.support import devcluster
 from tests.support.paths import REPO
 
@@ -92,3 +93,31 @@ def project_image() -> tuple[str, Path]:
     archive = (image_cache() / "gpufleet-cpu.tar").resolve()
     (name,) = names_in(archive)
     return name, archive
+
+
+# The lab's tenant on the real nodes, and its shared claim for checkpoints.
+TENANT = "research"
+CLAIM = "ckpt"
+
+
+def shared_claim(cluster: devcluster.DevCluster, name: str) -> None:
+    """A ReadWriteMany claim in the tenant on the real nodes' shared storage class."""
+    cluster.core.create_namespaced_persistent_volume_claim(TENANT, {
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": STORAGE_CLASS,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })  # fmt: skip
+
+
+def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluster]:
+    """The body of the fixture ``reallab``: the chart with the lab's values (the NVML exporter
+    left out: no GPU here) and the checkpoint claim, on the real-node cluster."""
+    cluster.helm("install", "lab", str(devcluster.CHART), "-f", str(LAB_VALUES), "-n",
+                 "gpufleet-system", "--set", "monitoring.exporter.enabled=false",
+                 "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
+    shared_claim(cluster, CLAIM)
+    try:
+        yield cluster
+    finally:
+        cluster.core.delete_namespaced_persistent_volume_claim(CLAIM, TENANT)
+        cluster.helm("uninstall", "lab", "-n", "gpufleet-system", "--wait")

@@ -199,6 +199,31 @@ def test_gpu_product_pins_gpu_pods(target: str) -> None:
         ]
 
 
+def written_false(obj: Any, key: str, path: str = "") -> list[str]:
+    """Paths where ``obj`` writes ``key: false``."""
+    if isinstance(obj, dict):
+        found = [f"{path}.{key}"] if obj.get(key) is False else []
+        return found + [p for k, v in obj.items() for p in written_false(v, key, f"{path}.{k}")]
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in written_false(v, key, f"{path}[{i}]")]
+    return []
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_read_only_is_written_only_when_true(target: str) -> None:
+    """Kubernetes' Go types omit `readOnly: false`: a controller that round-trips an object
+    drops it, and where a field must not change (Kubeflow Trainer's rule on a TrainJob's
+    runtime patch) Kueue's update was refused and the job never started."""
+    writable = validate_training_job(cluster_job())
+    data = {"name": "data", "mountPath": "/data", "claimName": "data", "readOnly": True}
+    ckpt = {"name": "ckpt", "mountPath": "/ckpt", "claimName": "team-ckpt"}
+    read_only = validate_training_job(cluster_job(volumes=[ckpt, data]))
+    for obj in render(writable, target):
+        assert not written_false(obj, "readOnly"), written_false(obj, "readOnly")
+    text = str(render(read_only, target))
+    assert "'readOnly': True" in text
+
+
 @pytest.mark.parametrize(
     ("spec", "want_path"),
     [

@@ -143,6 +143,29 @@ def test_triton_deployment_is_locked_down_and_probed() -> None:
     assert "HorizontalPodAutoscaler" not in [o["kind"] for o in render_spec(svc)]
 
 
+def test_the_gpufleet_server_runs_gpufleet_serve_from_the_pvc_on_every_address() -> None:
+    """spec.server gpufleet: the same Deployment, probes and restricted pod, with `gpufleet
+    serve` of the gpufleet image instead of tritonserver; its log in the pod's /tmp (the
+    repository's volume is read-only). KServe runs its own Triton runtime: refused there."""
+    pvc = {"name": "digits", "pvc": {"claimName": "models", "subPath": "repo"}}
+    svc = parsed(service(server="gpufleet", image="localhost/gpufleet:cpu", model=pvc))
+    deployment, *_ = render_spec(svc, "triton")
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["image"] == "localhost/gpufleet:cpu"
+    assert c["command"][:2] == ["gpufleet", "serve"]
+    assert "--repository=/models/repo" in c["command"]
+    assert "--address=0.0.0.0" in c["command"] and "--log-file=/tmp/triton.log" in c["command"]
+    assert f"--max-request-bytes={svc.spec.max_request_bytes}" in c["command"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert not check_restricted(pod, "spec.template.spec")
+    assert parsed(service()).spec.server_image.startswith("nvcr.io/nvidia/tritonserver:")
+    with pytest.raises(UserInputError) as refused:
+        render_spec(svc, "kserve")
+    assert [e.path for e in refused.value.errors] == ["spec.server"]
+
+
 def test_request_size_is_bounded_on_every_serving_target() -> None:
     """Triton's --http-max-input-size (bodies, and gzip bodies once expanded) is the spec's
     maxRequestBytes on the Deployment and on KServe's Triton runtime."""
@@ -225,6 +248,13 @@ BAD = [
     ("unknown engine", {"autoscaling": {"engine": "vpa"}}, "spec.autoscaling.engine"),
     ("bad model name", {"model": {"name": "a b", "repository": "s3://a/b"}}, "spec.model.name"),
     ("typo", {"replica": {"min": 1}}, "spec.replica"),
+    ("gpufleet server without its image", {"server": "gpufleet", "model": ON_PVC}, "spec.image"),
+    (
+        "gpufleet server on cloud storage",
+        {"server": "gpufleet", "image": "localhost/gpufleet:cpu"},
+        "spec.model.repository",
+    ),
+    ("unknown server", {"server": "torchserve"}, "spec.server"),
 ]
 
 

@@ -157,6 +157,14 @@ def container_env_from(job: TrainingJob) -> list[Obj]:
     return out
 
 
+def _read_only(flag: bool) -> Obj:
+    """``readOnly`` only when true, as Kubernetes' own types write it: a controller that
+    round-trips the object drops ``readOnly: false``, and Kubeflow Trainer's CEL rule (a
+    runtime patch's volumes and containers are immutable) then refused Kueue's update of every
+    TrainJob, which never started."""
+    return {"readOnly": True} if flag else {}
+
+
 def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
     """A PodSpec for ``job``: passes the Pod Security "restricted" profile by construction."""
     s = job.spec
@@ -167,7 +175,7 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "run", "mountPath": RUN_DIR},
-    ] + [{"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only} for v in data]
+    ] + [{"name": v.name, "mountPath": v.mount_path, **_read_only(v.read_only)} for v in data]
     volumes: list[Obj] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         {"name": "tmp", "emptyDir": {}},
@@ -175,7 +183,7 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
     ] + [
         {
             "name": v.name,
-            "persistentVolumeClaim": {"claimName": v.claim_name, "readOnly": v.read_only},
+            "persistentVolumeClaim": {"claimName": v.claim_name, **_read_only(v.read_only)},
         }
         for v in data
     ]

@@ -72,15 +72,32 @@ def triton_args(svc: InferenceService) -> list[str]:
     ]
 
 
+def gpufleet_serve_args(svc: InferenceService) -> list[str]:
+    """``gpufleet serve``'s command line for ``svc`` (spec.server gpufleet): on every address
+    of the pod, Triton's ports, its log in the pod's /tmp (the repository is read-only)."""
+    assert svc.spec.model.pvc is not None  # the spec's rule for server gpufleet
+    return [
+        "gpufleet",
+        "serve",
+        f"--repository={MODELS}/{svc.spec.model.pvc.sub_path}".rstrip("/"),
+        "--address=0.0.0.0",
+        f"--http-port={HTTP}",
+        f"--grpc-port={GRPC}",
+        f"--metrics-port={METRICS}",
+        f"--max-request-bytes={svc.spec.max_request_bytes}",
+        "--log-file=/tmp/triton.log",
+    ]
+
+
 def pod_spec(svc: InferenceService) -> Obj:
     """Triton's PodSpec: restricted Pod Security, probes on Triton's health API."""
     s = svc.spec
     http = {"path": "/v2/health/ready", "port": "http"}
     container: Obj = {
         "name": "triton",
-        "image": s.image,
+        "image": s.server_image,
         "imagePullPolicy": "IfNotPresent",
-        "command": triton_args(svc),
+        "command": triton_args(svc) if s.server == "triton" else gpufleet_serve_args(svc),
         "ports": [
             {"name": "http", "containerPort": HTTP},
             {"name": "grpc", "containerPort": GRPC},
@@ -263,6 +280,10 @@ def kserve_errors(svc: InferenceService) -> list[FieldError]:
     download reads KServe's storage credentials, not ``model.credentialsSecret``. A pvc://
     source is mounted into the server container directly, with no init container."""
     errors = []
+    if svc.spec.server != "triton":
+        errors.append(FieldError("spec.server", (
+            "target kserve runs KServe's Triton runtime (the official image); `gpufleet "
+            "serve` (server gpufleet) is for target triton")))  # fmt: skip
     if svc.spec.model.pvc is None:
         errors.append(FieldError("spec.model.repository", (
             "target kserve downloads a cloud repository with KServe's storage-initializer init "
@@ -296,7 +317,7 @@ def render_kserve(svc: InferenceService) -> list[Obj]:
         "automountServiceAccountToken": False,
         "triton": {
             "storageUri": f"pvc://{m.pvc.claim_name}/{m.pvc.sub_path}".rstrip("/"),
-            "runtimeVersion": s.image.rsplit(":", 1)[-1],
+            "runtimeVersion": s.server_image.rsplit(":", 1)[-1],
             "args": [
                 "--model-control-mode=none",
                 "--strict-readiness=true",

@@ -136,7 +136,20 @@ class InferenceServiceSpec(CrossFieldModel):
     """What to serve and how."""
 
     model: ModelSource = Field(description="The model and its repository.")
-    image: str = Field(default=TRITON_IMAGE, description="The Triton server image.")
+    server: Literal["triton", "gpufleet"] = Field(
+        default="triton",
+        description=(
+            "triton: tritonserver of the official Triton image. gpufleet: `gpufleet serve` in "
+            "gpufleet's own image (PyTriton's Triton, the repository's TorchScript models run "
+            "by torch), for target triton with the repository on a PVC: no NVIDIA image "
+            "needed, and the image the training jobs already run."
+        ),
+    )
+    image: str | None = Field(
+        default=None,
+        description=f"The server's image (server triton: default {TRITON_IMAGE}; server "
+        "gpufleet: required, the gpufleet image).",
+    )
     replicas: Replicas = Field(default_factory=Replicas, description="Replica range.")
     resources: Resources = Field(default_factory=Resources, description="Per replica.")
     batching: ServingBatching = Field(
@@ -173,6 +186,8 @@ class InferenceServiceSpec(CrossFieldModel):
                     "on; or set max = min",
                 )
             )
+        if data.get("server") == "gpufleet":
+            problems += _gpufleet_server_problems(data)
         max_batch = raw_int(data, "batching", "maxBatchSize", default=DEFAULT_MAX_BATCH_SIZE)
         batching = data.get("batching")
         preferred = (batching if isinstance(batching, dict) else {}).get(
@@ -188,6 +203,24 @@ class InferenceServiceSpec(CrossFieldModel):
                     )
                 )
         return problems
+
+    @property
+    def server_image(self) -> str:
+        """The image the server runs."""
+        return self.image or TRITON_IMAGE
+
+
+def _gpufleet_server_problems(data: dict[str, Any]) -> list[Problem]:
+    """`gpufleet serve` needs its image named and reads a repository from a volume."""
+    problems: list[Problem] = []
+    if not data.get("image"):
+        problems.append((("image",), "required with spec.server gpufleet: the gpufleet image "
+                         "(`make image` builds one)"))  # fmt: skip
+    model = data.get("model")
+    if isinstance(model, dict) and model.get("repository"):
+        problems.append((("model", "repository"), "spec.server gpufleet serves a repository "
+                         "on a PVC (model.pvc); cloud storage needs server triton"))  # fmt: skip
+    return problems
 
 
 class InferenceService(SpecModel):
