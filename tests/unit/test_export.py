@@ -130,3 +130,29 @@ def test_read_repository_reports_bad_files(tmp_path: Path) -> None:
     text = str(err.value)
     assert "a/config.pbtxt" in text and "b/config.pbtxt: backend" in text
     assert "c/config.pbtxt" in text and "missing" in text
+
+
+def test_a_repository_the_server_may_not_read_exits_2_naming_it(tmp_path: Path) -> None:
+    """A read-only volume the pod's UID may not enter (the kubelet hands a volume to the pod's
+    fsGroup only when it mounts it writable): one line naming --repository and the UID, exit
+    2, where it was an "internal error". As root, without the capabilities that let root
+    read what its mode denies (setpriv, util-linux)."""
+    import os
+    import subprocess
+    import sys
+
+    closed = tmp_path / "closed"
+    (closed / "repo").mkdir(parents=True)
+    closed.chmod(0o000)
+    caps = "-dac_override,-dac_read_search"
+    limit = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"] if os.geteuid() == 0 else []
+    try:
+        proc = subprocess.run(
+            [*limit, sys.executable, "-m", "gpufleet.cli.main", "serve", "--repository",
+             str(closed / "repo")], capture_output=True, text=True, cwd="/", timeout=120,
+        )  # fmt: skip
+    finally:
+        closed.chmod(0o700)
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
+    assert "--repository" in proc.stderr and "not readable by UID" in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr

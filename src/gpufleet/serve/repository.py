@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,10 +184,15 @@ def read_repository(repository: Path) -> list[ModelEntry]:
     from google.protobuf import text_format
 
     m = model_config_pb2()
-    if not repository.is_dir():
-        raise UserInputError([FieldError("--repository", f"{repository}: not a directory")])
+    try:
+        if not repository.is_dir():
+            raise UserInputError([FieldError("--repository", f"{repository}: not a directory")])
+        directories = sorted(p for p in repository.iterdir() if p.is_dir())
+    except PermissionError as exc:  # a volume this user may not read (a pod's UID, say)
+        message = f"{repository}: not readable by UID {os.getuid()} ({exc.strerror})"
+        raise UserInputError([FieldError("--repository", message)]) from None
     entries, errors = [], []
-    for directory in sorted(p for p in repository.iterdir() if p.is_dir()):
+    for directory in directories:
         where = f"{directory.name}/{CONFIG_FILE}"
         config = m.ModelConfig()
         try:
