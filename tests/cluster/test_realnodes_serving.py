@@ -6,6 +6,7 @@ official tritonclient with the model's own answers, and a LoadGen Offline run VA
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
 from gpufleet.net import free_port
 from tests.support.cli import run_cli
 from tests.support.devcluster import DevCluster
@@ -35,14 +37,19 @@ def exported(cluster: DevCluster, tmp: Path) -> tuple[Any, Path]:
     from gpufleet.serve.export import export
     from gpufleet.workloads.digits import DigitsCNN
 
-    shared_claim(cluster, CLAIM)
-    volume = poll_until(lambda: cluster.core.read_namespaced_persistent_volume_claim(
-        CLAIM, TENANT).spec.volume_name, what="the models claim bound", timeout=60)  # fmt: skip
-    path = Path(cluster.core.read_persistent_volume(volume).spec.local.path)
+    wanted = (STORAGE_CLASS, "Available")
+    free = [v for v in cluster.core.list_persistent_volume().items
+            if (v.spec.storage_class_name, v.status.phase) == wanted]  # fmt: skip
+    shared_claim(cluster, CLAIM, volume=free[0].metadata.name)  # bound now, filled before use
+    path = Path(free[0].spec.local.path)
     torch.manual_seed(0)
     model = DigitsCNN().eval()
     torch.jit.save(torch.jit.script(model), str(tmp / "digits.pt"))
     export(str(tmp / "digits.pt"), path / "repo", name=MODEL, input_dims=(1, 8, 8))
+    # As a writer pod of the tenant (UID 1000) would leave it: the kubelet hands a volume to
+    # the pod's fsGroup only when it mounts it writable, and the server mounts it read-only.
+    for each in [path, *path.rglob("*")]:
+        os.chown(each, 1000, 1000)
     return model, path
 
 
@@ -53,7 +60,9 @@ def served(reallab: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     tmp = tmp_path_factory.mktemp("serve")
     model, _ = exported(reallab, tmp)
     source = {"name": MODEL, "pvc": {"claimName": CLAIM, "subPath": "repo"}}
-    spec = {"server": "gpufleet", "image": project_image()[0], "model": source}
+    # One "GPU" (the real nodes are the lab's GPU nodes, tainted for GPU pods; it runs on the CPU).
+    spec = {"server": "gpufleet", "image": project_image()[0], "model": source,
+            "resources": {"gpu": 1}}  # fmt: skip
     doc = {"apiVersion": "gpufleet.dev/v1alpha1", "kind": "InferenceService",
            "metadata": {"name": NAME, "namespace": TENANT}, "spec": spec}  # fmt: skip
     submit = reallab.gpufleet("submit", str(write_spec(tmp, doc, "svc.yaml")))

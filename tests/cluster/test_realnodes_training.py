@@ -61,7 +61,8 @@ def digests_in_logs(cluster: DevCluster, name: str) -> list[str]:
 
 
 @pytest.mark.parametrize(("target", "nodes", "procs"),
-                         [("job", 2, 1), ("jobset", 2, 1), ("job", 2, 2)])  # fmt: skip
+                         [("job", 2, 1), ("jobset", 2, 1), ("job", 2, 2), ("pytorchjob", 2, 1),
+                          ("trainjob", 2, 1), ("mpijob", 2, 1), ("volcano", 2, 1)])  # fmt: skip
 def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
     reallab: DevCluster, target: str, nodes: int, procs: int
 ) -> None:

@@ -100,20 +100,23 @@ TENANT = "research"
 CLAIM = "ckpt"
 
 
-def shared_claim(cluster: devcluster.DevCluster, name: str) -> None:
-    """A ReadWriteMany claim in the tenant on the real nodes' shared storage class."""
+def shared_claim(cluster: devcluster.DevCluster, name: str, volume: str | None = None) -> None:
+    """A ReadWriteMany claim in the tenant on the real nodes' shared storage class; bound to
+    ``volume`` at once when given (the class binds others when a pod first uses them)."""
+    spec = {"accessModes": ["ReadWriteMany"], "storageClassName": STORAGE_CLASS,
+            "resources": {"requests": {"storage": "1Gi"}}}  # fmt: skip
     cluster.core.create_namespaced_persistent_volume_claim(TENANT, {
-        "metadata": {"name": name},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": STORAGE_CLASS,
-                 "resources": {"requests": {"storage": "1Gi"}}},
+        "metadata": {"name": name}, "spec": {**spec, **({"volumeName": volume} if volume else {})},
     })  # fmt: skip
 
 
 def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluster]:
     """The body of the fixture ``reallab``: the chart with the lab's values (the NVML exporter
-    left out: no GPU here) and the checkpoint claim, on the real-node cluster."""
+    left out: no GPU here; Volcano queues for target volcano) and the checkpoint claim, on the
+    real-node cluster."""
     cluster.helm("install", "lab", str(devcluster.CHART), "-f", str(LAB_VALUES), "-n",
                  "gpufleet-system", "--set", "monitoring.exporter.enabled=false",
+                 "--set", "volcano.enabled=true",  # a Volcano Queue per tenant too
                  "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
     shared_claim(cluster, CLAIM)
     try:
