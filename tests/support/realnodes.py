@@ -61,8 +61,8 @@ def session_real_cluster(factory: pytest.TempPathFactory) -> Iterator[devcluster
     if not devcluster.BUILT or not BUILT:
         pytest.skip(f"real nodes' components not built in {binaries_dir()} (make controlplane)")
     devcluster.stop_running()
+    extra = ("--real-nodes", str(REAL_NODES), *images_args())  # an image build mounts too
     before = host_snapshot()
-    extra = ("--real-nodes", str(REAL_NODES), *images_args())
     cluster = devcluster.start(factory.mktemp("realcluster"), nodes=0, gpus=4,
                                values=LAB_VALUES, extra=extra)  # fmt: skip
     try:
