@@ -91,7 +91,7 @@ def local_wall(workdir: Path) -> float:
     doc["spec"]["checkpoint"] = {"dir": str(workdir / "local-ckpt"), "everySteps": 10}
     spec.write_text(json.dumps(doc))
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "gpufleet", "run", str(spec), "--fresh"], check=True,
+    subprocess.run([sys.executable, "-m", "gpufleet.cli.main", "run", str(spec), "--fresh"], check=True,
                    capture_output=True, cwd=workdir)  # fmt: skip
     return time.monotonic() - start
 
