@@ -91,8 +91,8 @@ def local_wall(workdir: Path) -> float:
     doc["spec"]["checkpoint"] = {"dir": str(workdir / "local-ckpt"), "everySteps": 10}
     spec.write_text(json.dumps(doc))
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "gpufleet.cli.main", "run", str(spec), "--fresh"], check=True,
-                   capture_output=True, cwd=workdir)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "gpufleet.cli.main", "run", str(spec), "--fresh"],
+                   check=True, capture_output=True, cwd=workdir)  # fmt: skip
     return time.monotonic() - start
 
 
