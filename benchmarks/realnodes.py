@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 from common import environment, environment_section, median, result_path
 from controlplane import CHART, Api, helm, rss_mib, wait
+from tests.support.realnodes import pod_processes
 
 from gpufleet.devcluster import LocalCluster, NodeSpec
 from gpufleet.devcluster.realnodes import RealNodes
@@ -94,21 +94,6 @@ def local_wall(workdir: Path) -> float:
     subprocess.run([sys.executable, "-m", "gpufleet.cli.main", "run", str(spec), "--fresh"],
                    check=True, capture_output=True, cwd=workdir)  # fmt: skip
     return time.monotonic() - start
-
-
-def pod_processes(uid: str, worker_only: bool) -> list[int]:
-    """Pids of a pod's launcher and training workers (by the pod's cgroup); or the workers."""
-    pids = []
-    for proc in psutil.process_iter(["cmdline"]):
-        argv = proc.info["cmdline"] or []
-        try:
-            cgroup = Path(f"/proc/{proc.pid}/cgroup").read_text()
-        except OSError:
-            continue
-        ours = f"pod{uid}" in cgroup and "gpufleet.launch.shim" in argv
-        if ours and not (worker_only and "gpufleet.launch.pod" in argv):
-            pids.append(proc.pid)
-    return pids
 
 
 def recovery(api: Api, image: str, volumes: Path, crash: str) -> float:

@@ -19,7 +19,7 @@ from gpufleet.runtime.integrity import MARKER
 from tests.support.cli import run_cli
 from tests.support.devcluster import DevCluster
 from tests.support.procs import poll_until
-from tests.support.realnodes import CLAIM, TENANT, project_image
+from tests.support.realnodes import CLAIM, TENANT, pod_processes, project_image
 from tests.support.specs import digits_job, write_spec
 
 # The first test here may start the real-node cluster: importing a new image into both nodes
@@ -85,24 +85,6 @@ def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
     poll_until(lambda: not reallab.pods(TENANT, name), what=f"{name}'s pods gone", timeout=60)
 
 
-def launcher_pids(pod_uid: str, worker_only: bool) -> list[int]:
-    """Host pids of a pod's launcher (gpufleet.launch.pod, the container's process) and its
-    training workers (gpufleet.launch.shim), found by the pod's cgroup (its UID as the
-    cgroupfs driver writes it); ``worker_only``: the workers alone."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cgroup = (proc / "cgroup").read_text()
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"pod{pod_uid}" not in cgroup or b"gpufleet.launch.shim" not in argv:
-            continue
-        if not worker_only or b"gpufleet.launch.pod" not in argv:
-            pids.append(int(proc.name))
-    return pids
-
-
 @pytest.mark.parametrize("crash", ["worker", "container"])
 def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
     reallab: DevCluster, crash: str
@@ -131,7 +113,7 @@ def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
         return next((p for p in pods if p["metadata"]["name"].startswith(f"{name}-1-")), None)
 
     pod = poll_until(victim, what="the first checkpoint", timeout=240, interval=0.2)
-    pids = launcher_pids(pod["metadata"]["uid"], worker_only=crash == "worker")
+    pids = pod_processes(pod["metadata"]["uid"], worker_only=crash == "worker")
     assert len(pids) == (1 if crash == "worker" else 2), pids
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
@@ -149,7 +131,7 @@ def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
 def pod_s3(reallab: DevCluster) -> Iterator[dict[str, str]]:
     """moto's S3 server on the address the real nodes reach the host by (the bridge's), a
     bucket 'ckpt', and its credentials in a Secret of the tenant (never in the job's spec)."""
-    boto3 = pytest.importorskip("boto3")
+    pytest.importorskip("boto3")
     server_mod = pytest.importorskip("moto.server")
     server = server_mod.ThreadedMotoServer(ip_address=HOST_IP, port=0, verbose=False)
     server.start()
@@ -157,9 +139,7 @@ def pod_s3(reallab: DevCluster) -> Iterator[dict[str, str]]:
     env = {"AWS_ACCESS_KEY_ID": "gpufleet-test", "AWS_SECRET_ACCESS_KEY": "gpufleet-test",
            "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_ENDPOINT_URL": f"http://{host}:{port}"}  # fmt: skip
-    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="gpufleet-test",
-                 aws_secret_access_key="gpufleet-test",
-                 region_name="us-east-1").create_bucket(Bucket="ckpt")  # fmt: skip
+    s3_client(env).create_bucket(Bucket="ckpt")
     reallab.core.create_namespaced_secret(
         TENANT, {"metadata": {"name": "s3-ckpt"}, "stringData": env}
     )
@@ -170,12 +150,20 @@ def pod_s3(reallab: DevCluster) -> Iterator[dict[str, str]]:
         server.stop()
 
 
+def s3_client(env: dict[str, str]) -> Any:
+    """boto3's S3 client on the test server, with the credentials the pods get."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+
+
 def test_pods_checkpoint_to_s3_and_end_with_the_local_runs_weights(
     reallab: DevCluster, pod_s3: dict[str, str]
 ) -> None:
     """Both pods write their checkpoint shards to the bucket through the Service network (the
     credentials from the Secret by envFrom); rank 0's marker completes each checkpoint."""
-    import boto3
 
     name = "digits-s3"
     doc = real_job(name, 2, 1)
@@ -186,9 +174,7 @@ def test_pods_checkpoint_to_s3_and_end_with_the_local_runs_weights(
     assert submit.returncode == 0, submit.stderr[-2000:]
     phase, _ = reallab.run_to_end(name, TENANT, timeout=300)
     assert phase == "Succeeded", reallab.gpufleet("logs", name, "-n", TENANT).stdout[-3000:]
-    s3 = boto3.client("s3", endpoint_url=pod_s3["AWS_ENDPOINT_URL"],
-                      aws_access_key_id="gpufleet-test", aws_secret_access_key="gpufleet-test",
-                      region_name="us-east-1")  # fmt: skip
+    s3 = s3_client(pod_s3)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="ckpt", Prefix=name)["Contents"]]
     steps = {k.split("/")[1] for k in keys if k.endswith(MARKER)}
     assert any(s.startswith("step_000000040-") for s in steps), keys

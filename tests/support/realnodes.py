@@ -124,3 +124,21 @@ def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluste
     finally:
         cluster.core.delete_namespaced_persistent_volume_claim(CLAIM, TENANT)
         cluster.helm("uninstall", "lab", "-n", "gpufleet-system", "--wait")
+
+
+def pod_processes(pod_uid: str, worker_only: bool) -> list[int]:
+    """Host pids of a pod's launcher (gpufleet.launch.pod, the container's process) and its
+    training workers (gpufleet.launch.shim), found by the pod's cgroup (its UID as the
+    cgroupfs driver writes it); ``worker_only``: the workers alone."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cgroup = (proc / "cgroup").read_text()
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"pod{pod_uid}" not in cgroup or b"gpufleet.launch.shim" not in argv:
+            continue
+        if not worker_only or b"gpufleet.launch.pod" not in argv:
+            pids.append(int(proc.name))
+    return pids
