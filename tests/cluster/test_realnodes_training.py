@@ -30,18 +30,26 @@ DIGEST = re.compile(r"state digest ([0-9a-f]{16,})")
 WORKLOAD = {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 10}
 
 
-def local_digest(
-    root: Path, name: str, nodes: int, procs: int, steps: int = 40, every: int = 10
-) -> str:
+# The local runs' digests by (nodes, procs, steps, every): the same world and workload give the
+# same weights whatever the job's name or checkpoint directory, so targets that share a shape
+# share one local run (~20 s each on 2 cores).
+LOCAL_DIGESTS: dict[tuple[int, int, int, int], str] = {}
+
+
+def local_digest(root: Path, nodes: int, procs: int, steps: int = 40, every: int = 10) -> str:
     """The state digest of the same job run here by `gpufleet run` (same world, same data)."""
-    workload = {**WORKLOAD, "steps": steps}
-    checkpoint = {"dir": str(root / name / "ckpt"), "everySteps": every}
-    doc = digits_job(name, workload=workload, nodes=nodes, procsPerNode=procs,
-                     checkpoint=checkpoint)  # fmt: skip
-    run = run_cli("run", str(write_spec(root, doc, f"{name}.yaml")), "-o", "json", cwd=root,
-                  timeout=300)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    return str(json.loads(run.stdout)["state_digest"])
+    key = (nodes, procs, steps, every)
+    if key not in LOCAL_DIGESTS:
+        name = f"local-{nodes}x{procs}-{steps}-{every}"
+        workload = {**WORKLOAD, "steps": steps}
+        checkpoint = {"dir": str(root / name / "ckpt"), "everySteps": every}
+        doc = digits_job(name, workload=workload, nodes=nodes, procsPerNode=procs,
+                         checkpoint=checkpoint)  # fmt: skip
+        run = run_cli("run", str(write_spec(root, doc, f"{name}.yaml")), "-o", "json", cwd=root,
+                      timeout=300)  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:]
+        LOCAL_DIGESTS[key] = str(json.loads(run.stdout)["state_digest"])
+    return LOCAL_DIGESTS[key]
 
 
 def real_job(name: str, nodes: int, procs: int) -> dict[str, Any]:
@@ -74,7 +82,7 @@ def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
     assert phase == "Succeeded", reallab.gpufleet("logs", name, "-n", TENANT).stdout[-3000:]
     placed = {p["spec"]["nodeName"] for p in pods.values()}
     assert len(placed) == nodes and all(n.startswith("real-") for n in placed), placed
-    assert digests_in_logs(reallab, name) == [local_digest(reallab.root, name, nodes, procs)]
+    assert digests_in_logs(reallab, name) == [local_digest(reallab.root, nodes, procs)]
     status = reallab.gpufleet("status", name, "-n", TENANT)
     assert status.returncode == 0 and "Succeeded" in status.stdout, status.stdout
     written = list((reallab.dir / "volumes").glob(f"pv-*/{name}/*"))
@@ -123,7 +131,7 @@ def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
     assert re.search(r"resum\w* from .*step \d+", logs, re.I), logs[-3000:]
     pod_1 = [n for n in pods if n.startswith(f"{name}-1-")]
     assert len(pod_1) == (1 if crash == "worker" else 2), pods.keys()
-    local = local_digest(reallab.root, name, 2, 1, steps, every)
+    local = local_digest(reallab.root, 2, 1, steps, every)
     assert digests_in_logs(reallab, name) == [local]
 
 
@@ -179,4 +187,4 @@ def test_pods_checkpoint_to_s3_and_end_with_the_local_runs_weights(
     steps = {k.split("/")[1] for k in keys if k.endswith(MARKER)}
     assert any(s.startswith("step_000000040-") for s in steps), keys
     assert sum(k.endswith(".distcp") for k in keys) >= 2 * len(steps), keys  # one per rank
-    assert digests_in_logs(reallab, name) == [local_digest(reallab.root, name, 2, 1)]
+    assert digests_in_logs(reallab, name) == [local_digest(reallab.root, 2, 1)]
