@@ -82,6 +82,11 @@ def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
     assert phase == "Succeeded", reallab.gpufleet("logs", name, "-n", TENANT).stdout[-3000:]
     placed = {p["spec"]["nodeName"] for p in pods.values()}
     assert len(placed) == nodes and all(n.startswith("real-") for n in placed), placed
+    # spec.nodeLossTimeout reached the pods through each controller (not the API server's 300 s)
+    lost = [{t.get("tolerationSeconds") for t in p["spec"]["tolerations"] if t.get("key") in
+             ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")}
+            for p in pods.values()]  # fmt: skip
+    assert all(seconds == {30} for seconds in lost), lost
     assert digests_in_logs(reallab, name) == [local_digest(reallab.root, nodes, procs)]
     status = reallab.gpufleet("status", name, "-n", TENANT)
     assert status.returncode == 0 and "Succeeded" in status.stdout, status.stdout

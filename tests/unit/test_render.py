@@ -60,7 +60,7 @@ def test_matrix_renders_valid_restricted_objects(spec: dict[str, Any]) -> None:
     gpu = job.spec.resources.gpu
     limits = pod["containers"][0]["resources"].get("limits", {})
     assert limits.get("nvidia.com/gpu") == (str(gpu) if gpu else None)
-    assert bool(pod.get("tolerations")) == bool(gpu)
+    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"]) == bool(gpu)
     queued = indexed["metadata"]["labels"].get("kueue.x-k8s.io/queue-name")
     assert queued == job.spec.queue
     assert indexed["spec"].get("suspend", False) == bool(job.spec.queue)
@@ -194,6 +194,27 @@ def test_gpu_product_pins_gpu_pods(target: str) -> None:
     assert gpu_pods
     for pod in gpu_pods:
         assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A30"}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+            "tolerations"
+        ]
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+@pytest.mark.parametrize(("timeout", "seconds"), [(None, 30), ("90s", 90), (1.5, 2), (0, 0)])
+def test_every_pod_leaves_a_lost_node_after_the_specs_node_loss_timeout(
+    target: str, timeout: Any, seconds: int
+) -> None:
+    """Not Kubernetes' 300 s: a training job cannot step without the pod on a lost node."""
+    extra = {} if timeout is None else {"nodeLossTimeout": timeout}
+    job = validate_training_job(cluster_job(resources={"gpu": 2}, procsPerNode=2, **extra))
+    (*_, obj) = render(job, target)
+    pods = [pod for _, pod in pod_specs_in(obj)]
+    assert pods
+    for pod in pods:  # the MPI launcher too: its loss ends the job as a worker's does
+        lost = {t["key"]: t for t in pod["tolerations"] if t.get("effect") == "NoExecute"}
+        assert set(lost) == {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+        assert all(t["operator"] == "Exists" for t in lost.values())
+        assert {t["tolerationSeconds"] for t in lost.values()} == {seconds}
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
             "tolerations"
         ]

@@ -62,7 +62,7 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
     # workers hold their GPUs (seen with the real MPI operator on the local control plane).
     # No product selector: it may run on any node.
     if "tolerations" in (placement := gpu_placement(job.spec.resources)):
-        launcher["tolerations"] = placement["tolerations"]
+        launcher["tolerations"] = [*placement["tolerations"], *launcher["tolerations"]]
     worker = pod_spec(
         job,
         WorkerPod(

@@ -1,10 +1,11 @@
 """The shared pod builder: one worker pod template, used by every Kubernetes target.
 
 Everything a target renders about a worker pod comes from here (image, torchrun command, env,
-resources, GPU tolerations, volumes, the restricted security context, its metadata), so targets
-only add their own wrapper (Indexed Job, JobSet, PyTorchJob, ...). Labels and ObjectMeta are in
-``render.meta``, the cluster-readiness check in ``render.checks``, what several job targets
-share in ``render.jobparts``, the PodMonitor in ``render.monitoring``.
+resources, GPU and node-loss tolerations, volumes, the restricted security context, its
+metadata), so targets only add their own wrapper (Indexed Job, JobSet, PyTorchJob, ...).
+Labels and ObjectMeta are in ``render.meta``, the cluster-readiness check in ``render.checks``,
+what several job targets share in ``render.jobparts``, the PodMonitor in
+``render.monitoring``.
 """
 
 from __future__ import annotations
@@ -97,6 +98,18 @@ def gpu_placement(r: Resources) -> Obj:
     if r.gpu_product:
         out["nodeSelector"] = {GPU_PRODUCT_LABEL: r.gpu_product}
     return out
+
+
+# The taints the node controller puts on a node that stops reporting (NoExecute).
+NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def node_loss_tolerations(job: TrainingJob) -> list[Obj]:
+    """How long a pod stays on a lost node before it is evicted (spec.nodeLossTimeout). The
+    API server's DefaultTolerationSeconds admission would otherwise add these with 300 s."""
+    seconds = math.ceil(job.spec.node_loss_timeout)
+    return [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+            for key in NODE_LOSS_TAINTS]  # fmt: skip
 
 
 def nnodes(job: TrainingJob) -> str:
@@ -214,4 +227,5 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
     }
     if where.worker:
         spec.update(gpu_placement(s.resources))
+    spec["tolerations"] = [*spec.get("tolerations", []), *node_loss_tolerations(job)]
     return spec

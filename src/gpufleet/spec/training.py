@@ -31,6 +31,10 @@ from gpufleet.spec.validation import (
 )
 from gpufleet.spec.workloads import WORKLOAD_KINDS, Workload
 
+# A training job cannot step without every rank: waiting Kubernetes' 300 s for a lost node to
+# come back only delays the restart. Long enough to ride out a kubelet restart.
+NODE_LOSS_TIMEOUT = 30.0
+
 
 class Checkpoint(SpecModel):
     """Where and how often the runtime checkpoints (torch.distributed.checkpoint)."""
@@ -237,6 +241,15 @@ class TrainingJobSpec(CrossFieldModel):
         ),
     )
     preemption: Preemption = Field(default_factory=Preemption, description="Preemption.")
+    node_loss_timeout: Duration = Field(
+        default=NODE_LOSS_TIMEOUT,
+        description=(
+            "Cluster only: seconds a pod stays bound to a node that is NotReady or unreachable "
+            "before Kubernetes evicts it and the job restarts without it (the pods' "
+            "tolerationSeconds; Kubernetes' default is 300). The node is marked so only "
+            "after the controller manager's --node-monitor-grace-period (40-50 s by default)."
+        ),
+    )
     metrics: Metrics = Field(default_factory=Metrics, description="Job metrics endpoint.")
     image: str | None = Field(default=None, description="Cluster only: container image.")
     queue: DnsLabel | None = Field(
