@@ -103,10 +103,14 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
 
 
 def test_pod_serves_job_metrics_and_exits_0(workdir: Path) -> None:
-    proc, port = pod_process(workdir, workload={"name": "digits", "steps": 200, "logEvery": 10})
+    proc, port = pod_process(workdir, workload={"name": "digits", "steps": 200, "logEvery": 10},
+                             checkpoint={"dir": "/ckpt/run", "everySteps": 2})  # fmt: skip
     steps = wait_for_steps(proc, port, 5)
     _, samples = scrape_port(port)
     assert samples["gpufleet_job_hang_timeout_seconds"][0][1] > 0
+    assert [value for _, value in samples["gpufleet_job_total_steps"]] == [200, 200]  # per rank
+    saved = [value for _, value in samples["gpufleet_job_last_checkpoint_step"]]
+    assert saved and all(v >= 2 and v % 2 == 0 for v in saved), saved
     code, out = finish(proc)
     assert code == EXIT_OK, out
     assert max(steps.values()) <= 200

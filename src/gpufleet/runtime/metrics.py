@@ -28,7 +28,13 @@ class JobMetrics:
     """The series one worker writes; names are ``gpufleet_job_*`` with unit suffixes."""
 
     def __init__(
-        self, job: str, rank: int, registry: Any = None, *, hang_timeout: float = 0.0
+        self,
+        job: str,
+        rank: int,
+        registry: Any = None,
+        *,
+        hang_timeout: float = 0.0,
+        total_steps: int = 0,
     ) -> None:
         from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
@@ -80,17 +86,30 @@ class JobMetrics:
             "gpufleet_job_hang_timeout_seconds", "The job's hangTimeout (0: no watchdog)."
         )
         self.hang_timeout.set(hang_timeout)
+        # With the step and the last checkpoint, what `status` shows of a running job: how far
+        # it is, and where a restart would resume.
+        self.total_steps = gauge(
+            "gpufleet_job_total_steps", "Steps the job trains in all (0: not known)."
+        )
+        self.total_steps.set(total_steps)
+        self.last_checkpoint_step = gauge(
+            "gpufleet_job_last_checkpoint_step", "Step of the last committed checkpoint.", "max"
+        )
         self.restarts.set(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
 
     @classmethod
-    def from_env(cls, job: str, rank: int, hang_timeout: float = 0.0) -> JobMetrics | None:
+    def from_env(
+        cls, job: str, rank: int, hang_timeout: float = 0.0, total_steps: int = 0
+    ) -> JobMetrics | None:
         """Metrics if the launcher asked for them (PROMETHEUS_MULTIPROC_DIR set), else None."""
         if not os.environ.get(ENV_METRICS_DIR):
             return None
-        return cls(job, rank, hang_timeout=hang_timeout)
+        return cls(job, rank, hang_timeout=hang_timeout, total_steps=total_steps)
 
     def record_checkpoint(self, step: int, save_seconds: float, blocking_seconds: float) -> None:
-        """A committed checkpoint: its save duration and how long it held up training."""
+        """A committed checkpoint: its step, its save duration and how long it held up
+        training."""
+        self.last_checkpoint_step.set(step)
         self.ckpt_save.observe(save_seconds)
         self.ckpt_blocking.observe(blocking_seconds)
 

@@ -115,7 +115,7 @@ class Trainer:
         self.guard = PreemptionGuard(control_group())
         self.watchdog = HangWatchdog(self.context.hang_timeout, rank=self.info.rank)
         self.metrics = JobMetrics.from_env(
-            self.context.name, self.info.rank, self.context.hang_timeout
+            self.context.name, self.info.rank, self.context.hang_timeout, config.steps
         )
         if self.metrics is not None:
             self.checkpointer.on_commit = self.metrics.record_checkpoint
@@ -283,6 +283,8 @@ class Trainer:
         if self._load(ref, state):
             self._log_main(resized_note(ref, self.info.world_size, self.progress.global_batch))
         self._log_main(f"gpufleet: resumed from step {ref.step} ({ref.path})")
+        if self.metrics is not None:
+            self.metrics.last_checkpoint_step.set(ref.step)
 
     def _open_sample_log(self) -> None:
         """GPUFLEET_SAMPLE_LOG: every rank of this attempt logs under rank 0's attempt id."""
