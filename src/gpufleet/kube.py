@@ -22,6 +22,8 @@ LABEL_QUEUE = "gpufleet.dev/queue"  # the Kueue LocalQueue, on pods (Kueue label
 LABEL_MONITOR = "gpufleet.dev/monitor"
 MONITOR_OWN = "own"
 ROLE_WORKER = "worker"
+# The container port a training pod serves its job metrics on (PodMonitor, `status`).
+METRICS_PORT_NAME = "metrics"
 ROLE_SERVER = "server"
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

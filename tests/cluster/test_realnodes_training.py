@@ -114,6 +114,7 @@ def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
     doc = real_job(name, 2, 1)
     doc["spec"]["workload"] = {**WORKLOAD, "steps": steps, "logEvery": 100}
     doc["spec"]["checkpoint"]["everySteps"] = every
+    doc["spec"]["metrics"] = {"port": 9410}
     path = write_spec(reallab.root, doc, f"{name}.yaml")
     submit = reallab.gpufleet("submit", str(path), "--target", "job")
     assert submit.returncode == 0, submit.stderr[-2000:]
@@ -126,6 +127,10 @@ def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
         return next((p for p in pods if p["metadata"]["name"].startswith(f"{name}-1-")), None)
 
     pod = poll_until(victim, what="the first checkpoint", timeout=240, interval=0.2)
+    # `status` reads the ranks' progress from the pods' metrics port through the API server
+    running = reallab.gpufleet("status", name, "-n", TENANT).stdout
+    progress = rf"progress: step \d+/{steps} \(\d+ %\), [\d,]+ samples/s, about .+ to go, "
+    assert re.search(progress + r"last checkpoint at step \d+", running), running
     pids = pod_processes(pod["metadata"]["uid"], worker_only=crash == "worker")
     assert len(pids) == (1 if crash == "worker" else 2), pids
     for pid in pids:

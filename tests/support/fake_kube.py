@@ -61,6 +61,7 @@ class FakeKube:
         self.deleted: list[str] = []  # "Kind/name", in deletion order
         self.calls: list[tuple[str, dict[str, Any]]] = []  # (client method, keyword arguments)
         self.fail_with: int | None = None  # every call raises ApiException(status) when set
+        self.metrics: dict[str, str] = {}  # pod name -> what its metrics port serves
 
     def __getattribute__(self, name: str) -> Any:
         attr = object.__getattribute__(self, name)
@@ -215,6 +216,18 @@ class FakeKube:
         lines = [f"{name} line {i}" for i in range(5)]
         tail = kw.get("tail_lines")
         return "\n".join(lines[-tail:] if tail else lines)
+
+    def connect_get_namespaced_pod_proxy_with_path(
+        self, name: str, namespace: str, path: str, **_: Any
+    ) -> str:
+        """``name`` is ``pod:port``; a pod with nothing in ``metrics`` does not answer (the
+        API server's 503, as for a port nothing listens on)."""
+        self._check()
+        pod = name.partition(":")[0]
+        self._get(self._builtin("pods", namespace, pod))
+        if path != "metrics" or pod not in self.metrics:
+            raise k8s.ApiException(status=503, reason="ServiceUnavailable")
+        return self.metrics[pod]
 
     def create_namespaced_service(self, namespace: str, body: Obj, **_: Any) -> Obj:
         return self._create(self._builtin("services", namespace, body["metadata"]["name"]), body)

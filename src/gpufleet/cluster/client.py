@@ -25,12 +25,14 @@ from gpufleet.cluster.kinds import (
     Kind,
     kind_of,
 )
+from gpufleet.cluster.progress import progress_line
 from gpufleet.cluster.serving import ServingOperations
 from gpufleet.cluster.status import FAILED_CREATE_REASONS, JobStatus, summarize
 from gpufleet.errors import ClusterError, FieldError, UserInputError
 from gpufleet.extras import missing
 from gpufleet.kube import (
     KUEUE_QUEUE_LABEL,
+    METRICS_PORT_NAME,
     Obj,
     job_selector,
 )
@@ -193,7 +195,7 @@ class Cluster(ServingOperations):
             cq = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
             cluster_queue = self._get(CLUSTER_QUEUES, cq, cluster_scoped=True) if cq else None
         podgroup = self._owned_by(PODGROUPS, job) if kind.group == "batch.volcano.sh" else None
-        return summarize(
+        status = summarize(
             job,
             pods,
             events,
@@ -202,6 +204,28 @@ class Cluster(ServingOperations):
             cluster_queue=cluster_queue,
             podgroup=podgroup,
         )
+        if status.phase in ("Running", "Restarting"):
+            status.progress = progress_line(self._job_metrics(pods))
+        return status
+
+    def _job_metrics(self, pods: list[Obj]) -> list[str]:
+        """The job metrics of each running pod that serves them (its ``metrics`` port), read
+        through the API server's pod proxy; a pod that does not answer is left out."""
+        texts = []
+        for pod in pods:
+            containers = (pod.get("spec") or {}).get("containers") or []
+            declared = [p for c in containers for p in c.get("ports") or []]
+            ports = [p.get("containerPort") for p in declared if p.get("name") == METRICS_PORT_NAME]
+            if not ports or (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            target = f"{pod['metadata']['name']}:{ports[0]}"
+            try:
+                # 5 s: where NetworkPolicies drop the API server's connection, no progress
+                texts.append(str(self.core.connect_get_namespaced_pod_proxy_with_path(
+                    target, self.namespace, "metrics", _request_timeout=5)))  # fmt: skip
+            except api_errors():
+                continue
+        return texts
 
     # -- logs and cancel --------------------------------------------------------------------
 

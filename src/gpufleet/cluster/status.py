@@ -100,14 +100,15 @@ class JobStatus:
     pods: dict[str, int] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     pod_states: list[PodState] = field(default_factory=list)
+    progress: str | None = None  # a running job's, from its ranks' metrics (cluster.progress)
 
     def line(self) -> str:
-        """One line: ``name (Kind): Phase, pods 1/2 Running; reason; reason``."""
+        """One line: ``name (Kind): Phase, pods 1/2 Running; progress; reason; reason``."""
         total = sum(self.pods.values())
         text = f"{self.name} ({self.kind}): {self.phase}"
         if total:
             text += f", pods {self.pods.get('Running', 0)}/{total} Running"
-        return "; ".join([text, *self.reasons])
+        return "; ".join([text, *([self.progress] if self.progress else []), *self.reasons])
 
     def as_dict(self) -> Obj:
         return {
@@ -116,6 +117,7 @@ class JobStatus:
             "phase": self.phase,
             "pods": self.pods,
             "reasons": self.reasons,
+            "progress": self.progress,
             "line": self.line(),
             "podStates": [p.as_dict() for p in self.pod_states],
         }

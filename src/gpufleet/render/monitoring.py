@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_WORKER, Obj
+from gpufleet.kube import LABEL_JOB, LABEL_ROLE, METRICS_PORT_NAME, ROLE_WORKER, Obj
 from gpufleet.render.meta import labels, metadata
-from gpufleet.render.podspec import METRICS_PORT_NAME
 from gpufleet.spec import TrainingJob
 
 

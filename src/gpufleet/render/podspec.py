@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.kube import LABEL_MONITOR, MONITOR_OWN, ROLE_WORKER, Obj
+from gpufleet.kube import LABEL_MONITOR, METRICS_PORT_NAME, MONITOR_OWN, ROLE_WORKER, Obj
 from gpufleet.launch.pod import MODULE as POD_LAUNCHER
 from gpufleet.launch.worker import worker_env as any_worker_env
 from gpufleet.launch.worker import worker_module_args
@@ -23,7 +23,6 @@ from gpufleet.render.meta import labels
 from gpufleet.spec import Resources, TrainingJob
 
 RDZV_PORT = 29400
-METRICS_PORT_NAME = "metrics"
 RUN_DIR = "/run/gpufleet"
 UID = 1000  # the non-root user the worker image runs as
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gpufleet.kube import Obj
+from gpufleet.kube import METRICS_PORT_NAME, Obj
 from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import kubeflow_run_policy, queued_labels
 from gpufleet.render.meta import metadata
-from gpufleet.render.podspec import METRICS_PORT_NAME, RDZV_PORT, WorkerPod, pod_metadata, pod_spec
+from gpufleet.render.podspec import RDZV_PORT, WorkerPod, pod_metadata, pod_spec
 from gpufleet.spec import TrainingJob
 
 
