@@ -21,7 +21,7 @@ import yaml
 
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from gpufleet.kube import Obj
-from tests.support.devcluster import CHART, DevCluster, needs_controlplane
+from tests.support.devcluster import CHART, DevCluster, needs_controlplane, tenant_user
 from tests.support.paths import REPO
 from tests.support.procs import poll_until
 from tests.support.specs import cluster_job, pod_templates, write_spec
@@ -366,20 +366,6 @@ def test_what_kueue_admits_with_borrowing_the_namespace_quota_also_allows(lab: D
 
 
 # -- tenancy and security (item 3f), serving (3g) ----------------------------------------------
-
-
-def tenant_user(cluster: DevCluster, name: str, group: str) -> dict[str, str]:
-    """The env of a tenant's user: a kubeconfig with a client certificate for ``name`` in
-    ``group`` from the cluster's CA (how a real cluster's users authenticate, here)."""
-    from gpufleet.devcluster.pki import Pki, issue, write_kubeconfig
-    from gpufleet.devcluster.state import State
-
-    pki = Pki(cluster.dir / "pki")
-    issue(pki, f"user-{name}", name, [group])
-    state = State.read(cluster.dir)
-    assert state is not None
-    path = write_kubeconfig(cluster.root / f"{name}.kubeconfig", state.server, pki, f"user-{name}")
-    return cluster.env | {"KUBECONFIG": str(path)}
 
 
 def every_client_object(ns: str) -> list[Obj]:

@@ -17,7 +17,7 @@ import pytest
 from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.runtime.integrity import MARKER
 from tests.support.cli import run_cli
-from tests.support.devcluster import DevCluster
+from tests.support.devcluster import DevCluster, tenant_user
 from tests.support.procs import poll_until
 from tests.support.realnodes import CLAIM, TENANT, pod_processes, project_image
 from tests.support.specs import digits_job, write_spec
@@ -127,8 +127,10 @@ def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
         return next((p for p in pods if p["metadata"]["name"].startswith(f"{name}-1-")), None)
 
     pod = poll_until(victim, what="the first checkpoint", timeout=240, interval=0.2)
-    # `status` reads the ranks' progress from the pods' metrics port through the API server
-    running = reallab.gpufleet("status", name, "-n", TENANT).stdout
+    # `status` reads the ranks' progress from the pods' metrics port through the API server,
+    # as a member of the tenant (the chart's Role lets its members through the pod proxy)
+    member = tenant_user(reallab, "bob", TENANT)
+    running = reallab.gpufleet_as(member, "status", name, "-n", TENANT).stdout
     progress = rf"progress: step \d+/{steps} \(\d+ %\), [\d,]+ samples/s, about .+ to go, "
     assert re.search(progress + r"last checkpoint at step \d+", running), running
     pids = pod_processes(pod["metadata"]["uid"], worker_only=crash == "worker")

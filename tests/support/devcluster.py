@@ -245,3 +245,17 @@ def session_cluster(factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
         if cluster in RUNNING:
             RUNNING.remove(cluster)
             stop(cluster)
+
+
+def tenant_user(cluster: DevCluster, name: str, group: str) -> dict[str, str]:
+    """The env of a tenant's user: a kubeconfig with a client certificate for ``name`` in
+    ``group`` from the cluster's CA (how a real cluster's users authenticate, here)."""
+    from gpufleet.devcluster.pki import Pki, issue, write_kubeconfig
+    from gpufleet.devcluster.state import State
+
+    pki = Pki(cluster.dir / "pki")
+    issue(pki, f"user-{name}", name, [group])
+    state = State.read(cluster.dir)
+    assert state is not None
+    path = write_kubeconfig(cluster.root / f"{name}.kubeconfig", state.server, pki, f"user-{name}")
+    return cluster.env | {"KUBECONFIG": str(path)}
