@@ -7,11 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-STEP = "gpufleet_job_step"
-TOTAL = "gpufleet_job_total_steps"
-CHECKPOINT = "gpufleet_job_last_checkpoint_step"
-SAMPLES = "gpufleet_job_samples_total"
-STEP_SECONDS = "gpufleet_job_step_duration_seconds"
+from gpufleet.runtime.metrics import LAST_CHECKPOINT_STEP, SAMPLES, STEP, STEP_SECONDS, TOTAL_STEPS
 
 
 def by_rank(texts: list[str]) -> dict[str, dict[str, float]]:
@@ -43,14 +39,14 @@ def progress_line(texts: list[str]) -> str | None:
     zero = ranks.get("0", {})
     if STEP not in zero:
         return None
-    step, total = int(zero[STEP]), int(zero.get(TOTAL, 0))
+    step, total = int(zero[STEP]), int(zero.get(TOTAL_STEPS, 0))
     parts = [f"step {step}/{total} ({100 * step // total} %)" if total else f"step {step}"]
     busy, count = zero.get(STEP_SECONDS + "_sum", 0.0), zero.get(STEP_SECONDS + "_count", 0.0)
     if busy > 0 and count:
-        samples = sum(r.get(SAMPLES, 0.0) for r in ranks.values())
+        samples = sum(r.get(SAMPLES + "_total", 0.0) for r in ranks.values())
         parts.append(f"{samples / busy:,.0f} samples/s")
         if total > step:
             parts.append(f"about {duration((total - step) * busy / count)} to go")
-    if zero.get(CHECKPOINT):
-        parts.append(f"last checkpoint at step {int(zero[CHECKPOINT])}")
+    if zero.get(LAST_CHECKPOINT_STEP):
+        parts.append(f"last checkpoint at step {int(zero[LAST_CHECKPOINT_STEP])}")
     return "progress: " + ", ".join(parts)

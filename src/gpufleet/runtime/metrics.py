@@ -20,6 +20,13 @@ from typing import Any, Literal
 
 from gpufleet.runtime.context import ENV_METRICS_DIR
 
+# The series `gpufleet status` reads back (gpufleet.cluster.progress), named once.
+STEP = "gpufleet_job_step"
+TOTAL_STEPS = "gpufleet_job_total_steps"
+LAST_CHECKPOINT_STEP = "gpufleet_job_last_checkpoint_step"
+SAMPLES = "gpufleet_job_samples"  # a Counter: exposed as SAMPLES + "_total"
+STEP_SECONDS = "gpufleet_job_step_duration_seconds"  # a Histogram: _sum, _count, _bucket
+
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 CKPT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 
@@ -49,7 +56,7 @@ class JobMetrics:
         def gauge(name: str, doc: str, mode: Literal["mostrecent", "max"] = "mostrecent") -> Any:
             return Gauge(name, doc, by_rank, multiprocess_mode=mode, registry=reg).labels(**l)
 
-        self.step = gauge("gpufleet_job_step", "Last completed training step.")
+        self.step = gauge(STEP, "Last completed training step.")
         self.loss = gauge("gpufleet_job_loss", "Mean training loss over all ranks (last report).")
         self.restarts = gauge("gpufleet_job_restarts", "Worker-group restarts so far.")
         self.last_progress = gauge(
@@ -60,15 +67,13 @@ class JobMetrics:
         self.steps = Counter(
             "gpufleet_job_steps", "Steps completed.", by_rank, registry=reg
         ).labels(**l)
-        self.samples = Counter(
-            "gpufleet_job_samples", "Samples trained on.", by_rank, registry=reg
-        ).labels(**l)
+        self.samples = Counter(SAMPLES, "Samples trained on.", by_rank, registry=reg).labels(**l)
         self.data_wait = Counter(
             "gpufleet_job_data_wait_seconds", "Time spent waiting for the next batch.", by_rank,
             registry=reg,
         ).labels(**l)  # fmt: skip
         self.step_seconds = Histogram(
-            "gpufleet_job_step_duration_seconds", "Step time, boundary to boundary.", by_rank,
+            STEP_SECONDS, "Step time, boundary to boundary.", by_rank,
             buckets=STEP_BUCKETS, registry=reg,
         ).labels(**l)  # fmt: skip
         self.ckpt_blocking = Histogram(
@@ -88,12 +93,10 @@ class JobMetrics:
         self.hang_timeout.set(hang_timeout)
         # With the step and the last checkpoint, what `status` shows of a running job: how far
         # it is, and where a restart would resume.
-        self.total_steps = gauge(
-            "gpufleet_job_total_steps", "Steps the job trains in all (0: not known)."
-        )
+        self.total_steps = gauge(TOTAL_STEPS, "Steps the job trains in all (0: not known).")
         self.total_steps.set(total_steps)
         self.last_checkpoint_step = gauge(
-            "gpufleet_job_last_checkpoint_step", "Step of the last committed checkpoint.", "max"
+            LAST_CHECKPOINT_STEP, "Step of the last committed checkpoint.", "max"
         )
         self.restarts.set(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
 
