@@ -138,7 +138,10 @@ def test_matrix_mpijob(spec: dict[str, Any]) -> None:
     replicas = mpi["spec"]["mpiReplicaSpecs"]
     assert replicas["Worker"]["replicas"] == job.spec.nodes
     launcher = replicas["Launcher"]["template"]["spec"]
-    command = launcher["containers"][0]["command"]
+    waited = launcher["containers"][0]["command"]
+    # mpirun once the workers resolve and answer SSH (launch/mpi_launcher.py)
+    assert waited[:5] == ["python", "-m", "gpufleet.launch.mpi_launcher", "--ssh-port=2222", "--"]
+    command = waited[5:]
     assert command[:5] == ["mpirun", "-np", str(job.spec.nodes), "--map-by", "ppr:1:node"]
     assert "--rdzv-endpoint=train-worker-0.train:29400" in command
     assert "GPUFLEET_JOB_NAME" in command  # the worker environment is forwarded with -x

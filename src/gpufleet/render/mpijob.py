@@ -53,9 +53,10 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
         *[arg for var in forwarded for arg in ("-x", var)],
         *torchrun_command(job, WorkerPod(rdzv_host=rdzv)),
     ]
-    launcher = pod_spec(
-        job, WorkerPod(rdzv_host=rdzv, container_name="launcher", command=mpirun, worker=False)
-    )
+    # mpirun once every worker's name resolves and its sshd answers (launch/mpi_launcher.py)
+    waited = ["python", "-m", "gpufleet.launch.mpi_launcher", f"--ssh-port={SSH_PORT}", "--"]
+    launcher = pod_spec(job, WorkerPod(rdzv_host=rdzv, container_name="launcher",
+                                       command=[*waited, *mpirun], worker=False))  # fmt: skip
     launcher["containers"][0].pop("ports")
     # The launcher asks for no GPU, but a cluster of GPU nodes only (the 3-node lab) has no
     # node without the GPU taint: tolerate it, or the launcher never schedules while its
@@ -81,6 +82,12 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
         ),
     )
     worker["containers"][0]["ports"].append({"name": "ssh", "containerPort": SSH_PORT})
+    # Ready once sshd listens; with launcherCreationPolicy WaitForWorkersReady the operator
+    # creates the launcher only then, but not for a job that starts suspended (Kueue's): the
+    # launcher's own wait covers that (launch/mpi_launcher.py).
+    worker["containers"][0]["readinessProbe"] = {
+        "tcpSocket": {"port": SSH_PORT}, "periodSeconds": 2, "failureThreshold": 1,
+    }  # fmt: skip
     for pod in (launcher, worker):
         pod["restartPolicy"] = "OnFailure"
     return [
@@ -90,6 +97,7 @@ def render_mpijob(job: TrainingJob) -> list[Obj]:
             "metadata": metadata(job, queued_labels(job)),
             "spec": {
                 "mpiImplementation": "OpenMPI",
+                "launcherCreationPolicy": "WaitForWorkersReady",
                 "slotsPerWorker": 1,
                 "sshAuthMountPath": SSH_DIR,
                 "runPolicy": kubeflow_run_policy(job, "Running"),
