@@ -21,7 +21,14 @@ import yaml
 
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from gpufleet.kube import Obj
-from tests.support.devcluster import CHART, DevCluster, needs_controlplane, tenant_user
+from tests.support.devcluster import (
+    CHART,
+    DevCluster,
+    condition,
+    needs_controlplane,
+    tenant_user,
+    workload_of,
+)
 from tests.support.paths import REPO
 from tests.support.procs import poll_until
 from tests.support.specs import cluster_job, pod_templates, write_spec
@@ -163,21 +170,6 @@ def submit_annotated(cluster: DevCluster, doc: dict[str, Any], target: str,
     Cluster(cluster.custom, cluster.core, doc["metadata"]["namespace"]).submit(objects)
 
 
-def workload_of(cluster: DevCluster, ns: str, job: str) -> dict[str, Any] | None:
-    for wl in cluster.workloads(ns):
-        owners = wl["metadata"].get("ownerReferences", [])
-        if any(o["name"] == job for o in owners):
-            return wl
-    return None
-
-
-def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
-    for c in (obj or {}).get("status", {}).get("conditions", []):
-        if c["type"] == kind and c["status"] == "True":
-            return dict(c)
-    return None
-
-
 PYTORCH_INDEX = "training.kubeflow.org/replica-index"  # the training-operator's pod label
 
 
@@ -266,7 +258,8 @@ def test_a_queued_mpijob_runs_its_launcher_beside_its_workers_and_cancels_clean(
         assert container["command"][:3] == ["python", "-m", "gpufleet.launch.mpi_worker"]
         assert worker["spec"]["nodeName"].startswith("gpu-node-")
     assert "nvidia.com/gpu" not in launcher["spec"]["containers"][0]["resources"].get("limits", {})
-    mpirun = launcher["spec"]["containers"][0]["command"]
+    waited = launcher["spec"]["containers"][0]["command"]
+    mpirun = waited[waited.index("--") + 1 :]
     assert mpirun[:3] == ["mpirun", "-np", "2"]
     assert any("ConnectionAttempts=10" in a for a in mpirun), mpirun
     (endpoint,) = [a.split("=", 1)[1] for a in mpirun if a.startswith("--rdzv-endpoint=")]
@@ -369,8 +362,9 @@ def test_what_kueue_admits_with_borrowing_the_namespace_quota_also_allows(lab: D
 
 
 def every_client_object(ns: str) -> list[Obj]:
-    """What gpufleet's client creates for a tenant: every training target (with a PodMonitor)
-    and every serving target, autoscaled by HPA and by KEDA."""
+    """What gpufleet's client creates for a tenant: every training target (with a PodMonitor),
+    the kept logs' reader pod, and every serving target, autoscaled by HPA and by KEDA."""
+    from gpufleet.cluster.keptlogs import reader_pod
     from gpufleet.render import SERVING_TARGETS, TARGETS, render, render_spec
     from gpufleet.spec import validate_spec, validate_training_job
 
@@ -379,6 +373,8 @@ def every_client_object(ns: str) -> list[Obj]:
     objects = [o for target in TARGETS if target != "trainjob" for o in render(job, target)]
     # A TrainJob cannot declare the metrics port (render/checks.py)
     objects += render(validate_training_job(queued_job("every", ns, nodes=2, gpus=1)), "trainjob")
+    # `gpufleet logs` of a job whose pods are gone: a reader pod, created and deleted
+    objects.append(reader_pod(next(o for o in objects if o["kind"] == "Job")))
     serving = yaml.safe_load((CHART.parents[2] / "examples" / "digits-serving.yaml").read_text())
     serving["metadata"]["namespace"] = ns
     for engine in ("hpa", "keda"):
@@ -416,7 +412,7 @@ def test_a_tenant_member_may_do_what_the_client_does_in_its_namespace_only(lab: 
     serving with HPA or KEDA, KServe): allowed to research's members in research, refused in
     product; the other tenant's pods cannot be read."""
     kinds = {(o["apiVersion"], o["kind"]): o for o in every_client_object("research")}
-    assert {k for _, k in kinds} >= {"Job", "JobSet", "PyTorchJob", "TrainJob", "MPIJob",
+    assert {k for _, k in kinds} >= {"Job", "JobSet", "PyTorchJob", "TrainJob", "MPIJob", "Pod",
         "PodMonitor", "Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler",
         "ScaledObject", "InferenceService"}  # fmt: skip
     missing = [f"{verb} {kind}" for (_, kind), obj in sorted(kinds.items())

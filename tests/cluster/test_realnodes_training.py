@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet.cluster.keptlogs import READER_LABEL
 from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.runtime.integrity import MARKER
 from tests.support.cli import run_cli
@@ -68,6 +69,31 @@ def digests_in_logs(cluster: DevCluster, name: str) -> list[str]:
     return DIGEST.findall(logs.stdout)
 
 
+def why(cluster: DevCluster, name: str, pods: dict[str, dict[str, Any]]) -> str:
+    """What a failed job's pods said: every pod seen (phase, exit codes), its status with
+    reasons, and the logs (the kept ones when no pod is left)."""
+    seen = [(n, p["status"].get("phase"), [s.get("state") for s in
+             p["status"].get("containerStatuses") or []]) for n, p in pods.items()]  # fmt: skip
+    status = cluster.gpufleet("status", name, "-n", TENANT, "--pods")
+    logs = cluster.gpufleet("logs", name, "-n", TENANT)
+    return f"{seen}\n{status.stdout}{status.stderr}\n{logs.stdout[-3000:]}{logs.stderr[-1000:]}"
+
+
+def kept_logs_once_pods_are_gone(cluster: DevCluster, name: str) -> str:
+    """Delete the finished job's pods (as a clean-up or an eviction would), then `gpufleet
+    logs` as a member of the tenant: the ranks' logs kept beside the checkpoints, read by a
+    reader pod that is gone afterwards."""
+    cluster.core.delete_collection_namespaced_pod(TENANT, label_selector=f"gpufleet.dev/job={name}")
+    poll_until(lambda: not cluster.pods(TENANT, name), what=f"{name}'s pods gone", timeout=60)
+    member = tenant_user(cluster, "bob", TENANT)
+    logs = cluster.gpufleet_as(member, "logs", name, "-n", TENANT)
+    assert logs.returncode == 0, logs.stderr[-2000:]
+    assert f"{name} has no pods" in logs.stderr, logs.stderr
+    readers = cluster.core.list_namespaced_pod(TENANT, label_selector=f"{READER_LABEL}={name}")
+    assert not readers.items, [p.metadata.name for p in readers.items]
+    return logs.stdout
+
+
 @pytest.mark.parametrize(("target", "nodes", "procs"),
                          [("job", 2, 1), ("jobset", 2, 1), ("job", 2, 2), ("pytorchjob", 2, 1),
                           ("trainjob", 2, 1), ("mpijob", 2, 1), ("volcano", 2, 1)])  # fmt: skip
@@ -79,7 +105,7 @@ def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
     submit = reallab.gpufleet("submit", str(path), "--target", target)
     assert submit.returncode == 0, submit.stderr[-2000:]
     phase, pods = reallab.run_to_end(name, TENANT, timeout=300)
-    assert phase == "Succeeded", reallab.gpufleet("logs", name, "-n", TENANT).stdout[-3000:]
+    assert phase == "Succeeded", why(reallab, name, pods)
     placed = {p["spec"]["nodeName"] for p in pods.values()}
     assert len(placed) == nodes and all(n.startswith("real-") for n in placed), placed
     # spec.nodeLossTimeout reached the pods through each controller (not the API server's 300 s)
@@ -145,6 +171,11 @@ def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
     assert len(pod_1) == (1 if crash == "worker" else 2), pods.keys()
     local = local_digest(reallab.root, 2, 1, steps, every)
     assert digests_in_logs(reallab, name) == [local]
+    # the ranks' output outlives the pods, the tries before the crash's restart included
+    kept = kept_logs_once_pods_are_gone(reallab, name)
+    assert DIGEST.findall(kept) == [local], kept[-3000:]
+    assert re.search(r"^\[\S+ attempt \d+ rank \d+\] gpufleet: resumed from step \d+", kept,
+                     re.M), kept[-3000:]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -199,4 +230,8 @@ def test_pods_checkpoint_to_s3_and_end_with_the_local_runs_weights(
     steps = {k.split("/")[1] for k in keys if k.endswith(MARKER)}
     assert any(s.startswith("step_000000040-") for s in steps), keys
     assert sum(k.endswith(".distcp") for k in keys) >= 2 * len(steps), keys  # one per rank
-    assert digests_in_logs(reallab, name) == [local_digest(reallab.root, 2, 1)]
+    local = local_digest(reallab.root, 2, 1)
+    assert digests_in_logs(reallab, name) == [local]
+    # the ranks' logs kept in the bucket, read back with the job's own credentials
+    assert any(k.startswith(f"{name}/logs/") and k.endswith("stdout.log") for k in keys), keys
+    assert DIGEST.findall(kept_logs_once_pods_are_gone(reallab, name)) == [local]

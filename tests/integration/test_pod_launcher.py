@@ -6,7 +6,8 @@ the rendezvous host onto this machine, and check what the kubelet and Prometheus
 job's metrics on the spec's port while it trains, exit 0 when done, 75 when SIGTERM arrives
 (after the preemption checkpoint), 1 when a worker fails past its restarts, 75 on the other
 pods when pod 0 (the rendezvous host) is lost after the group formed, and 1 in one line when no
-rendezvous host was ever reachable.
+rendezvous host was ever reachable; and every rank's output in the pod's log and kept beside
+the checkpoints when the pod's launcher exits.
 """
 
 from __future__ import annotations
@@ -115,6 +116,11 @@ def test_pod_serves_job_metrics_and_exits_0(workdir: Path) -> None:
     assert code == EXIT_OK, out
     assert max(steps.values()) <= 200
     assert (workdir / "run" / "result.json").exists()
+    # every rank's output went to the pod's log and was kept beside the checkpoints at exit
+    kept = sorted((workdir / "ckpt" / "logs").glob("*/*/attempt_0/*/std*.log"))
+    assert {p.parent.name for p in kept} == {"0", "1"}, kept
+    lines = [ln for p in kept for ln in p.read_text().splitlines() if ln.strip()]
+    assert lines and all(ln in out for ln in lines), (lines[:5], out[-2000:])
 
 
 def test_pod_sigterm_checkpoints_and_exits_75(workdir: Path) -> None:
@@ -129,6 +135,7 @@ def test_pod_sigterm_checkpoints_and_exits_75(workdir: Path) -> None:
     assert "preempted after a checkpoint" in out
     assert (workdir / "run" / "preempted.json").exists()
     assert any((workdir / "ckpt").glob("*/COMPLETE.json")), "no complete preemption checkpoint"
+    assert list((workdir / "ckpt" / "logs").glob("*/*/attempt_0/0/stdout.log")), "logs not kept"
 
 
 def test_pod_worker_failure_past_restarts_exits_1(workdir: Path) -> None:
@@ -235,7 +242,7 @@ def test_no_usable_checkpoint_exits_4_without_restarts(workdir: Path) -> None:
     proc, _ = pod_process(workdir, **spec)
     code, out = finish(proc)
     assert code == EXIT_OK, out
-    for step_dir in (workdir / "ckpt").iterdir():
+    for step_dir in (workdir / "ckpt").glob("step_*"):  # not logs/, the kept rank logs
         shard = max(step_dir.glob("*.distcp"), key=lambda p: p.stat().st_size)
         data = bytearray(shard.read_bytes())
         data[len(data) // 2] ^= 0xFF

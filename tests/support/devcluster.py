@@ -259,3 +259,20 @@ def tenant_user(cluster: DevCluster, name: str, group: str) -> dict[str, str]:
     assert state is not None
     path = write_kubeconfig(cluster.root / f"{name}.kubeconfig", state.server, pki, f"user-{name}")
     return cluster.env | {"KUBECONFIG": str(path)}
+
+
+def workload_of(cluster: DevCluster, ns: str, job: str) -> dict[str, Any] | None:
+    """Kueue's Workload of ``job`` (the one it owns), if any."""
+    for wl in cluster.workloads(ns):
+        owners = wl["metadata"].get("ownerReferences", [])
+        if any(o["name"] == job for o in owners):
+            return wl
+    return None
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    """The condition ``kind`` of ``obj`` when it is True."""
+    for c in (obj or {}).get("status", {}).get("conditions", []):
+        if c["type"] == kind and c["status"] == "True":
+            return dict(c)
+    return None

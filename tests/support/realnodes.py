@@ -100,12 +100,15 @@ TENANT = "research"
 CLAIM = "ckpt"
 
 
-def shared_claim(cluster: devcluster.DevCluster, name: str, volume: str | None = None) -> None:
-    """A ReadWriteMany claim in the tenant on the real nodes' shared storage class; bound to
-    ``volume`` at once when given (the class binds others when a pod first uses them)."""
+def shared_claim(
+    cluster: devcluster.DevCluster, name: str, volume: str | None = None, namespace: str = ""
+) -> None:
+    """A ReadWriteMany claim in the tenant (or ``namespace``) on the real nodes' shared storage
+    class; bound to ``volume`` at once when given (the class binds others when a pod first uses
+    them)."""
     spec = {"accessModes": ["ReadWriteMany"], "storageClassName": STORAGE_CLASS,
             "resources": {"requests": {"storage": "1Gi"}}}  # fmt: skip
-    cluster.core.create_namespaced_persistent_volume_claim(TENANT, {
+    cluster.core.create_namespaced_persistent_volume_claim(namespace or TENANT, {
         "metadata": {"name": name}, "spec": {**spec, **({"volumeName": volume} if volume else {})},
     })  # fmt: skip
 

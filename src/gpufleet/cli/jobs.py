@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Annotated
 
 import typer
@@ -21,6 +21,9 @@ NamespaceOption = Annotated[
 ]
 ContextOption = Annotated[str | None, typer.Option(help="kubeconfig context to use.")]
 NameArg = Annotated[str, typer.Argument(help="The job's metadata.name.")]
+# A job with no pods in these phases has not run (or waits to run again: --kept shows its
+# earlier tries' logs); in any other, its ranks' logs were kept beside its checkpoints.
+NOT_STARTED = ("Queued", "Pending", "Suspended")
 
 
 @contextlib.contextmanager
@@ -79,10 +82,29 @@ def logs(
     context: ContextOption = None,
     pod: Annotated[str | None, typer.Option(help="Only this pod.")] = None,
     tail: Annotated[int | None, typer.Option(help="Only the last N lines of each pod.")] = None,
+    kept: Annotated[
+        bool, typer.Option("--kept", help="The logs the ranks kept beside the checkpoints.")
+    ] = False,
 ) -> None:
-    """Print the logs of the job's pods, each line prefixed with its pod."""
+    """Print the logs of the job's pods, each line prefixed with its pod. Once the pods are
+    gone (or with --kept): every rank's log kept beside the checkpoints, every try's."""
     with _reported():
-        for line in Cluster.connect(namespace, context).logs(name, tail=tail, pod=pod):
+        if kept and pod is not None:
+            raise UserInputError([FieldError("--pod", "not with --kept (every pod's are shown)")])
+        cluster = Cluster.connect(namespace, context)
+        lines: Iterable[str] = []
+        if kept:
+            lines = cluster.kept_logs(name, tail=tail)
+        elif pod is None and not cluster.pods(name):
+            phase = cluster.status(name).phase
+            if phase in NOT_STARTED:  # nothing can have been kept: no reader pod
+                err_console.print(f"{name} has no pods: {phase} (--kept: earlier tries' logs)")
+            else:
+                err_console.print(f"{name} has no pods ({phase}): the logs its ranks kept")
+                lines = cluster.kept_logs(name, tail=tail)
+        else:
+            lines = cluster.logs(name, tail=tail, pod=pod)
+        for line in lines:
             print(line)
 
 

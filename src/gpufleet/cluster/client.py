@@ -14,6 +14,7 @@ from typing import Any
 
 from gpufleet.cluster.access import as_dict, is_ours, items
 from gpufleet.cluster.apierrors import api_errors, status_code, to_cluster_error
+from gpufleet.cluster.keptlogs import read_kept_logs
 from gpufleet.cluster.kinds import (
     BUILTIN_KINDS,
     CLUSTER_QUEUES,
@@ -246,6 +247,20 @@ class Cluster(ServingOperations):
                 raise to_cluster_error(exc, f"read log of pod {p}") from exc
             for line in str(text).splitlines():
                 yield f"[{p}] {line}"
+
+    def kept_logs(self, name: str, *, tail: int | None = None) -> Iterator[str]:
+        """The logs the job's ranks kept beside its checkpoints (gpufleet.cluster.keptlogs),
+        oldest pod first; with ``tail``, the last lines of each rank's stderr and stdout."""
+        found = self.find(name)
+        if found is None:
+            raise UserInputError(
+                [FieldError("NAME", f"no gpufleet job {name!r} in namespace {self.namespace}")]
+            )
+        try:
+            text = read_kept_logs(self.core, self.namespace, found[1], tail=tail)
+        except api_errors() as exc:
+            raise to_cluster_error(exc, f"read the kept logs of {name}") from exc
+        yield from text.splitlines()
 
     def cancel(self, name: str) -> list[str]:
         """Delete the job (its pods go with it) and its rendezvous Service, if any; or an

@@ -12,6 +12,11 @@ launcher. It is torchrun (``torch.distributed.run``, called in this process), pl
   rendezvous host was lost after the group had formed; 128+N another signal. Plain torchrun
   exits 1 for all of these (a lost host with a traceback), and the Job's podFailurePolicy
   could not tell a preemption or the loss of pod 0 from a crash.
+- **Kept logs**: each rank's output goes to the pod's log (torchrun's ``--tee``; each line
+  prefixed ``[default<local rank>]:``) and to files in the run directory (``--log-dir``, as
+  ``gpufleet run`` does), copied beside the checkpoints when the launcher exits
+  (gpufleet.launch.keptlogs), for ``gpufleet logs`` once the pods are gone. A ``--log-dir``
+  given on the command line is kept as given, and nothing is copied from it.
 
 A lost rendezvous host: pod 0 hosts the c10d store. When it goes (node failure, eviction,
 preemption: the Job controller does not count it, it carries a DisruptionTarget condition),
@@ -30,13 +35,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
+import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 from gpufleet.launch.fatal import no_restart_after_fatal, read_fatal
-from gpufleet.runtime.context import ENV_METRICS_DIR, ENV_RUN_DIR
+from gpufleet.launch.keptlogs import keep, kept_name
+from gpufleet.runtime.context import ENV_CHECKPOINT_DIR, ENV_METRICS_DIR, ENV_RUN_DIR
 from gpufleet.runtime.rundir import RunDir
 
 # torch's switch that stops the agents sharing their rendezvous TCPStore with the workers.
@@ -105,14 +112,44 @@ def _cause(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+ALL_STREAMS = "3"  # torchrun's --tee value for stdout and stderr
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run torchrun with ``argv``; return gpufleet's exit code for the outcome."""
+    """Run torchrun with ``argv``; return gpufleet's exit code for the outcome. The ranks' logs
+    are kept beside the checkpoints whatever the outcome (a launcher killed at once keeps none)."""
+    from torch.distributed.run import parse_args
+
+    started = time.time()
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
+    ours = not args.log_dir
+    if ours:
+        args.log_dir = str(RunDir(run_dir).logs)
+        args.tee = ALL_STREAMS if args.tee == "0" else args.tee  # tee also writes the files
+    for stream in (sys.stdout, sys.stderr):  # torchelastic's tail of the ranks' files
+        stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    try:
+        return _launch(args, run_dir)
+    finally:
+        checkpoints = os.environ.get(ENV_CHECKPOINT_DIR)
+        if ours and checkpoints:
+            import signal
+            import socket
+
+            # torchrun's SIGTERM handler raises: one arriving now would turn the job's exit
+            # code into a traceback; the kubelet's SIGKILL after the grace period still ends us
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            keep(Path(args.log_dir), checkpoints, kept_name(started, socket.gethostname()))
+
+
+def _launch(args: Any, run_dir: Path) -> int:
+    """torchrun's ``run(args)``, its outcome mapped to gpufleet's exit codes."""
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
-    from torch.distributed.run import parse_args, run
+    from torch.distributed.run import run
 
-    args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
         import socket
 
@@ -124,7 +161,6 @@ def main(argv: list[str] | None = None) -> int:
     # failing the job that should resume. Unshared, rank 0 writes them every round and the
     # workers' store is hosted by worker rank 0, new in each round.
     os.environ.setdefault(ENV_NO_SHARED_STORE, "1")
-    run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
     for stale in (RunDir(run_dir).preempted, RunDir(run_dir).fatal):  # this pod's last try's
         stale.unlink(missing_ok=True)
     watch = _RendezvousWatch()
