@@ -183,9 +183,7 @@ class Cluster(ServingOperations):
             served = self.service_status(name)
             if served is not None:
                 return served
-            raise UserInputError(
-                [FieldError("NAME", f"no gpufleet job {name!r} in namespace {self.namespace}")]
-            )
+            raise self._no_job(name)
         kind, job = found
         pods = self.pods(name)
         events = self._pending_events(pods) + self._refused_pods(name)
@@ -248,14 +246,17 @@ class Cluster(ServingOperations):
             for line in str(text).splitlines():
                 yield f"[{p}] {line}"
 
+    def _no_job(self, name: str) -> UserInputError:
+        return UserInputError(
+            [FieldError("NAME", f"no gpufleet job {name!r} in namespace {self.namespace}")]
+        )
+
     def kept_logs(self, name: str, *, tail: int | None = None) -> Iterator[str]:
         """The logs the job's ranks kept beside its checkpoints (gpufleet.cluster.keptlogs),
         oldest pod first; with ``tail``, the last lines of each rank's stderr and stdout."""
         found = self.find(name)
         if found is None:
-            raise UserInputError(
-                [FieldError("NAME", f"no gpufleet job {name!r} in namespace {self.namespace}")]
-            )
+            raise self._no_job(name)
         try:
             text = read_kept_logs(self.core, self.namespace, found[1], tail=tail)
         except api_errors() as exc:
@@ -270,9 +271,7 @@ class Cluster(ServingOperations):
             deleted = self.delete_service(name)
             if deleted:
                 return deleted
-            raise UserInputError(
-                [FieldError("NAME", f"no gpufleet job {name!r} in namespace {self.namespace}")]
-            )
+            raise self._no_job(name)
         kind, _ = found
         body = {"propagationPolicy": "Foreground"}
         deleted = []

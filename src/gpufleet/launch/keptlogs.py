@@ -38,12 +38,13 @@ def kept_name(started: float, pod: str) -> str:
 
 def _copy(files: list[Path], log_dir: Path, dest: str) -> None:
     import fsspec
+    from fsspec.implementations.local import LocalFileSystem
 
     fs, root = fsspec.core.url_to_fs(dest)
-    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     for path in files:
         target = posixpath.join(root, path.relative_to(log_dir).as_posix())
-        if local:  # an object store has no directories (and makedirs may try to make a bucket)
+        # an object store has no directories (and its makedirs may try to make a bucket)
+        if isinstance(fs, LocalFileSystem):
             fs.makedirs(posixpath.dirname(target), exist_ok=True)
         fs.put_file(str(path), target)
 
