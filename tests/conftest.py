@@ -1,6 +1,7 @@
 """Fixtures and pytest hooks only: a scratch directory checked for orphan processes, the
-session's cache and control plane, the skips by marker and the order of the work units. The
-helpers the tests import live in tests/support/ (tests/README.md)."""
+session's cache, the skips by marker and the order of the work units (the clusters' fixtures:
+tests/cluster/conftest.py). The helpers the tests import live in tests/support/
+(tests/README.md)."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def check_control_plane_tests(items: list[pytest.Item]) -> None:
                                 f"{', '.join(strays)}")  # fmt: skip
 
 
-# The modules that use the session's control plane (the devcluster fixture, marker
+# The modules that use the control plane (the devcluster fixture, marker
 # `controlplane`) live here, beside the live-cluster tests (marker `cluster`).
 CONTROL_PLANE = "tests/cluster"
 
@@ -125,31 +126,3 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     config.option.loadscopereorder = False
     return ByWorkUnit(config, log)
-
-
-@pytest.fixture(scope="session")
-def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The local control plane (`gpufleet cluster up`: 3 nodes x 4 A30, Kueue, JobSet), started
-    once per test session and stopped at its end (tests/support/devcluster.py)."""
-    from tests.support.devcluster import session_cluster
-
-    yield from session_cluster(tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def realcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The real-node cluster (`gpufleet cluster up --real-nodes 2`, lab values), started once
-    after the kwok cluster stops, and stopped at the session's end: `down` must leave the host
-    as it found it (tests/support/realnodes.py)."""
-    from tests.support.realnodes import session_real_cluster
-
-    yield from session_real_cluster(tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def reallab(realcluster: Any) -> Iterator[Any]:
-    """The chart with the lab's values on the real-node cluster, and the research tenant's
-    shared claim for checkpoints (tests/support/realnodes.py)."""
-    from tests.support.realnodes import session_lab
-
-    yield from session_lab(realcluster)

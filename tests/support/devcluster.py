@@ -233,7 +233,7 @@ def stop_running() -> None:
 
 
 def session_cluster(factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    """The body of the session fixture ``devcluster`` (tests/conftest.py)."""
+    """The body of the fixture ``devcluster`` (tests/cluster/conftest.py)."""
     if not BUILT:
         pytest.skip(f"control plane not built in {binaries_dir()} (make controlplane)")
     stop_running()

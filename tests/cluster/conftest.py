@@ -1,0 +1,38 @@
+"""The clusters of tests/cluster/: package fixtures, each started by the first test that asks
+and stopped after the package's last test (a worker that finishes this package goes on with
+other modules; the clusters would run idle beside them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="package")
+def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The local control plane (`gpufleet cluster up`: 3 nodes x 4 A30, Kueue, JobSet), started
+    once for tests/cluster/ and stopped after its last test (tests/support/devcluster.py)."""
+    from tests.support.devcluster import session_cluster
+
+    yield from session_cluster(tmp_path_factory)
+
+
+@pytest.fixture(scope="package")
+def realcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The real-node cluster (`gpufleet cluster up --real-nodes 2`, lab values), started once
+    after the kwok cluster stops, and stopped after tests/cluster/'s last test: `down` must
+    leave the host as it found it (tests/support/realnodes.py)."""
+    from tests.support.realnodes import session_real_cluster
+
+    yield from session_real_cluster(tmp_path_factory)
+
+
+@pytest.fixture(scope="package")
+def reallab(realcluster: Any) -> Iterator[Any]:
+    """The chart with the lab's values on the real-node cluster, and the research tenant's
+    shared claim for checkpoints (tests/support/realnodes.py)."""
+    from tests.support.realnodes import session_lab
+
+    yield from session_lab(realcluster)
