@@ -25,7 +25,7 @@ from gpufleet.runtime.files import read_json
 from gpufleet.runtime.samplelog import read_sample_log
 from tests.support.cli import cli_env, gpufleet_cmd, run_cli, summary_of
 from tests.support.disk import fill_disk
-from tests.support.procs import poll_until, processes_mentioning
+from tests.support.procs import poll_until, workers_in
 from tests.support.specs import digits_job, write_spec
 
 pytestmark = pytest.mark.slow
@@ -149,7 +149,7 @@ def test_external_sigkill_of_a_worker(workdir: Path, long_baseline: dict[str, An
                                 env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)  # fmt: skip
     _wait_for_step(workdir / ".gpufleet/runs/victim", RNG.randint(2, 30), launcher)
-    workers = processes_mentioning("gpufleet.launch.shim", cwd=workdir)
+    workers = workers_in(workdir)
     assert len(workers) == 2
     RNG.choice(workers).send_signal(signal.SIGKILL)
     out, err = launcher.communicate(timeout=180)
@@ -176,7 +176,7 @@ def test_preempt_launcher_then_resume(
     assert first["status"] == "Preempted" and "run the same command again" in first["message"]
     stopped_at = read_json(run_dir / "preempted.json")["step"]
     assert 0 < stopped_at < LONG_STEPS
-    assert not processes_mentioning("gpufleet.launch.shim", cwd=workdir)
+    assert not workers_in(workdir)
 
     again = run_cli("run", str(spec), "-o", "json", cwd=workdir)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -15,7 +15,7 @@ import pytest
 from gpufleet.errors import EXIT_BAD_INPUT, EXIT_FAILED
 from tests.support.cli import cli_env, gpufleet_cmd, run_cli, summary_of
 from tests.support.paths import REPO
-from tests.support.procs import poll_until, processes_mentioning, wait_no_processes
+from tests.support.procs import poll_until, wait_no_processes, workers_in
 from tests.support.specs import digits_job, write_spec
 
 pytestmark = pytest.mark.slow
@@ -75,6 +75,8 @@ def test_module_command_and_env(workdir: Path) -> None:
         " 'GREETING', 'GPUFLEET_JOB_NAME']\n"
         "out = {k: os.environ.get(k) for k in keys}\n"
         "out['argv'] = sys.argv[1:]; out['name'] = __name__\n"
+        "out['torch'] = 'torch' in sys.modules; out['path0'] = sys.path[0]\n"
+        "out['comm'] = open('/proc/self/comm').read().strip()\n"
         "open(f'probe{os.environ[\"RANK\"]}.json', 'w').write(json.dumps(out))\n"
     )
     doc = script_job("modjob", ["-m", "pkg.probe", "--flag", "x"], env={"GREETING": "hi"})
@@ -88,6 +90,9 @@ def test_module_command_and_env(workdir: Path) -> None:
         )
         assert got["GREETING"] == "hi" and got["GPUFLEET_JOB_NAME"] == "modjob"
         assert got["argv"] == ["--flag", "x"] and got["name"] == "__main__"
+        # forked from the agent's forkserver, which imported torch once (gpufleet.launch.forked)
+        assert got["torch"] and got["comm"] == f"gpufleet-rank{rank}"
+        assert got["path0"] == str(workdir)  # as python -m puts it
 
 
 def test_two_local_nodes_match_one_node_of_two(workdir: Path) -> None:
@@ -149,15 +154,14 @@ def test_launcher_sigkill_leaves_no_orphans(workdir: Path, nodes: int, procs: in
     )  # fmt: skip
 
     def both_workers() -> list[psutil.Process] | None:
-        found = [p for p in processes_mentioning("sleepy.py") if p.pid != launcher.pid]
-        found = [p for p in found if "gpufleet.launch.shim" in " ".join(p.cmdline())]
+        found = workers_in(workdir)
         return found if len(found) == 2 else None
 
     poll_until(both_workers, what="both workers to start", timeout=60, interval=0.3,
                alive=launcher, retry_on=(psutil.NoSuchProcess,))  # fmt: skip
     launcher.send_signal(signal.SIGKILL)
     launcher.wait(timeout=10)
-    left = wait_no_processes("sleepy.py", timeout=15)
+    left = wait_no_processes(str(workdir), timeout=15)  # agents, forkservers, workers
     assert not left, f"orphans after SIGKILL: {[(p.pid, p.ppid(), p.cmdline()) for p in left]}"
 
 
@@ -183,10 +187,8 @@ def test_a_second_run_of_a_job_is_refused_and_a_killed_ones_lock_is_free(workdir
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        poll_until(lambda: [p for p in processes_mentioning("sleepy.py")
-                            if "gpufleet.launch.shim" in " ".join(p.cmdline())],
-                   what="the first run's worker", timeout=60, alive=first,
-                   retry_on=(psutil.NoSuchProcess,))  # fmt: skip
+        poll_until(lambda: workers_in(workdir), what="the first run's worker", timeout=60,
+                   alive=first, retry_on=(psutil.NoSuchProcess,))  # fmt: skip
         second = run_cli("run", str(spec), cwd=workdir, timeout=30)
         assert second.returncode == EXIT_FAILED, second.stderr
         assert f"job held is already running (pid {first.pid}, started" in second.stderr
@@ -199,7 +201,7 @@ def test_a_second_run_of_a_job_is_refused_and_a_killed_ones_lock_is_free(workdir
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
-    assert not wait_no_processes("sleepy.py", timeout=15)
+    assert not wait_no_processes(str(workdir), timeout=15)
     (workdir / "sleepy.py").write_text("print('done', flush=True)\n")
     third = run_cli("run", str(spec), cwd=workdir, timeout=120)
     assert third.returncode == 0, third.stderr[-2000:]

@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 
+from gpufleet.launch.shim import WORKER_NAME
+
 T = TypeVar("T")
 
 
@@ -61,6 +63,20 @@ def processes_mentioning(text: str, cwd: Path | None = None) -> list[psutil.Proc
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def workers_in(cwd: Path) -> list[psutil.Process]:
+    """The training workers working in ``cwd``: forked by their agent's forkserver, they carry
+    its command line and the name ``gpufleet-rank<RANK>`` (gpufleet.launch.forked)."""
+    return [p for p in processes_mentioning(str(cwd), cwd=cwd)
+            if _name(p).startswith(WORKER_NAME)]  # fmt: skip
+
+
+def _name(p: psutil.Process) -> str:
+    try:
+        return p.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return ""
 
 
 def wait_no_processes(text: str, timeout: float = 15) -> list[psutil.Process]:

@@ -17,6 +17,7 @@ from gpufleet.devcluster.build import binaries_dir
 from gpufleet.devcluster.realnodes.host import FIXED_PATHS, KUBELET_SYSCTLS, hierarchies
 from gpufleet.devcluster.realnodes.images import image_cache, names_in
 from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
+from gpufleet.launch.shim import WORKER_NAME
 from tests.support import devcluster
 from tests.support.paths import REPO
 
@@ -131,17 +132,19 @@ def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluste
 
 def pod_processes(pod_uid: str, worker_only: bool) -> list[int]:
     """Host pids of a pod's launcher (gpufleet.launch.pod, the container's process) and its
-    training workers (gpufleet.launch.shim), found by the pod's cgroup (its UID as the
-    cgroupfs driver writes it); ``worker_only``: the workers alone."""
+    training workers (named gpufleet-rank<RANK>: gpufleet.launch.forked), found by the pod's
+    cgroup (its UID as the cgroupfs driver writes it); ``worker_only``: the workers alone."""
     pids = []
     for proc in Path("/proc").iterdir():
         try:
             cgroup = (proc / "cgroup").read_text()
             argv = (proc / "cmdline").read_bytes().split(b"\0")
+            name = (proc / "comm").read_text().strip()
         except OSError:
             continue
-        if f"pod{pod_uid}" not in cgroup or b"gpufleet.launch.shim" not in argv:
+        if f"pod{pod_uid}" not in cgroup:
             continue
-        if not worker_only or b"gpufleet.launch.pod" not in argv:
+        launcher = b"gpufleet.launch.pod" in argv
+        if name.startswith(WORKER_NAME) or (launcher and not worker_only):
             pids.append(int(proc.name))
     return pids

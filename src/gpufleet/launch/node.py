@@ -20,6 +20,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
 from gpufleet.launch.fatal import no_restart_after_fatal
+from gpufleet.launch.forked import entrypoint
 from gpufleet.launch.orphans import ENV_AGENT_PID, die_with_parent
 from gpufleet.runtime.context import ENV_RUN_DIR
 
@@ -60,7 +61,8 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
     """Run one node's worker group to completion under torch's elastic agent."""
     os.environ.update(cfg.env)
     os.environ.update(cfg.secret_env)
-    os.environ[ENV_AGENT_PID] = str(os.getpid())  # workers' parent: lets them spot an early death
+    os.environ[ENV_AGENT_PID] = str(os.getpid())  # lets the workers spot an early death
+    entry, args, start_method = entrypoint(cfg.argv)
     config = LaunchConfig(
         min_nodes=cfg.nnodes,
         max_nodes=cfg.nnodes,
@@ -73,7 +75,7 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
         rdzv_configs={"is_host": cfg.node_rank == 0},
         max_restarts=cfg.max_restarts,
         monitor_interval=0.1,
-        start_method="spawn",
+        start_method=start_method or "spawn",
         logs_specs=DefaultLogsSpecs(log_dir=cfg.log_dir, redirects=Std.ALL, tee=Std.ALL),
         log_line_prefix_template="[rank${rank}]: ",
         local_addr="127.0.0.1",
@@ -81,7 +83,7 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
     )
     try:
         with no_restart_after_fatal(Path(cfg.env[ENV_RUN_DIR])):
-            elastic_launch(config, entrypoint=cfg.argv[0])(*cfg.argv[1:])
+            elastic_launch(config, entrypoint=entry)(*args)
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         return NodeOutcome(

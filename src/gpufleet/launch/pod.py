@@ -143,12 +143,31 @@ def main(argv: list[str] | None = None) -> int:
             keep(Path(args.log_dir), checkpoints, kept_name(started, socket.gethostname()))
 
 
+def _run(args: Any) -> None:
+    """torchrun's ``run(args)`` for the c10d rendezvous the renderers give, the shim's workers
+    forked from a forkserver (gpufleet.launch.forked) instead of each a new Python."""
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args
+
+    from gpufleet.launch.forked import entrypoint
+
+    if args.standalone or args.rdzv_backend != "c10d":
+        from torch.distributed.run import run
+
+        run(args)  # what we do not render: torchrun's own handling, workers as commands
+        return
+    config, cmd, cmd_args = config_from_args(args)
+    entry, entry_args, start_method = entrypoint([str(cmd), *cmd_args])
+    if start_method:
+        config.start_method = start_method
+    elastic_launch(config=config, entrypoint=entry)(*entry_args)
+
+
 def _launch(args: Any, run_dir: Path) -> int:
     """torchrun's ``run(args)``, its outcome mapped to gpufleet's exit codes."""
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
-    from torch.distributed.run import run
 
     if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
         import socket
@@ -166,7 +185,7 @@ def _launch(args: Any, run_dir: Path) -> int:
     watch = _RendezvousWatch()
     with _metrics(dict(os.environ)), no_restart_after_fatal(run_dir):
         try:
-            run(args)
+            _run(args)
         except RendezvousError as exc:
             where = args.rdzv_endpoint or "the rendezvous"
             if watch.formed:

@@ -18,8 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.launch.fatal import write_fatal
-from gpufleet.launch.orphans import ENV_AGENT_PID, die_with_parent
+from gpufleet.launch.orphans import (
+    ENV_AGENT_PID,
+    die_with_grandparent,
+    die_with_parent,
+    name_process,
+    release_forkserver,
+)
 from gpufleet.runtime.context import ENV_OUTPUT_HANG_TIMEOUT, ENV_RUN_DIR
+
+# A forked worker's process name: gpufleet-rank<RANK> (at most 15 bytes are kept).
+WORKER_NAME = "gpufleet-rank"
 
 
 def _run_user(argv: list[str]) -> None:
@@ -129,6 +138,27 @@ def main() -> None:
     if len(sys.argv) < 2:
         print("usage: python -m gpufleet.launch.shim <script.py | -m module> [args...]")
         sys.exit(2)
+    _shim(sys.argv[1:])
+
+
+def worker(*argv: str) -> None:
+    """The shim as torchelastic's function entry point, in a worker forked from the agent's
+    forkserver (gpufleet.launch.forked) rather than started as ``python -u -m
+    gpufleet.launch.shim``: what that command gave the worker, it arranges here."""
+    os.setsid()  # as the agent's subprocesses: a terminal's Ctrl-C reaches the agent alone
+    release_forkserver()
+    agent = os.environ.get(ENV_AGENT_PID)
+    die_with_grandparent(int(agent) if agent else None)
+    # Its command line is the forkserver's; its name (ps, top, /proc/<pid>/comm) says what it is
+    name_process(f"{WORKER_NAME}{os.environ.get('RANK', '')}")
+    for stream in (sys.stdout, sys.stderr):  # python -u
+        stream.reconfigure(line_buffering=True, write_through=True)  # type: ignore[union-attr]
+    if argv[0] == "-m":  # python -m puts the working directory first on the path
+        sys.path.insert(0, os.getcwd())
+    _shim(list(argv))
+
+
+def _shim(argv: list[str]) -> None:
     # Imported after die_with_parent: importing torch takes seconds, time in which an agent
     # SIGKILLed would leave this process behind.
     from torch.distributed.elastic.multiprocessing.errors import record
@@ -140,7 +170,7 @@ def main() -> None:
         watch_output(timeout, rank=int(os.environ.get("RANK", "0")))
 
     with _safe_group_teardown():
-        record(_run)(sys.argv[1:])
+        record(_run)(argv)
 
 
 if __name__ == "__main__":

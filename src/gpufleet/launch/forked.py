@@ -1,0 +1,62 @@
+"""Workers forked from a server that imported torch once, instead of a new Python each.
+
+torchelastic starts a worker given as a command with ``subprocess.Popen``: every worker, and
+every worker again at each restart, imports torch anew. PyPI's torch links its CUDA libraries
+even where there is no GPU: on 2 cores ``import torch`` costs 3.3 CPU-s and
+``torch.distributed.checkpoint`` 1 more (measured), against well under a second for the digits
+job's 40 steps. Given a function instead, torchelastic starts the workers with Python's
+multiprocessing, here its ``forkserver``: a server process started by the agent on its first
+worker, single-threaded, which imports ``PRELOAD`` once and forks each worker from itself on
+request, at every restart too, until the agent exits (it ends with the agent: Python's
+forkserver leaves its loop when the agent's end of its pipe closes). Not the agent itself
+(``fork``): it runs threads (the rendezvous' keep-alive, the c10d store's), and a fork copies
+locks other threads held.
+
+``entrypoint`` makes the shim's command (``python -u -m gpufleet.launch.shim ...``, what the
+local backend and the pods' launcher run) a call of ``gpufleet.launch.shim.worker`` in such a
+worker; any other command is started as given.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable
+from typing import Any
+
+from gpufleet.launch.worker import SHIM_MODULE
+
+START_METHOD = "forkserver"
+# What every worker imports before the user's code runs: the forkserver imports it once.
+PRELOAD = ("torch", "torch.distributed.checkpoint", SHIM_MODULE, "gpufleet.runtime")
+
+
+def entrypoint(argv: list[str]) -> tuple[str | Callable[..., Any], list[str], str | None]:
+    """torchelastic's ``(entrypoint, args, start_method)`` for the worker command ``argv``:
+    the shim as a function in a forked worker, or ``argv`` as a command (start method None:
+    the launcher's own)."""
+    args = argv[1:]
+    if args[:1] == ["-u"]:
+        args = args[1:]
+    python = os.path.basename(argv[0]).startswith("python")
+    if not python or args[:2] != ["-m", SHIM_MODULE] or len(args) < 3:
+        return argv[0], argv[1:], None
+    from gpufleet.launch.shim import worker
+
+    multiprocessing.set_forkserver_preload(list(PRELOAD))
+    logging.getLogger(_FAILURE_LOGGER).addFilter(_no_exit_traceback)
+    return worker, args[2:], START_METHOD
+
+
+# torchelastic logs a function worker's non-zero exit with the traceback of its own
+# ProcessExitedException (agent internals, no worker frame), where a command's exit gets one
+# line: the line stays, the traceback goes (the worker's own error is in its log and error file).
+_FAILURE_LOGGER = "torch.distributed.elastic.multiprocessing.api"
+
+
+def _no_exit_traceback(record: logging.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    if type(exc).__name__ == "ProcessExitedException":
+        record.exc_info = record.exc_text = None
+    return True
