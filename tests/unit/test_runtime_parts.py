@@ -97,6 +97,28 @@ def test_preemption_guard_without_process_group() -> None:
     assert guard.should_stop()
 
 
+def test_after_an_agreed_stop_a_late_sigterm_cannot_kill_the_rank_before_its_marker() -> None:
+    """A rank stops because another rank's node was signalled; its own node's SIGTERM arrives
+    while it writes its preemption marker: ignored (the process exits 75 next), where the
+    default action killed it and its pod exited 143."""
+    import signal
+
+    previous = signal.getsignal(signal.SIGTERM)
+    guard = PreemptionGuard().install()
+    try:
+        guard.request()  # as the agreement does for a rank that got no signal itself
+        assert guard.should_stop()
+        guard.uninstall()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    stays = PreemptionGuard().install()
+    stays.uninstall()  # no stop agreed: the handlers are restored
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
 def test_errors_gpufleet_raises_on_purpose_share_one_tree() -> None:
     from gpufleet.cluster import ClusterError
     from gpufleet.errors import (

@@ -26,6 +26,7 @@ class PreemptionGuard:
         self._work: dist.Work | None = None
         self._buf = torch.zeros(1, dtype=torch.int32)
         self._previous: dict[int, object] = {}
+        self._stopped = False  # the ranks agreed to stop: the process exits 75 next
 
     def install(self) -> PreemptionGuard:
         """Install the signal handlers (main thread only; elsewhere a no-op)."""
@@ -35,9 +36,14 @@ class PreemptionGuard:
         return self
 
     def uninstall(self) -> None:
-        """Restore the previous handlers."""
+        """Restore the previous handlers; after an agreed stop, ignore the signals instead.
+        A rank whose own node's SIGTERM comes after the agreement (another node's started it:
+        a Kueue eviction deletes the pods one by one) would otherwise die of it between here
+        and its preemption marker, and its pod exit 143, not 75 (seen on real nodes). The
+        process exits 75 right after the marker; a SIGKILL after the grace period still ends
+        it."""
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+            signal.signal(sig, signal.SIG_IGN if self._stopped else handler)  # type: ignore[arg-type]
         self._previous.clear()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -59,13 +65,15 @@ class PreemptionGuard:
     def should_stop(self) -> bool:
         """Call once per step boundary on every rank; True on all ranks at the same step."""
         if not (dist.is_available() and dist.is_initialized()):
-            return self._requested.is_set()
+            self._stopped = self._requested.is_set()
+            return self._stopped
         agreed = False
         if self._work is not None:
             self._work.wait()
             agreed = bool(self._buf.item())
         if agreed:
             self._work = None
+            self._stopped = True
             return True
         self._buf = torch.tensor([int(self._requested.is_set())], dtype=torch.int32)
         self._work = dist.all_reduce(
