@@ -95,10 +95,6 @@ ldflags_k8s="-s -w \
 stale=() stale_modules=()
 for name in "${names[@]}"; do
   [ "$name" != pause ] || continue
-  if [ -z "${PKGS[$name]:-}" ]; then
-    echo "build-controlplane: unknown component '$name' (one of: ${ORDER[*]})" >&2
-    exit 2
-  fi
   module="${MODULES[$name]:-controlplane}" out="$DEST/$name"
   if [ -x "$out" ] && [ "$out" -nt "$module/go.mod" ] && [ "$out" -nt "$module/go.sum" ]; then
     continue
@@ -116,52 +112,37 @@ if [ ${#stale_modules[@]} -gt 0 ]; then
   echo "  Go modules of ${#stale[@]} components: downloaded in $(($(date +%s) - started)) s"
 fi
 
-# One component: pause compiled by cc, the others by go build; returns non-zero on a failure.
-build() {
-  local name=$1 out="$DEST/$1" module="${MODULES[$1]:-controlplane}" started flags src
+for name in "${names[@]}"; do
   if [ "$name" = pause ]; then  # Kubernetes' own pause, from its module (no image to pull)
+    out="$DEST/pause"
     src=$(cd controlplane && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
     if [ ! -x "$out" ] || [ "$src" -nt "$out" ] || [ controlplane/go.mod -nt "$out" ]; then
-      ${CC:-cc} -Os -Wall -Werror -static -DVERSION=v3.10.2-gpufleet -o "$out.tmp" "$src" \
-        && mv "$out.tmp" "$out" && echo "  pause: built"
-      return
+      ${CC:-cc} -Os -Wall -Werror -static -DVERSION=v3.10.2-gpufleet -o "$out.tmp" "$src"
+      mv "$out.tmp" "$out" && echo "  pause: built"
+    else
+      echo "  pause: up to date"
     fi
-    echo "  pause: up to date"
-    return 0
+    continue
   fi
+  pkg="${PKGS[$name]:-}"
+  if [ -z "$pkg" ]; then
+    echo "build-controlplane: unknown component '$name' (one of: ${ORDER[*]})" >&2
+    exit 2
+  fi
+  out="$DEST/$name"
+  module="${MODULES[$name]:-controlplane}"
   if [ -x "$out" ] && [ "$out" -nt "$module/go.mod" ] && [ "$out" -nt "$module/go.sum" ]; then
     echo "  $name: up to date"
-    return 0
+    continue
   fi
   started=$(date +%s)
   flags="$ldflags_k8s"
   [ "$module" = controlplane ] || flags="-s -w ${VERSION_LDFLAGS[$name]:-}"  # Kubernetes' own
   (cd "$module" && CGO_ENABLED="${CGO[$name]:-$(go env CGO_ENABLED)}" \
-     go build -tags "${TAGS[$name]:-}" -ldflags "$flags" -o "$out.tmp" "${PKGS[$name]}" ) || return 1
-  mv "$out.tmp" "$out" || return 1
+     go build -tags "${TAGS[$name]:-}" -ldflags "$flags" -o "$out.tmp" "$pkg")
+  mv "$out.tmp" "$out"
   echo "  $name: built in $(($(date +%s) - started)) s ($(du -h "$out" | cut -f1))"
-}
-lane() {
-  local name
-  for name in "$@"; do build "$name" || return 1; done
-}
-# Two lanes at once: controlplane/'s module in one, the other modules in the other (about as
-# long each, from cold). One go build at a time left the 2 cores 21 % idle (cold, measured)
-# while it linked or waited on one package; two builds of one module at once would compile the
-# same packages twice, so a lane holds whole modules.
-main_lane=() other_lane=()
-for name in "${names[@]}"; do
-  if [ "${MODULES[$name]:-controlplane}" = controlplane ]; then
-    main_lane+=("$name")
-  else
-    other_lane+=("$name")
-  fi
 done
-lane "${other_lane[@]}" &
-other=$!
-lane "${main_lane[@]}" && mine=0 || mine=$?
-wait "$other" && theirs=0 || theirs=$?
-[ "$mine" = 0 ] && [ "$theirs" = 0 ] || exit 1
 
 # kwok's own Stages (node and pod lifecycles), read from its module at the pinned version.
 stages="$DEST/kwok-stages"
