@@ -49,6 +49,18 @@ def entrypoint(argv: list[str]) -> tuple[str | Callable[..., Any], list[str], st
     return worker, args[2:], START_METHOD
 
 
+def stop(start_method: str | None) -> None:
+    """After a launch that forked its workers: stop the forkserver. Its environment is the
+    agent's when it started, and a worker sees that (torchelastic sets only the rank's own
+    variables), so a second launch in this process (a benchmark's next job) must start its own
+    or its workers write into the first job's run directory. ``_stop`` is the stdlib's (3.11 to
+    3.13: closes the server's "alive" pipe and waits for it)."""
+    if start_method == START_METHOD:
+        from multiprocessing import forkserver
+
+        forkserver._forkserver._stop()  # type: ignore[attr-defined]
+
+
 # torchelastic logs a function worker's non-zero exit with the traceback of its own
 # ProcessExitedException (agent internals, no worker frame), where a command's exit gets one
 # line: the line stays, the traceback goes (the worker's own error is in its log and error file).

@@ -21,6 +21,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
 from gpufleet.launch.fatal import no_restart_after_fatal
 from gpufleet.launch.forked import entrypoint
+from gpufleet.launch.forked import stop as stop_forkserver
 from gpufleet.launch.orphans import ENV_AGENT_PID, die_with_parent
 from gpufleet.runtime.context import ENV_RUN_DIR
 
@@ -83,7 +84,10 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
     )
     try:
         with no_restart_after_fatal(Path(cfg.env[ENV_RUN_DIR])):
-            elastic_launch(config, entrypoint=entry)(*args)
+            try:
+                elastic_launch(config, entrypoint=entry)(*args)
+            finally:
+                stop_forkserver(start_method)
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         return NodeOutcome(

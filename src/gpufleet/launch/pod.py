@@ -149,7 +149,7 @@ def _run(args: Any) -> None:
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args
 
-    from gpufleet.launch.forked import entrypoint
+    from gpufleet.launch.forked import entrypoint, stop
 
     if args.standalone or args.rdzv_backend != "c10d":
         from torch.distributed.run import run
@@ -160,7 +160,10 @@ def _run(args: Any) -> None:
     entry, entry_args, start_method = entrypoint([str(cmd), *cmd_args])
     if start_method:
         config.start_method = start_method
-    elastic_launch(config=config, entrypoint=entry)(*entry_args)
+    try:
+        elastic_launch(config=config, entrypoint=entry)(*entry_args)
+    finally:
+        stop(start_method)
 
 
 def _launch(args: Any, run_dir: Path) -> int:
