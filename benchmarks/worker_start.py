@@ -28,20 +28,12 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' job and helpers
 from common import environment, environment_section, median, result_path
+from tests.support.specs import digits_job
 
-SPEC = {
-    "apiVersion": "gpufleet.dev/v1alpha1",
-    "kind": "TrainingJob",
-    "metadata": {"name": "start"},
-    "spec": {
-        "workload": {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 10},
-        "nodes": 1,
-        "procsPerNode": 2,
-        "checkpoint": {"everySteps": 10, "keep": 3},
-        "maxRestarts": 2,
-    },
-}
+WORKLOAD = {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 10}
+SPEC = digits_job("start", workload=WORKLOAD)
 # The baseline: gpufleet run, its agent given the worker command as torchelastic would start it.
 AS_COMMAND = (
     "import sys, gpufleet.launch.node as n; n.entrypoint = lambda argv: (argv[0], argv[1:], None);"
