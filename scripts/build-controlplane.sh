@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Build the local control plane's components from the pinned Go module in controlplane/ into
-# .tools/controlplane/ (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok,
-# Kueue, JobSet; the Kubeflow training-operator, MPI operator and Trainer, and Volcano, from
-# modules of their own, controlplane/<name>/, because their Kubernetes libraries are older). A binary newer than go.mod and go.sum is kept; Go's build cache makes a
-# rebuild after a pin change incremental. Usage: scripts/build-controlplane.sh [NAME...]
+# .tools/controlplane/ (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kube-proxy, kwok, Kueue, JobSet, the MPI operator, the Kubeflow Trainer, and CoreDNS from
+# controlplane/coredns/main.go); the Kubeflow training-operator and Volcano from modules of their
+# own, controlplane/<name>/, because their Kubernetes libraries are older; and a real node's
+# containerd, runc and CNI plugins from theirs. A binary newer than its go.mod, go.sum and own
+# source is kept; Go's build cache makes a rebuild after a pin change incremental.
+# Usage: scripts/build-controlplane.sh [NAME...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST="${DEST:-.tools/controlplane}"
@@ -36,13 +39,11 @@ declare -A PKGS=(
   [cni-loopback]=github.com/containernetworking/plugins/plugins/main/loopback
   [cni-host-local]=github.com/containernetworking/plugins/plugins/ipam/host-local
   [cni-portmap]=github.com/containernetworking/plugins/plugins/meta/portmap
-  [coredns]=github.com/coredns/coredns
+  [coredns]=gpufleet.dev/controlplane/coredns  # controlplane/coredns/main.go: CoreDNS's plugins a cluster uses
 )
 # name -> its Go module's directory, where it is not controlplane/ itself
 declare -A MODULES=(
   [training-operator]=controlplane/training-operator
-  [mpi-operator]=controlplane/mpi-operator
-  [trainer]=controlplane/trainer
   [vc-webhook-manager]=controlplane/volcano
   [vc-controller-manager]=controlplane/volcano
   [vc-scheduler]=controlplane/volcano
@@ -54,8 +55,15 @@ declare -A MODULES=(
   [cni-loopback]=controlplane/cni-plugins
   [cni-host-local]=controlplane/cni-plugins
   [cni-portmap]=controlplane/cni-plugins
-  [coredns]=controlplane/coredns
 )
+# name -> the project's own Go source it is built from, where it has one
+declare -A SOURCES=([coredns]=controlplane/coredns/main.go)
+# A binary is up to date when it is newer than its module's go.mod and go.sum and its own source.
+fresh() {
+  local out=$1 module=$2 source=$3
+  [ -x "$out" ] && [ "$out" -nt "$module/go.mod" ] && [ "$out" -nt "$module/go.sum" ] &&
+    { [ -z "$source" ] || [ "$out" -nt "$source" ]; }
+}
 # name -> what its own Makefile builds it with, where that is more than a plain go build:
 # containerd without btrfs (no headers here), static shim; runc with cgo and libseccomp.
 declare -A TAGS=([containerd]=no_btrfs [ctr]=no_btrfs [runc]="seccomp urfave_cli_no_docs")
@@ -96,9 +104,7 @@ stale=() stale_modules=()
 for name in "${names[@]}"; do
   [ "$name" != pause ] || continue
   module="${MODULES[$name]:-controlplane}" out="$DEST/$name"
-  if [ -x "$out" ] && [ "$out" -nt "$module/go.mod" ] && [ "$out" -nt "$module/go.sum" ]; then
-    continue
-  fi
+  if fresh "$out" "$module" "${SOURCES[$name]:-}"; then continue; fi
   stale+=("$name")
   [[ " ${stale_modules[*]} " == *" $module "* ]] || stale_modules+=("$module")
 done
@@ -131,13 +137,14 @@ for name in "${names[@]}"; do
   fi
   out="$DEST/$name"
   module="${MODULES[$name]:-controlplane}"
-  if [ -x "$out" ] && [ "$out" -nt "$module/go.mod" ] && [ "$out" -nt "$module/go.sum" ]; then
+  if fresh "$out" "$module" "${SOURCES[$name]:-}"; then
     echo "  $name: up to date"
     continue
   fi
   started=$(date +%s)
-  flags="$ldflags_k8s"
-  [ "$module" = controlplane ] || flags="-s -w ${VERSION_LDFLAGS[$name]:-}"  # Kubernetes' own
+  flags="$ldflags_k8s"  # Kubernetes' own, for its components
+  [ "$module" = controlplane ] && [ -z "${VERSION_LDFLAGS[$name]:-}" ] ||
+    flags="-s -w ${VERSION_LDFLAGS[$name]:-}"
   (cd "$module" && CGO_ENABLED="${CGO[$name]:-$(go env CGO_ENABLED)}" \
      go build -tags "${TAGS[$name]:-}" -ldflags "$flags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
@@ -162,7 +169,7 @@ declare -A KUSTOMIZE=(
   [kueue]="controlplane sigs.k8s.io/kueue config/default"
   [jobset]="controlplane sigs.k8s.io/jobset config/default"
   [training-operator]="controlplane/training-operator github.com/kubeflow/training-operator manifests/overlays/standalone"
-  [mpi-operator]="controlplane/mpi-operator github.com/kubeflow/mpi-operator manifests/overlays/standalone"
+  [mpi-operator]="controlplane github.com/kubeflow/mpi-operator manifests/overlays/standalone"
 )
 manifests="$DEST/manifests"
 mkdir -p "$manifests"
@@ -184,8 +191,8 @@ done
 # ClusterTrainingRuntimes (overlays/runtimes), applied once its webhooks answer.
 out="$manifests/trainer.yaml"
 if [ ! -s "$out" ] || [ ! -s "$manifests/trainer-runtimes.yaml" ] \
-    || [ controlplane/trainer/go.sum -nt "$out" ] || [ controlplane/trainer/go.mod -nt "$out" ]; then
-  dir=$(cd controlplane/trainer && go list -m -f '{{.Dir}}' github.com/kubeflow/trainer/v2)
+    || [ controlplane/go.sum -nt "$out" ] || [ controlplane/go.mod -nt "$out" ]; then
+  dir=$(cd controlplane && go list -m -f '{{.Dir}}' github.com/kubeflow/trainer/v2)
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   cp -r "$dir/manifests" "$work/" && chmod -R u+w "$work"

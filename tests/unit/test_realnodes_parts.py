@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
+import subprocess
 import tarfile
 import tomllib
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpufleet.devcluster.build import binaries_dir
 from gpufleet.devcluster.kubeconfig import check_merge_target, merge_kubeconfig
 from gpufleet.devcluster.realnodes import configs, network, storage
 from gpufleet.devcluster.realnodes.host import HostChanges, mounts_under, undo
@@ -65,6 +68,18 @@ def test_coredns_answers_only_the_cluster_domain_on_the_bridge() -> None:
     text = configs.corefile(Path("/k"), 9000)
     assert f"bind {network.HOST_IP}" in text and "kubernetes cluster.local" in text
     assert "forward" not in text  # nothing is asked of servers outside the machine
+
+
+@pytest.mark.skipif(not (binaries_dir() / "coredns").is_file(), reason="make controlplane first")
+def test_the_built_coredns_has_every_plugin_its_corefile_names() -> None:
+    # CoreDNS is built with the plugins controlplane/coredns/main.go imports, not all of them:
+    # one the Corefile names and the build lacks would stop the cluster's DNS at `cluster up`.
+    built = subprocess.run([str(binaries_dir() / "coredns"), "-plugins"], capture_output=True,
+                           text=True, check=True).stdout.split()  # fmt: skip
+    named = set(re.findall(r"^    (\w+)", configs.corefile(Path("/k"), 9000), re.MULTILINE))
+    assert named == {"bind", "errors", "ready", "kubernetes", "cache"}
+    assert named <= set(built), sorted(named - set(built))
+    assert "route53" not in built  # the cloud back ends are left out
 
 
 def test_the_journal_survives_a_crash_and_undo_without_one_does_nothing(tmp_path: Path) -> None:
