@@ -66,7 +66,7 @@ test: lint tools
 	bash scripts/build-controlplane.sh; built=$$?; \
 	if [ -n "$$image" ]; then wait $$image; made=$$?; sed 's/^/image: /' $(IMAGE_LOG); \
 	  [ $$made = 0 ] || exit $$made; fi; exit $$built
-	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=25
 
 unit: $(STAMP) tools
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q tests/unit
