@@ -8,11 +8,11 @@ from pathlib import Path
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago, from below the kernel's ephemeral
+    range (free_ports): one the kernel handed out could become the local end of some program's
+    connection before its listener starts (a cold `make test` saw a local rendezvous fail to
+    listen on such a port)."""
+    return free_ports(1)[0]
 
 
 # Where the kernel picks the ports it hands out itself (a bind to port 0, the local end of an

@@ -262,6 +262,7 @@ def test_cluster_ports_are_ones_the_kernel_never_hands_out(
     assert net.quiet_ports() == range(net.QUIET_FLOOR, 32768)
     ports = net.free_ports(40)
     assert len(set(ports)) == 40 and all(net.QUIET_FLOOR <= p < 32768 for p in ports), ports
+    assert all(net.QUIET_FLOOR <= net.free_port() < 32768 for _ in range(20))  # one at a time
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", ports[0]))
