@@ -6,67 +6,32 @@ job ends with (its state digest, from rank 0's log through `gpufleet logs`)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpufleet.cluster.keptlogs import READER_LABEL
 from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.runtime.integrity import MARKER
-from tests.support.cli import run_cli
 from tests.support.devcluster import DevCluster, tenant_user
 from tests.support.procs import poll_until
-from tests.support.realnodes import CLAIM, TENANT, pod_processes, project_image
-from tests.support.specs import digits_job, write_spec
+from tests.support.realnodes import (
+    DIGEST,
+    TENANT,
+    WORKLOAD,
+    digests_in_logs,
+    kept_logs_once_pods_are_gone,
+    local_digest,
+    pod_processes,
+    real_job,
+)
+from tests.support.specs import write_spec
 
 # The first test here may start the real-node cluster: importing a new image into both nodes
 # takes minutes on 2 cores (test setup counts toward the timeout).
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
-DIGEST = re.compile(r"state digest ([0-9a-f]{16,})")
-WORKLOAD = {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 10}
-
-
-# The local runs' digests by (nodes, procs, steps, every): the same world and workload give the
-# same weights whatever the job's name or checkpoint directory, so targets that share a shape
-# share one local run (~20 s each on 2 cores).
-LOCAL_DIGESTS: dict[tuple[int, int, int, int], str] = {}
-
-
-def local_digest(root: Path, nodes: int, procs: int, steps: int = 40, every: int = 10) -> str:
-    """The state digest of the same job run here by `gpufleet run` (same world, same data)."""
-    key = (nodes, procs, steps, every)
-    if key not in LOCAL_DIGESTS:
-        name = f"local-{nodes}x{procs}-{steps}-{every}"
-        workload = {**WORKLOAD, "steps": steps}
-        checkpoint = {"dir": str(root / name / "ckpt"), "everySteps": every}
-        doc = digits_job(name, workload=workload, nodes=nodes, procsPerNode=procs,
-                         checkpoint=checkpoint)  # fmt: skip
-        run = run_cli("run", str(write_spec(root, doc, f"{name}.yaml")), "-o", "json", cwd=root,
-                      timeout=300)  # fmt: skip
-        assert run.returncode == 0, run.stderr[-3000:]
-        LOCAL_DIGESTS[key] = str(json.loads(run.stdout)["state_digest"])
-    return LOCAL_DIGESTS[key]
-
-
-def real_job(name: str, nodes: int, procs: int) -> dict[str, Any]:
-    volume = {"name": "ckpt", "mountPath": "/ckpt", "claimName": CLAIM}
-    doc = digits_job(name, workload=WORKLOAD, nodes=nodes, procsPerNode=procs,
-                     resources={"gpu": procs}, queue=TENANT, image=project_image()[0],
-                     checkpoint={"dir": f"/ckpt/{name}", "everySteps": 10},
-                     volumes=[volume])  # fmt: skip
-    doc["metadata"]["namespace"] = TENANT
-    return doc
-
-
-def digests_in_logs(cluster: DevCluster, name: str) -> list[str]:
-    logs = cluster.gpufleet("logs", name, "-n", TENANT)
-    assert logs.returncode == 0, logs.stderr[-2000:]
-    return DIGEST.findall(logs.stdout)
 
 
 def why(cluster: DevCluster, name: str, pods: dict[str, dict[str, Any]]) -> str:
@@ -77,21 +42,6 @@ def why(cluster: DevCluster, name: str, pods: dict[str, dict[str, Any]]) -> str:
     status = cluster.gpufleet("status", name, "-n", TENANT, "--pods")
     logs = cluster.gpufleet("logs", name, "-n", TENANT)
     return f"{seen}\n{status.stdout}{status.stderr}\n{logs.stdout[-3000:]}{logs.stderr[-1000:]}"
-
-
-def kept_logs_once_pods_are_gone(cluster: DevCluster, name: str) -> str:
-    """Delete the finished job's pods (as a clean-up or an eviction would), then `gpufleet
-    logs` as a member of the tenant: the ranks' logs kept beside the checkpoints, read by a
-    reader pod that is gone afterwards."""
-    cluster.core.delete_collection_namespaced_pod(TENANT, label_selector=f"gpufleet.dev/job={name}")
-    poll_until(lambda: not cluster.pods(TENANT, name), what=f"{name}'s pods gone", timeout=60)
-    member = tenant_user(cluster, "bob", TENANT)
-    logs = cluster.gpufleet_as(member, "logs", name, "-n", TENANT)
-    assert logs.returncode == 0, logs.stderr[-2000:]
-    assert f"{name} has no pods" in logs.stderr, logs.stderr
-    readers = cluster.core.list_namespaced_pod(TENANT, label_selector=f"{READER_LABEL}={name}")
-    assert not readers.items, [p.metadata.name for p in readers.items]
-    return logs.stdout
 
 
 @pytest.mark.parametrize(("target", "nodes", "procs"),
