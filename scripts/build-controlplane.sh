@@ -107,6 +107,10 @@ ldflags_k8s="-s -w \
 stale=() stale_modules=()
 for name in "${names[@]}"; do
   [ "$name" != pause ] || continue
+  if [ -z "${PKGS[$name]:-}" ]; then
+    echo "build-controlplane: unknown component '$name' (one of: ${ORDER[*]})" >&2
+    exit 2
+  fi
   module="${MODULES[$name]:-controlplane}" out="$DEST/$name"
   if fresh "$out" "$module" "${SOURCES[$name]:-}"; then continue; fi
   stale+=("$name")
@@ -134,11 +138,7 @@ for name in "${names[@]}"; do
     fi
     continue
   fi
-  pkg="${PKGS[$name]:-}"
-  if [ -z "$pkg" ]; then
-    echo "build-controlplane: unknown component '$name' (one of: ${ORDER[*]})" >&2
-    exit 2
-  fi
+  pkg="${PKGS[$name]}"  # known: checked above
   out="$DEST/$name"
   module="${MODULES[$name]:-controlplane}"
   if fresh "$out" "$module" "${SOURCES[$name]:-}"; then
@@ -146,9 +146,11 @@ for name in "${names[@]}"; do
     continue
   fi
   started=$(date +%s)
-  flags="$ldflags_k8s"  # Kubernetes' own, for its components
-  [ "$module" = controlplane ] && [ -z "${VERSION_LDFLAGS[$name]:-}" ] ||
+  if [ "$module" = controlplane ] && [ -z "${VERSION_LDFLAGS[$name]:-}" ]; then
+    flags="$ldflags_k8s"  # Kubernetes' own version flags, for its components
+  else
     flags="-s -w ${VERSION_LDFLAGS[$name]:-}"
+  fi
   (cd "$module" && CGO_ENABLED="${CGO[$name]:-$(go env CGO_ENABLED)}" \
      go build -tags "${TAGS[$name]:-}" -ldflags "$flags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
