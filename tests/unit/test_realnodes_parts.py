@@ -1,13 +1,16 @@
 """The parts of real nodes that need no root: addresses, configuration files, the journal of
-host changes, shared volumes, images' names, and the kubeconfig merge of `cluster up
---kubeconfig`. The nodes themselves are tested live (tests/cluster/test_realnodes*.py)."""
+host changes (and, as root only, its undo of iproute2's netns mount), shared volumes, images'
+names, and the kubeconfig merge of `cluster up --kubeconfig`. The nodes themselves are tested
+live (tests/cluster/test_realnodes*.py)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import subprocess
+import sys
 import tarfile
 import tomllib
 from pathlib import Path
@@ -93,6 +96,44 @@ def test_the_journal_survives_a_crash_and_undo_without_one_does_nothing(tmp_path
     assert (again.links, again.netns, again.sysctls) == (["gpufleet0"], ["gpufleet-n0"],
                                                          {"kernel/panic": "1"})  # fmt: skip
     assert undo(tmp_path / "elsewhere") is False
+
+
+# Run in a mount namespace of its own (the host's mount table, which the real-node tests
+# compare before and after their cluster, never sees its mount).
+NETNS_UNDO = """
+import os, subprocess, sys
+from pathlib import Path
+from gpufleet.devcluster.realnodes import host
+where, made = Path(sys.argv[1]), sys.argv[2]
+host.NETNS_DIR = where
+changes = host.HostChanges(where.parent / "host-changes.json")
+changes.add_netns("gpufleet-n0")  # recorded while the directory is not a mount point
+assert changes.netns_dir == "mounted", changes.netns_dir
+subprocess.run(["mount", "--bind", str(where), str(where)], check=True)
+(where / "theirs").touch()
+host._restore_netns_dir(made)
+assert host._mounted(where), "unmounted while another namespace is named there"
+(where / "theirs").unlink()
+host._restore_netns_dir(made)
+assert not host._mounted(where), "still mounted"
+assert where.exists() == (made == "mounted"), where.exists()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
+@pytest.mark.parametrize("made", ["created", "mounted"])
+def test_iproute2s_netns_mount_is_undone_once_no_namespace_is_named_there(
+    tmp_path: Path, made: str
+) -> None:
+    """The first `ip netns add` on a host bind-mounts /run/netns onto itself, which `ip netns
+    delete` leaves (a fresh host's real-node cluster left it mounted): undo unmounts it (and
+    removes it when it was not there before), but not while another namespace is named there."""
+    where = tmp_path / "netns"
+    where.mkdir()
+    argv = ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c",
+            NETNS_UNDO, str(where), made]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_mounts_below_a_root_come_deepest_first() -> None:

@@ -47,6 +47,9 @@ FIXED_PATHS = (
 # path has at most 107 bytes (a checkout's or a test's temporary directory is too deep).
 RUN_ROOT = "/run/gpufleet"  # sockets and runtime state (tmpfs)
 DATA_ROOT = "/var/lib/gpufleet"  # the kubelet's root (pods' emptyDirs) and pod logs, on disk
+# iproute2's directory of named network namespaces: its first `ip netns add` creates it and
+# makes it a mount point (a shared bind mount of itself), which `ip netns delete` leaves.
+NETNS_DIR = Path("/run/netns")
 
 
 @dataclass
@@ -60,6 +63,9 @@ class HostChanges:
     mount_roots: list[str] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)
     created_paths: list[str] = field(default_factory=list)
+    # What the first `ip netns add` made of NETNS_DIR: "" nothing, "mounted" a mount point of
+    # a directory that was there, "created" the directory and its mount.
+    netns_dir: str = ""
 
     @classmethod
     def load(cls, directory: Path) -> HostChanges | None:
@@ -77,6 +83,8 @@ class HostChanges:
         tmp.replace(self.path)
 
     def add_netns(self, name: str) -> None:
+        if not self.netns and not _mounted(NETNS_DIR):
+            self.netns_dir = "mounted" if NETNS_DIR.is_dir() else "created"
         self.netns.append(name)
         self.save()
 
@@ -204,6 +212,22 @@ def _rmdir(path: Path) -> None:
             time.sleep(0.1)
 
 
+def _restore_netns_dir(made: str) -> None:
+    """NETNS_DIR as it was before our first namespace: unmounted, and removed when we created
+    it; left as it is while any namespace (another program's) is still named there."""
+    if not made or not _mounted(NETNS_DIR) or any(NETNS_DIR.iterdir()):
+        return
+    subprocess.run(["umount", str(NETNS_DIR)], capture_output=True, check=False)
+    if made == "created" and not _mounted(NETNS_DIR):
+        _rmdir(NETNS_DIR)
+
+
+def _mounted(path: Path) -> bool:
+    """Whether ``path`` is a mount point (a bind mount on the same file system included, which
+    os.path.ismount does not see)."""
+    return str(path) in mounts_under([str(path)])
+
+
 def undo(directory: Path, log: Callable[[str], None] | None = None) -> bool:
     """Undo every change the journal in ``directory`` records; False when there is none."""
     changes = HostChanges.load(directory)
@@ -215,6 +239,7 @@ def undo(directory: Path, log: Callable[[str], None] | None = None) -> bool:
     remove_cgroups(changes.cgroups)
     for name in reversed(changes.netns):
         subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
+    _restore_netns_dir(changes.netns_dir)
     for name in reversed(changes.links):
         subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
     for key, value in changes.sysctls.items():
