@@ -1,0 +1,190 @@
+"""Kueue preempting a running job on real pods (issue 29, item 1): research's job borrows
+product's idle GPUs (8 = its 6 + 2 lent) and trains on both real nodes; product submits a job
+that needs its GPUs back; Kueue evicts the borrower (reclaimWithinCohort). The kubelet sends
+SIGTERM, both ranks checkpoint at the same step and their pods exit 75; the job is requeued
+without spending maxRestarts, admitted again once product's job is done, resumes from that
+checkpoint and ends with the weights of the same job run here without interruption.
+
+The timings (eviction to pods gone, readmission to the resumed first step, steps lost) are
+recorded where $GPUFLEET_RECORD names a file (benchmarks/cluster_chaos.py)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from tests.support.devcluster import BoundPods, DevCluster, condition, workload_of
+from tests.support.procs import poll_until
+from tests.support.realnodes import (
+    CLAIM,
+    DIGEST,
+    TENANT,
+    WORKLOAD,
+    digests_in_logs,
+    kept_logs_once_pods_are_gone,
+    local_digest,
+    real_job,
+    record,
+    shared_claim,
+)
+from tests.support.specs import write_spec
+
+pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
+              pytest.mark.timeout(900)]  # fmt: skip
+
+LENDER_TENANT = "product"  # the chart's lab values: lends research 2 of its 6 GPUs
+STEPS, EVERY = 1500, 50
+PREEMPTED = re.compile(r"gpufleet: preempted at step (\d+)")
+RESUMED = re.compile(r"gpufleet: resumed from step (\d+)")
+
+
+@pytest.fixture(scope="module")
+def lender_claim(reallab: DevCluster) -> Iterator[str]:
+    """product's own claim for its job's checkpoints."""
+    shared_claim(reallab, CLAIM, namespace=LENDER_TENANT)
+    try:
+        yield CLAIM
+    finally:
+        reallab.core.delete_namespaced_persistent_volume_claim(CLAIM, LENDER_TENANT)
+
+
+def submit(cluster: DevCluster, doc: dict[str, Any], target: str) -> None:
+    path = write_spec(cluster.root, doc, f"{doc['metadata']['name']}.yaml")
+    done = cluster.gpufleet("submit", str(path), "--target", target)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def evicted(cluster: DevCluster, name: str) -> float | None:
+    """When Kueue evicted the job's Workload (its condition's time, a Unix time)."""
+    return since(condition(workload_of(cluster, TENANT, name), "Evicted"))
+
+
+def admitted_again(cluster: DevCluster, name: str) -> float | None:
+    """When Kueue admitted the Workload again, once the eviction is over."""
+    wl = workload_of(cluster, TENANT, name)
+    return None if condition(wl, "Evicted") else since(condition(wl, "Admitted"))
+
+
+def since(cond: dict[str, Any] | None) -> float | None:
+    if cond is None:
+        return None
+    return datetime.fromisoformat(cond["lastTransitionTime"].replace("Z", "+00:00")).timestamp()
+
+
+def log_time(cluster: DevCluster, pattern: re.Pattern[str], name: str) -> float | None:
+    """When a pod of ``name`` logged ``pattern`` (the kubelet's timestamp), as a Unix time."""
+    from kubernetes.client.exceptions import ApiException
+
+    for pod in cluster.pods(TENANT, name):
+        try:
+            text = cluster.core.read_namespaced_pod_log(pod["metadata"]["name"], TENANT,
+                                                        timestamps=True)  # fmt: skip
+        except ApiException:  # its container not started yet
+            continue
+        for line in text.splitlines():
+            if pattern.search(line):
+                stamp = line.split(" ", 1)[0]
+                return datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp()
+    return None
+
+
+def restarts_spent(cluster: DevCluster, name: str, target: str) -> int:
+    """What the job's controller counted against spec.maxRestarts: a Job's failed pods, a
+    JobSet's restarts that count towards its maximum (a free restart, its rule for exit 75,
+    counts in status.restarts only; it happens when a child Job sees its pods exit 75 before
+    the suspension reaches it)."""
+    if target == "job":
+        job = cluster.typed("BatchV1Api").read_namespaced_job_status(name, TENANT).status
+        return int(job.failed or 0)
+    jobset = cluster.custom.get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", TENANT, "jobsets", name
+    )
+    return int(jobset["status"].get("restartsCountTowardsMax") or 0)
+
+
+def exit_codes(pods: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
+    codes: dict[str, list[int]] = {}
+    for name, pod in pods.items():
+        for status in pod["status"].get("containerStatuses") or []:
+            if "terminated" in status.get("state", {}):
+                codes.setdefault(name, []).append(status["state"]["terminated"]["exitCode"])
+    return codes
+
+
+@pytest.mark.parametrize("target", ["job", "jobset"])
+def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
+    reallab: DevCluster, lender_claim: str, target: str
+) -> None:
+    name, lender = f"borrower-{target}", f"lender-{target}"
+    doc = real_job(name, 2, 1)
+    doc["spec"].update(resources={"gpu": 4}, maxRestarts=1)  # both nodes' 4: 2 borrowed
+    doc["spec"]["workload"] = {**WORKLOAD, "steps": STEPS, "logEvery": 100}
+    doc["spec"]["checkpoint"]["everySteps"] = EVERY
+    submit(reallab, doc, target)
+    volumes = reallab.dir / "volumes"
+    with BoundPods(reallab, TENANT, name) as seen:
+        poll_until(lambda: list(volumes.glob(f"pv-*/{name}/*/COMPLETE.json")),
+                   what="the borrower's first checkpoint", timeout=300, interval=0.5)  # fmt: skip
+        first = {p["metadata"]["name"] for p in reallab.pods(TENANT, name)}
+        claim = real_job(lender, 2, 1)
+        claim["metadata"]["namespace"] = claim["spec"]["queue"] = LENDER_TENANT
+        claim["spec"]["resources"] = {"gpu": 3}  # 6: more than the 4 product has left
+        submit(reallab, claim, "job")
+        t_evicted = poll_until(lambda: evicted(reallab, name), what="Kueue to evict the borrower",
+                               timeout=60, interval=0.2)  # fmt: skip
+        poll_until(lambda: not first & {p["metadata"]["name"] for p in reallab.pods(TENANT, name)},
+                   what="the borrower's pods gone", timeout=120, interval=0.2)  # fmt: skip
+        t_gone = time.time()
+        # the checkpoint taken at SIGTERM (later ones delete it: checkpoint.keep)
+        last = max(volumes.glob(f"pv-*/{name}/step_*/COMPLETE.json")).parent
+        shards = sorted(p.name for p in last.glob("*.distcp"))
+        assert reallab.wait_phase(lender, LENDER_TENANT, "Succeeded", "Failed",
+                                  timeout=300) == "Succeeded"  # fmt: skip
+        t_admitted = poll_until(lambda: admitted_again(reallab, name),
+                                what="the borrower admitted again", timeout=120)  # fmt: skip
+        resumed_at = poll_until(lambda: log_time(reallab, RESUMED, name),
+                                what="the borrower to resume", timeout=240)  # fmt: skip
+        phase, _ = reallab.run_to_end(name, TENANT, timeout=600)
+    logs = reallab.gpufleet("logs", name, "-n", TENANT).stdout
+    assert phase == "Succeeded", logs[-3000:]
+    # SIGTERM from the kubelet: both ranks stopped and their pods exited 75 (preempted, after
+    # the checkpoint), which cost nothing of maxRestarts
+    codes = exit_codes({n: p for n, p in seen.pods.items() if n in first})
+    assert codes == {n: [75] for n in first}, codes
+    assert restarts_spent(reallab, name, target) == 0
+    local = local_digest(reallab.root, 2, 1, STEPS, EVERY)
+    assert digests_in_logs(reallab, name) == [local]
+    kept = kept_logs_once_pods_are_gone(reallab, name)
+    (preempted,) = map(int, PREEMPTED.findall(kept))
+    (resumed,) = map(int, RESUMED.findall(kept))
+    assert resumed == preempted, kept[-3000:]  # no step lost beyond the SIGTERM checkpoint
+    # both ranks saved their shard of it, at the same step
+    assert last.name.startswith(f"step_{preempted:09d}-") and len(shards) == 2, (last, shards)
+    # rank 0's two results: the preempted try's (its state at that step), then the final one
+    assert re.search(rf"gpufleet: {preempted} steps; state digest", kept), kept[-3000:]
+    assert len(DIGEST.findall(kept)) == 2 and local in DIGEST.findall(kept), kept[-3000:]
+    record(
+        f"kueue-preemption-{target}",
+        evicted_to_pods_gone_s=t_gone - t_evicted,
+        readmitted_to_resumed_s=resumed_at - t_admitted,
+        steps_lost=preempted - resumed,
+        preempted_at_step=preempted,
+        free_restarts=free_restarts(reallab, name, target),
+    )
+    for job, ns in ((name, TENANT), (lender, LENDER_TENANT)):
+        assert reallab.gpufleet("cancel", job, "-n", ns).returncode == 0
+
+
+def free_restarts(cluster: DevCluster, name: str, target: str) -> int:
+    """The restarts a JobSet made that cost nothing (0 for a Job)."""
+    if target == "job":
+        return 0
+    jobset = cluster.custom.get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", TENANT, "jobsets", name
+    )
+    return int(jobset["status"].get("restarts") or 0)
