@@ -32,10 +32,13 @@ notice the store is gone), and that exits 1.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -105,6 +108,18 @@ class _RendezvousWatch:
         configure(Handler(), "torchelastic")
 
 
+def _host_watch(
+    args: Any, watch: _RendezvousWatch, keep_logs: Callable[[], None]
+) -> AbstractContextManager[Any]:
+    """The rendezvous host watched from every pod but the host's own (hostwatch.py)."""
+    if args.rdzv_backend != "c10d" or not args.rdzv_endpoint or "is_host=true" in args.rdzv_conf:
+        return nullcontext()
+    from gpufleet.launch.hostwatch import HostWatch
+
+    lost = _lost_host(args.rdzv_endpoint, keep_logs)
+    return HostWatch(args.rdzv_endpoint, lambda: watch.formed, lost)
+
+
 def _cause(exc: BaseException) -> str:
     """The innermost reason of a rendezvous error, on one line."""
     while exc.__cause__ is not None:
@@ -129,18 +144,54 @@ def main(argv: list[str] | None = None) -> int:
         args.tee = ALL_STREAMS if args.tee == "0" else args.tee  # tee also writes the files
     for stream in (sys.stdout, sys.stderr):  # torchelastic's tail of the ranks' files
         stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    keep_logs = _keeper(args.log_dir if ours else None, started)
     try:
-        return _launch(args, run_dir)
+        return _launch(args, run_dir, keep_logs)
     finally:
-        checkpoints = os.environ.get(ENV_CHECKPOINT_DIR)
-        if ours and checkpoints:
-            import signal
-            import socket
+        keep_logs()
 
-            # torchrun's SIGTERM handler raises: one arriving now would turn the job's exit
-            # code into a traceback; the kubelet's SIGKILL after the grace period still ends us
+
+def _keeper(log_dir: str | None, started: float) -> Callable[[], None]:
+    """What keeps the ranks' logs beside the checkpoints (once; nothing for a ``--log-dir``
+    given on the command line, or with no checkpoint directory)."""
+    done = threading.Lock()
+
+    def keep_logs() -> None:
+        checkpoints = os.environ.get(ENV_CHECKPOINT_DIR)
+        if log_dir is None or not checkpoints or not done.acquire(blocking=False):
+            return
+        import signal
+        import socket
+
+        # torchrun's SIGTERM handler raises: one arriving now would turn the job's exit code
+        # into a traceback; the kubelet's SIGKILL after the grace period still ends us (only
+        # the main thread sets handlers; the host watch's thread exits on its own)
+        if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            keep(Path(args.log_dir), checkpoints, kept_name(started, socket.gethostname()))
+        keep(Path(log_dir), checkpoints, kept_name(started, socket.gethostname()))
+
+    return keep_logs
+
+
+def _lost_host(where: str, keep_logs: Callable[[], None]) -> Callable[[str], None]:
+    """What the host watch does when the rendezvous host went silent (its node lost): the
+    agent is blocked on the store, so this thread ends the workers, keeps the logs, exits 75."""
+
+    def lost(reason: str) -> None:
+        import psutil
+
+        print(f"gpufleet: lost the rendezvous host {where} after the group formed ({reason}); "
+              f"exit {EXIT_PREEMPTED}: retry, the job resumes from its last checkpoint",
+              file=sys.stderr, flush=True)  # fmt: skip
+        try:
+            for child in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+            keep_logs()
+        finally:
+            os._exit(EXIT_PREEMPTED)
+
+    return lost
 
 
 def _run(args: Any) -> None:
@@ -166,7 +217,7 @@ def _run(args: Any) -> None:
         stop(start_method)
 
 
-def _launch(args: Any, run_dir: Path) -> int:
+def _launch(args: Any, run_dir: Path, keep_logs: Callable[[], None]) -> int:
     """torchrun's ``run(args)``, its outcome mapped to gpufleet's exit codes."""
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -186,7 +237,11 @@ def _launch(args: Any, run_dir: Path) -> int:
     for stale in (RunDir(run_dir).preempted, RunDir(run_dir).fatal):  # this pod's last try's
         stale.unlink(missing_ok=True)
     watch = _RendezvousWatch()
-    with _metrics(dict(os.environ)), no_restart_after_fatal(run_dir):
+    with (
+        _metrics(dict(os.environ)),
+        no_restart_after_fatal(run_dir),
+        _host_watch(args, watch, keep_logs),
+    ):
         try:
             _run(args)
         except RendezvousError as exc:
