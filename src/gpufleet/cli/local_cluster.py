@@ -169,3 +169,36 @@ def status_cmd(directory: DirOption = DEFAULT_DIR) -> None:
         print(f"{name}: {state}")
     if any(s != "running" for s in states.values()):
         raise typer.Exit(EXIT_FAILED)
+
+
+@local_cluster.command(name="crash-node")
+def crash_node(
+    name: Annotated[str, typer.Argument(help="A real node's name (kubectl get nodes).")],
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """A real node's power cut, for failure drills: its wire cut, then its kubelet, runtime
+    and containers killed at once. `start-node` brings it back."""
+    from gpufleet.devcluster.realnodes import chaos
+
+    try:
+        killed = chaos.crash(directory, name)
+    except (ClusterUpError, UserInputError) as exc:
+        fail(exc)
+    err_console.print(f"{name}: wire cut; kubelet, kube-proxy, containerd and {killed} "
+                      "processes of its pods and runtime killed")  # fmt: skip
+
+
+@local_cluster.command(name="start-node")
+def start_node(
+    name: Annotated[str, typer.Argument(help="A real node `crash-node` stopped.")],
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Bring a crashed real node back, as after a reboot: its wire, containerd, kubelet and
+    kube-proxy."""
+    from gpufleet.devcluster.realnodes import chaos
+
+    try:
+        chaos.start(directory, name, log=err_console.print)
+    except (ClusterUpError, UserInputError) as exc:
+        fail(exc)
+    err_console.print(f"{name}: started; Ready again with its kubelet's next heartbeat")

@@ -37,6 +37,11 @@ def netns_name(node: str) -> str:
     return f"gpufleet-{node}"
 
 
+def host_side(index: int) -> str:
+    """The host's end of node ``index``'s veth pair, on the bridge."""
+    return f"gfv{index}"
+
+
 def ip(*args: str, netns: str | None = None) -> None:
     """Run iproute2's ``ip`` (in ``netns`` when given); a failure is a ClusterUpError."""
     argv = ["ip", *(["-n", netns] if netns else []), *args]
@@ -70,12 +75,12 @@ def make_node_netns(changes: HostChanges, node: str, index: int, count: int) -> 
     on (inside the namespace only), bridged traffic through its netfilter rules (kube-proxy),
     routes to the other nodes' pods; the host's route to its pods. Returns the namespace."""
     netns = netns_name(node)
-    host_side = f"gfv{index}"
+    host_end = host_side(index)
     changes.add_netns(netns)
     ip("netns", "add", netns)
-    changes.add_link(host_side)
-    ip("link", "add", host_side, "type", "veth", "peer", "name", "eth0", "netns", netns)
-    ip("link", "set", host_side, "master", BRIDGE, "up")
+    changes.add_link(host_end)
+    ip("link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", netns)
+    ip("link", "set", host_end, "master", BRIDGE, "up")
     ip("link", "set", "lo", "up", netns=netns)
     ip("addr", "add", f"{node_ip(index)}/{NODE_NET.prefixlen}", "dev", "eth0", netns=netns)
     ip("link", "set", "eth0", "up", netns=netns)
