@@ -193,3 +193,24 @@ def test_kubeconfig_merge_keeps_other_contexts_and_makes_ours_current(tmp_path: 
     (tmp_path / "bad").write_text("- a list\n")
     with pytest.raises(UserInputError, match="not a kubeconfig"):
         check_merge_target(tmp_path / "bad")
+
+
+def test_crash_node_names_the_real_nodes_when_given_another_and_needs_a_cluster(
+    tmp_path: Path,
+) -> None:
+    from gpufleet.devcluster.state import State
+    from tests.support.cli import run_cli
+
+    none = run_cli("cluster", "crash-node", "real-a30-node-0", "--dir", str(tmp_path), cwd=tmp_path)
+    assert none.returncode == 1 and "no cluster with real nodes" in none.stderr, none.stderr
+    changes = HostChanges(tmp_path / "host-changes.json")
+    for name in ("real-a30-node-0", "real-a30-node-1"):
+        changes.netns.append(network.netns_name(name))
+    changes.save()
+    State(binaries=str(tmp_path)).write(tmp_path)
+    wrong = run_cli("cluster", "start-node", "kwok-node-0", "--dir", str(tmp_path), cwd=tmp_path)
+    assert wrong.returncode == 2, wrong.stderr
+    assert "NAME: not a real node of this cluster (real-a30-node-0, real-a30-node-1)" in (
+        wrong.stderr
+    ), wrong.stderr
+    assert "Traceback" not in wrong.stderr
