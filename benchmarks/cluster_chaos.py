@@ -25,6 +25,9 @@ from typing import Any
 from common import environment, environment_section, result_path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the tests' package, for the names the tests read
+from tests.support.realnodes import CHAOS_FULL  # noqa: E402
+
 TESTS = ["tests/cluster/test_realnodes_nodeloss.py", "tests/cluster/test_realnodes_preemption.py"]
 # What each recorded number is, for the report (in the order shown).
 MEANING = {
@@ -45,7 +48,7 @@ MEANING = {
 def run_once(record: Path, select: str | None) -> dict[str, Any]:
     argv = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
             "-m", "realnodes", *TESTS, *(["-k", select] if select else [])]  # fmt: skip
-    env = {**os.environ, "GPUFLEET_RECORD": str(record)}
+    env = {**os.environ, "GPUFLEET_RECORD": str(record), CHAOS_FULL: "1"}
     started = time.monotonic()
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     tail = done.stdout.strip().splitlines()[-1:] or [""]

@@ -26,6 +26,8 @@ from typing import Any
 
 from common import environment, environment_section, median, result_path
 from controlplane import CHART, Api, helm, rss_mib, wait
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' package
 from tests.support.realnodes import pod_processes
 
 from gpufleet.devcluster import LocalCluster, NodeSpec

@@ -216,6 +216,10 @@ def kept_logs_once_pods_are_gone(cluster: DevCluster, name: str) -> str:
     return logs.stdout
 
 
+# Set by benchmarks/cluster_chaos.py: the real-node failure tests left out of `make test` too.
+CHAOS_FULL = "GPUFLEET_CHAOS_FULL"
+
+
 def record(case: str, **numbers: float) -> None:
     """A test's measurements, one JSON line appended to the file $GPUFLEET_RECORD names (the
     benchmarks that run these tests read it: benchmarks/cluster_chaos.py); nothing otherwise."""
