@@ -63,6 +63,20 @@ def restore(cluster: DevCluster, node: str) -> None:
         poll_until(lambda: node_ready(cluster, node), what=f"{node} Ready again", timeout=120)
 
 
+def bring_back(cluster: DevCluster, lost: str, pod: dict[str, Any], back: str) -> float:
+    """Once the node is NotReady: the operator's out-of-service taint at once, or the node
+    started again after its pod's eviction. Returns when the pod was seen evicted."""
+    if back == "out-of-service":
+        taint(cluster, lost, add=True)
+    # evicted: by the out-of-service taint, else after spec.nodeLossTimeout NotReady
+    poll_until(lambda: evicted(cluster, pod), what="the lost pod evicted", timeout=120)
+    t_evicted = time.time()
+    if back == "node-returns":
+        restart = cluster.gpufleet("cluster", "start-node", lost, "--dir", str(cluster.dir))
+        assert restart.returncode == 0, restart.stderr
+    return t_evicted
+
+
 def running_pod(cluster: DevCluster, name: str, index: int) -> dict[str, Any] | None:
     for pod in cluster.pods(TENANT, name):
         live = pod["status"].get("phase") == "Running" and not pod["metadata"].get(
@@ -152,14 +166,7 @@ def test_a_lost_node_costs_no_restart_and_the_job_ends_with_the_uninterrupted_we
         assert LOST_HOST.search(said), said  # the launcher's reason, in its pod's log
         poll_until(lambda: not node_ready(reallab, lost), what=f"{lost} NotReady", timeout=120)
         t_not_ready = time.time()
-        if back == "out-of-service":  # at once: the operator knows the node is gone
-            taint(reallab, lost, add=True)
-        # evicted: by the out-of-service taint, else after spec.nodeLossTimeout NotReady
-        poll_until(lambda: evicted(reallab, pod_0), what="the lost pod evicted", timeout=120)
-        t_evicted = time.time()
-        if back == "node-returns":
-            restart = reallab.gpufleet("cluster", "start-node", lost, "--dir", str(reallab.dir))
-            assert restart.returncode == 0, restart.stderr
+        t_evicted = bring_back(reallab, lost, pod_0, back)
         poll_until(lambda: progressed(reallab, name, at_kill), what="a step after the resume",
                    timeout=300)  # fmt: skip
         t_step = time.time()

@@ -59,6 +59,14 @@ def submit(cluster: DevCluster, doc: dict[str, Any], target: str) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def reclaim(cluster: DevCluster, lender: str) -> None:
+    """product's job, 2 x 3 GPUs: 6, more than the 4 product has left while research borrows."""
+    claim = real_job(lender, 2, 1)
+    claim["metadata"]["namespace"] = claim["spec"]["queue"] = LENDER_TENANT
+    claim["spec"]["resources"] = {"gpu": 3}
+    submit(cluster, claim, "job")
+
+
 def evicted(cluster: DevCluster, name: str) -> float | None:
     """When Kueue evicted the job's Workload (its condition's time, a Unix time)."""
     return since(condition(workload_of(cluster, TENANT, name), "Evicted"))
@@ -131,10 +139,7 @@ def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
         poll_until(lambda: list(volumes.glob(f"pv-*/{name}/*/COMPLETE.json")),
                    what="the borrower's first checkpoint", timeout=300, interval=0.5)  # fmt: skip
         first = {p["metadata"]["name"] for p in reallab.pods(TENANT, name)}
-        claim = real_job(lender, 2, 1)
-        claim["metadata"]["namespace"] = claim["spec"]["queue"] = LENDER_TENANT
-        claim["spec"]["resources"] = {"gpu": 3}  # 6: more than the 4 product has left
-        submit(reallab, claim, "job")
+        reclaim(reallab, lender)
         t_evicted = poll_until(lambda: evicted(reallab, name), what="Kueue to evict the borrower",
                                timeout=60, interval=0.2)  # fmt: skip
         poll_until(lambda: not first & {p["metadata"]["name"] for p in reallab.pods(TENANT, name)},
