@@ -27,6 +27,7 @@ from tests.support.realnodes import (
     digests_in_logs,
     kept_logs_once_pods_are_gone,
     local_digest,
+    pod_log,
     real_job,
     record,
 )
@@ -113,12 +114,7 @@ def progressed(cluster: DevCluster, name: str, after: int) -> bool:
     pod = running_pod(cluster, name, 0)
     if pod is None:
         return False
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        text = cluster.core.read_namespaced_pod_log(pod["metadata"]["name"], TENANT) or ""
-    except ApiException:
-        return False
+    text = pod_log(cluster, pod["metadata"]["name"])
     return "resumed from step" in text and any(
         int(s) > after for s in STEP_LINE.findall(text.split("resumed from step", 1)[1])
     )
@@ -162,7 +158,7 @@ def test_a_lost_node_costs_no_restart_and_the_job_ends_with_the_uninterrupted_we
         poll_until(lambda: exit_code(seen.pods.get(survivor, pod_1)) is not None,
                    what="the surviving pod to exit", timeout=300)  # fmt: skip
         t_survivor = time.time()
-        said = reallab.core.read_namespaced_pod_log(survivor, TENANT, tail_lines=50) or ""
+        said = pod_log(reallab, survivor, tail_lines=50)
         assert LOST_HOST.search(said), said  # the launcher's reason, in its pod's log
         poll_until(lambda: not node_ready(reallab, lost), what=f"{lost} NotReady", timeout=120)
         t_not_ready = time.time()

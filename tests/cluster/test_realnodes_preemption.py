@@ -26,8 +26,10 @@ from tests.support.realnodes import (
     TENANT,
     WORKLOAD,
     digests_in_logs,
+    jobset_status,
     kept_logs_once_pods_are_gone,
     local_digest,
+    pod_log,
     real_job,
     record,
     shared_claim,
@@ -86,15 +88,8 @@ def since(cond: dict[str, Any] | None) -> float | None:
 
 def log_time(cluster: DevCluster, pattern: re.Pattern[str], name: str) -> float | None:
     """When a pod of ``name`` logged ``pattern`` (the kubelet's timestamp), as a Unix time."""
-    from kubernetes.client.exceptions import ApiException
-
     for pod in cluster.pods(TENANT, name):
-        try:
-            text = cluster.core.read_namespaced_pod_log(pod["metadata"]["name"], TENANT,
-                                                        timestamps=True) or ""  # fmt: skip
-        except ApiException:  # its container not started yet
-            continue  # (an empty log reads as None: `or ""`, seen in the 3rd of 3 runs)
-        for line in text.splitlines():
+        for line in pod_log(cluster, pod["metadata"]["name"], timestamps=True).splitlines():
             if pattern.search(line):
                 stamp = line.split(" ", 1)[0]
                 return datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp()
@@ -109,10 +104,7 @@ def restarts_spent(cluster: DevCluster, name: str, target: str) -> int:
     if target == "job":
         job = cluster.typed("BatchV1Api").read_namespaced_job_status(name, TENANT).status
         return int(job.failed or 0)
-    jobset = cluster.custom.get_namespaced_custom_object(
-        "jobset.x-k8s.io", "v1alpha2", TENANT, "jobsets", name
-    )
-    return int(jobset["status"].get("restartsCountTowardsMax") or 0)
+    return int(jobset_status(cluster, name).get("restartsCountTowardsMax") or 0)
 
 
 def exit_codes(pods: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
@@ -189,7 +181,4 @@ def free_restarts(cluster: DevCluster, name: str, target: str) -> int:
     """The restarts a JobSet made that cost nothing (0 for a Job)."""
     if target == "job":
         return 0
-    jobset = cluster.custom.get_namespaced_custom_object(
-        "jobset.x-k8s.io", "v1alpha2", TENANT, "jobsets", name
-    )
-    return int(jobset["status"].get("restarts") or 0)
+    return int(jobset_status(cluster, name).get("restarts") or 0)

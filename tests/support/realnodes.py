@@ -195,6 +195,25 @@ def real_job(name: str, nodes: int, procs: int) -> dict[str, Any]:
     return doc
 
 
+def pod_log(cluster: DevCluster, pod: str, **options: Any) -> str:
+    """A pod's log in the tenant ("" while its container has not started: the API refuses,
+    and an empty log reads as None in the kubernetes client, seen once in three runs)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return cluster.core.read_namespaced_pod_log(pod, TENANT, **options) or ""
+    except ApiException:
+        return ""
+
+
+def jobset_status(cluster: DevCluster, name: str) -> dict[str, Any]:
+    """The tenant's JobSet ``name``'s status."""
+    jobset = cluster.custom.get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", TENANT, "jobsets", name
+    )
+    return dict(jobset["status"])
+
+
 def digests_in_logs(cluster: DevCluster, name: str) -> list[str]:
     logs = cluster.gpufleet("logs", name, "-n", TENANT)
     assert logs.returncode == 0, logs.stderr[-2000:]
