@@ -6,7 +6,7 @@ case beside the local chaos matrix (benchmarks/chaos.py).
 Needs root, the built components (make controlplane), helm (make tools) and the image (make
 image). Writes benchmarks/results/cluster-chaos_<hardware>_<date>.{json,md}.
 
-    python benchmarks/cluster_chaos.py [--runs 3] [-k EXPRESSION]
+    python benchmarks/cluster_chaos.py [--runs 3] [-k EXPRESSION] [--theme NAME]
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the tests' package, for the names the tests read
 from tests.support.realnodes import CHAOS_FULL  # noqa: E402
 
-TESTS = ["tests/cluster/test_realnodes_nodeloss.py", "tests/cluster/test_realnodes_preemption.py"]
+TESTS = ["tests/cluster/test_realnodes_nodeloss.py", "tests/cluster/test_realnodes_preemption.py",
+         "tests/cluster/test_realnodes_partition.py"]  # fmt: skip
 # What each recorded number is, for the report (in the order shown).
 MEANING = {
     "evicted_to_pods_gone_s": "Kueue's eviction (the Workload's Evicted condition) to the "
@@ -42,6 +43,11 @@ MEANING = {
     "kill_to_not_ready_s": "node killed to the Node NotReady (s)",
     "kill_to_evicted_s": "node killed to the lost pod evicted (DisruptionTarget) (s)",
     "kill_to_first_step_s": "node killed to a step after the resume logged by rank 0 (s)",
+    "hang_timeout_s": "the job's spec.hangTimeout (s)",
+    "cut_to_detected_s": "partition to the first hang watchdog's line (kubelet's timestamp) (s)",
+    "watchdog_idle_s": "the watchdogs' own time without a step when they fired (s)",
+    "cut_to_heal_s": "partition to heal (s)",
+    "heal_to_status_said_s": "heal to `gpufleet status` telling the restart and resume (s)",
 }  # fmt: skip
 
 
@@ -66,10 +72,11 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]
 
 
 def report(runs: list[dict[str, Any]], cases: dict[str, Any], env: dict[str, str],
-           out: Path) -> None:  # fmt: skip
+           out: Path, select: str | None) -> None:  # fmt: skip
     lines = ["# Failures on real pods (issue 29): the real-node chaos tests, run after run", "",
              f"`python benchmarks/cluster_chaos.py --runs {len(runs)}`: "
-             f"`pytest -m realnodes {' '.join(TESTS)}` {len(runs)} times in a row, each with "
+             f"`pytest -m realnodes {' '.join(TESTS)}`"
+             f"{f' -k {select!r}' if select else ''} {len(runs)} times in a row, each with "
              "its own real-node cluster (2 nodes x 4 \"A30\" that are the CPU, Kueue with the "
              "chart's lab values), nothing else running.", "",
              "| run | result | wall |", "| --- | --- | ---: |"]  # fmt: skip
@@ -92,6 +99,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("-k", dest="select", help="pytest's -k, to run some of the cases")
+    parser.add_argument(
+        "--theme", default="cluster-chaos", help="the results file's first word (some cases)"
+    )
     args = parser.parse_args()
     runs, records = [], []
     with tempfile.TemporaryDirectory(prefix="gf-cluster-chaos-") as tmp:
@@ -101,8 +111,8 @@ def main() -> None:
             print(f"run {i + 1}: {runs[-1]['summary']} ({runs[-1]['wall_s']:.0f} s)", flush=True)
         if record.exists():
             records = [json.loads(line) for line in record.read_text().splitlines()]
-    out = result_path("cluster-chaos")
-    report(runs, summarise(records), environment(), out)
+    out = result_path(args.theme)
+    report(runs, summarise(records), environment(), out, args.select)
     print(out.read_text())
     sys.exit(0 if all(r["rc"] == 0 for r in runs) else 1)
 

@@ -25,11 +25,14 @@ from tests.support.realnodes import (
     TENANT,
     WORKLOAD,
     digests_in_logs,
+    exit_code,
     kept_logs_once_pods_are_gone,
     local_digest,
+    node_ready,
     pod_log,
     real_job,
     record,
+    running_pod,
 )
 from tests.support.specs import write_spec
 
@@ -41,11 +44,6 @@ OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshut
                   "effect": "NoExecute"}  # fmt: skip
 LOST_HOST = re.compile(r"gpufleet: lost the rendezvous host")
 STEP_LINE = re.compile(r"step (\d+)")
-
-
-def node_ready(cluster: DevCluster, node: str) -> bool:
-    conditions = cluster.core.read_node(node).status.conditions or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
 def taint(cluster: DevCluster, node: str, add: bool) -> None:
@@ -78,16 +76,6 @@ def bring_back(cluster: DevCluster, lost: str, pod: dict[str, Any], back: str) -
     return t_evicted
 
 
-def running_pod(cluster: DevCluster, name: str, index: int) -> dict[str, Any] | None:
-    for pod in cluster.pods(TENANT, name):
-        live = pod["status"].get("phase") == "Running" and not pod["metadata"].get(
-            "deletionTimestamp"
-        )
-        if live and pod["metadata"]["name"].startswith(f"{name}-{index}-"):
-            return pod
-    return None
-
-
 def evicted(cluster: DevCluster, pod: dict[str, Any]) -> bool:
     """Whether the pod is being deleted, with the DisruptionTarget condition (which the Job's
     pod failure policy ignores)."""
@@ -99,14 +87,6 @@ def evicted(cluster: DevCluster, pod: dict[str, Any]) -> bool:
         return True  # gone already
     target = [c for c in now.status.conditions or [] if c.type == "DisruptionTarget"]
     return now.metadata.deletion_timestamp is not None and bool(target)
-
-
-def exit_code(pod: dict[str, Any]) -> int | None:
-    for status in pod["status"].get("containerStatuses") or []:
-        done = status.get("state", {}).get("terminated")
-        if done:
-            return int(done["exitCode"])
-    return None
 
 
 def progressed(cluster: DevCluster, name: str, after: int) -> bool:

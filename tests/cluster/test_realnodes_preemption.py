@@ -29,7 +29,7 @@ from tests.support.realnodes import (
     jobset_status,
     kept_logs_once_pods_are_gone,
     local_digest,
-    pod_log,
+    log_time,
     real_job,
     record,
     shared_claim,
@@ -84,16 +84,6 @@ def since(cond: dict[str, Any] | None) -> float | None:
     if cond is None:
         return None
     return datetime.fromisoformat(cond["lastTransitionTime"].replace("Z", "+00:00")).timestamp()
-
-
-def log_time(cluster: DevCluster, pattern: re.Pattern[str], name: str) -> float | None:
-    """When a pod of ``name`` logged ``pattern`` (the kubelet's timestamp), as a Unix time."""
-    for pod in cluster.pods(TENANT, name):
-        for line in pod_log(cluster, pod["metadata"]["name"], timestamps=True).splitlines():
-            if pattern.search(line):
-                stamp = line.split(" ", 1)[0]
-                return datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp()
-    return None
 
 
 def restarts_spent(cluster: DevCluster, name: str, target: str) -> int:

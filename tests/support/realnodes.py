@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +205,41 @@ def pod_log(cluster: DevCluster, pod: str, **options: Any) -> str:
         return cluster.core.read_namespaced_pod_log(pod, TENANT, **options) or ""
     except ApiException:
         return ""
+
+
+def log_time(cluster: DevCluster, pattern: re.Pattern[str], name: str) -> float | None:
+    """When a pod of ``name`` logged ``pattern`` (the kubelet's timestamp), as a Unix time."""
+    for pod in cluster.pods(TENANT, name):
+        for line in pod_log(cluster, pod["metadata"]["name"], timestamps=True).splitlines():
+            if pattern.search(line):
+                stamp = line.split(" ", 1)[0]
+                return datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp()
+    return None
+
+
+def running_pod(cluster: DevCluster, name: str, index: int) -> dict[str, Any] | None:
+    """Job ``name``'s pod of completion index ``index``, Running and not being deleted."""
+    for pod in cluster.pods(TENANT, name):
+        live = pod["status"].get("phase") == "Running" and not pod["metadata"].get(
+            "deletionTimestamp"
+        )
+        if live and pod["metadata"]["name"].startswith(f"{name}-{index}-"):
+            return pod
+    return None
+
+
+def exit_code(pod: dict[str, Any]) -> int | None:
+    """The exit code of the pod's container, once it ended."""
+    for status in pod["status"].get("containerStatuses") or []:
+        done = status.get("state", {}).get("terminated")
+        if done:
+            return int(done["exitCode"])
+    return None
+
+
+def node_ready(cluster: DevCluster, node: str) -> bool:
+    conditions = cluster.core.read_node(node).status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
 def jobset_status(cluster: DevCluster, name: str) -> dict[str, Any]:

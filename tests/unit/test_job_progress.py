@@ -3,6 +3,9 @@ runtime's own JobMetrics, as a pod's workers write them)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpufleet.cluster.progress import progress_line
@@ -62,3 +65,47 @@ def test_status_reads_each_running_pods_metrics_port_through_the_api_servers_pro
     assert status.progress is not None and status.progress.startswith("progress: step 40/100")
     calls = kube.called("connect_get_namespaced_pod_proxy_with_path")
     assert len(calls) == 2 and all(c["_request_timeout"] == 5 for c in calls)
+
+
+ATTEMPT = """
+import os, sys, time
+from gpufleet.runtime.metrics import JobMetrics
+from gpufleet.runtime.watchdog import HangWatchdog
+rank, resume, hang = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+metrics = JobMetrics("digits", rank, hang_timeout=0.3, total_steps=100)
+if resume:
+    metrics.record_resume(resume)
+watchdog = HangWatchdog(0.3, rank=rank, on_fire=metrics.record_hang).start()
+for step in range(resume + 1, (hang or 40) + 1):
+    metrics.record_step(step, 0.5, 0.0, 32)
+    watchdog.beat(step)
+time.sleep(5 if hang else 0)  # no step: the watchdog ends this process (exit 3)
+"""
+
+
+def test_a_hang_and_the_resume_after_it_are_in_the_status_line(tmp_path: Path) -> None:
+    """Each attempt's worker is a process of its own (multiprocess metrics, as under a pod's
+    launcher): the first one's watchdog fires after step 12 and the process ends; what it
+    recorded still reaches `status` beside the next attempt's resume."""
+    import subprocess
+    import sys
+
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for restart, resume, hang in ((0, 0, 12), (1, 10, 0)):
+        env["TORCHELASTIC_RESTART_COUNT"] = str(restart)
+        done = subprocess.run([sys.executable, "-c", ATTEMPT, "0", str(resume), str(hang)],
+                              env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == (3 if hang else 0), done.stderr[-2000:]
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(tmp_path))  # type: ignore[no-untyped-call]
+    line = progress_line([generate_latest(registry).decode()])
+    assert line is not None and line.startswith("progress: step 40/100 (40 %)"), line
+    assert line.endswith("; restarted: 1 worker restart, rank 0 hung after step 12 (no step "
+                         "within hangTimeout 0.3 s), resumed from step 10"), line  # fmt: skip
+
+
+def test_a_job_that_never_restarted_says_nothing_of_restarts() -> None:
+    assert "restarted" not in (progress_line([pod_text(0, 3, total=10, checkpoint=2)]) or "")

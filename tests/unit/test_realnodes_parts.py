@@ -214,3 +214,22 @@ def test_crash_node_names_the_real_nodes_when_given_another_and_needs_a_cluster(
         wrong.stderr
     ), wrong.stderr
     assert "Traceback" not in wrong.stderr
+
+
+def test_partition_needs_two_real_nodes_and_names_them_when_given_another(tmp_path: Path) -> None:
+    from gpufleet.devcluster.state import State
+    from tests.support.cli import run_cli
+
+    one = run_cli("cluster", "partition", "real-a30-node-0", "real-a30-node-0", "--dir",
+                  str(tmp_path), cwd=tmp_path)  # fmt: skip
+    assert one.returncode == 2, one.stderr
+    assert "NODES: name two or more distinct real nodes" in one.stderr, one.stderr
+    changes = HostChanges(tmp_path / "host-changes.json")
+    changes.netns.append(network.netns_name("real-a30-node-0"))
+    changes.save()
+    State(binaries=str(tmp_path)).write(tmp_path)
+    wrong = run_cli("cluster", "heal", "real-a30-node-0", "kwok-node-0", "--dir", str(tmp_path),
+                    cwd=tmp_path)  # fmt: skip
+    assert wrong.returncode == 2, wrong.stderr
+    assert "NODES: not a real node of this cluster (real-a30-node-0)" in wrong.stderr, wrong.stderr
+    assert "Traceback" not in wrong.stderr

@@ -202,3 +202,30 @@ def start_node(
     except (ClusterUpError, UserInputError) as exc:
         fail(exc)
     err_console.print(f"{name}: started; Ready again with its kubelet's next heartbeat")
+
+
+NodesArgument = Annotated[list[str], typer.Argument(help="Two or more real nodes' names.")]
+
+
+@local_cluster.command(name="partition")
+def partition_cmd(nodes: NodesArgument, directory: DirOption = DEFAULT_DIR) -> None:
+    """Cut the pod network between real nodes, for failure drills: every packet between
+    their pods dropped; the nodes stay Ready. `heal` routes them again."""
+    _partition(nodes, directory, cut=True)
+
+
+@local_cluster.command(name="heal")
+def heal_cmd(nodes: NodesArgument, directory: DirOption = DEFAULT_DIR) -> None:
+    """Route the pod network between real nodes again after `partition`."""
+    _partition(nodes, directory, cut=False)
+
+
+def _partition(nodes: list[str], directory: Path, cut: bool) -> None:
+    from gpufleet.devcluster.realnodes import chaos
+
+    try:
+        names = chaos.partition(directory, nodes, cut)
+    except (ClusterUpError, UserInputError) as exc:
+        fail(exc)
+    what = "cut: their packets dropped" if cut else "routed again"
+    err_console.print(f"the pod network between {', '.join(names)}: {what}")

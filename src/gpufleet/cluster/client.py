@@ -27,8 +27,9 @@ from gpufleet.cluster.kinds import (
     kind_of,
 )
 from gpufleet.cluster.progress import progress_line
+from gpufleet.cluster.replaced import replaced_note, split_replaced
 from gpufleet.cluster.serving import ServingOperations
-from gpufleet.cluster.status import FAILED_CREATE_REASONS, JobStatus, summarize
+from gpufleet.cluster.status import FAILED_CREATE_REASONS, JobStatus, PodState, summarize
 from gpufleet.errors import ClusterError, FieldError, UserInputError
 from gpufleet.extras import missing
 from gpufleet.kube import (
@@ -185,7 +186,7 @@ class Cluster(ServingOperations):
                 return served
             raise self._no_job(name)
         kind, job = found
-        pods = self.pods(name)
+        pods, replaced = split_replaced(self.pods(name))
         events = self._pending_events(pods) + self._refused_pods(name)
         workload = self._owned_by(WORKLOADS, job)
         local_queue = cluster_queue = None
@@ -205,6 +206,8 @@ class Cluster(ServingOperations):
         )
         if status.phase in ("Running", "Restarting"):
             status.progress = progress_line(self._job_metrics(pods))
+        status.reasons += filter(None, [replaced_note(replaced)])
+        status.pod_states += sorted((PodState.of(p) for p in replaced), key=lambda s: s.name)
         return status
 
     def _job_metrics(self, pods: list[Obj]) -> list[str]:

@@ -7,7 +7,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from gpufleet.runtime.metrics import LAST_CHECKPOINT_STEP, SAMPLES, STEP, STEP_SECONDS, TOTAL_STEPS
+from gpufleet.runtime.metrics import (
+    HANG_TIMEOUT,
+    HUNG_AT,
+    LAST_CHECKPOINT_STEP,
+    RESTARTS,
+    RESUMED_FROM,
+    SAMPLES,
+    STEP,
+    STEP_SECONDS,
+    TOTAL_STEPS,
+)
 
 
 def by_rank(texts: list[str]) -> dict[str, dict[str, float]]:
@@ -49,4 +59,28 @@ def progress_line(texts: list[str]) -> str | None:
             parts.append(f"about {duration((total - step) * busy / count)} to go")
     if zero.get(LAST_CHECKPOINT_STEP):
         parts.append(f"last checkpoint at step {int(zero[LAST_CHECKPOINT_STEP])}")
-    return "progress: " + ", ".join(parts)
+    note = restart_note(ranks)
+    return "progress: " + ", ".join(parts) + (f"; {note}" if note else "")
+
+
+def restart_note(ranks: dict[str, dict[str, float]]) -> str | None:
+    """What the last restart was, as the ranks recorded it: ``restarted: 1 worker restart,
+    ranks 0, 1 hung after step 412 (no step within hangTimeout 10 s), resumed from step 400``;
+    None for a job that has not restarted. A restart of the pods themselves starts their
+    counts again; the resume still says it."""
+    zero = ranks.get("0", {})
+    restarts = int(max((r.get(RESTARTS, 0.0) for r in ranks.values()), default=0.0))
+    hung: dict[int, list[str]] = defaultdict(list)
+    for rank, samples in sorted(ranks.items(), key=lambda item: int(item[0])):
+        if HUNG_AT in samples:
+            hung[int(samples[HUNG_AT])].append(rank)
+    parts = [f"{restarts} worker restart{'s' if restarts != 1 else ''}"] if restarts else []
+    if hung:
+        step = max(hung)
+        who = ", ".join(hung[step])
+        timeout = max((r.get(HANG_TIMEOUT, 0.0) for r in ranks.values()), default=0.0)
+        parts.append(f"rank{'s' if len(hung[step]) > 1 else ''} {who} hung after step {step} "
+                     f"(no step within hangTimeout {timeout:g} s)")  # fmt: skip
+    if RESUMED_FROM in zero:
+        parts.append(f"resumed from step {int(zero[RESUMED_FROM])}")
+    return "restarted: " + ", ".join(parts) if parts else None

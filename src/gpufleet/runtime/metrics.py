@@ -25,6 +25,13 @@ STEP = "gpufleet_job_step"
 TOTAL_STEPS = "gpufleet_job_total_steps"
 LAST_CHECKPOINT_STEP = "gpufleet_job_last_checkpoint_step"
 SAMPLES = "gpufleet_job_samples"  # a Counter: exposed as SAMPLES + "_total"
+RESTARTS = "gpufleet_job_restarts"
+HANG_TIMEOUT = "gpufleet_job_hang_timeout_seconds"
+# Written only when it happens (a worker that never resumed or hung has no such series), by
+# a process that then ends: a multiprocess "mostrecent" gauge outlives it, so the next
+# attempt's workers and `gpufleet status` still see the last one.
+RESUMED_FROM = "gpufleet_job_resumed_from_step"
+HUNG_AT = "gpufleet_job_hung_at_step"
 STEP_SECONDS = "gpufleet_job_step_duration_seconds"  # a Histogram: _sum, _count, _bucket
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -58,7 +65,8 @@ class JobMetrics:
 
         self.step = gauge(STEP, "Last completed training step.")
         self.loss = gauge("gpufleet_job_loss", "Mean training loss over all ranks (last report).")
-        self.restarts = gauge("gpufleet_job_restarts", "Worker-group restarts so far.")
+        self._gauge, self._lazy = gauge, dict[str, Any]()
+        self.restarts = gauge(RESTARTS, "Worker-group restarts so far (this pod's agent).")
         self.last_progress = gauge(
             "gpufleet_job_last_progress_timestamp_seconds",
             "Unix time of the last completed step.",
@@ -87,9 +95,7 @@ class JobMetrics:
             by_rank, buckets=CKPT_BUCKETS, registry=reg,
         ).labels(**l)  # fmt: skip
         # The job's own patience (spec.hangTimeout): the no-progress alert compares against it.
-        self.hang_timeout = gauge(
-            "gpufleet_job_hang_timeout_seconds", "The job's hangTimeout (0: no watchdog)."
-        )
+        self.hang_timeout = gauge(HANG_TIMEOUT, "The job's hangTimeout (0: no watchdog).")
         self.hang_timeout.set(hang_timeout)
         # With the step and the last checkpoint, what `status` shows of a running job: how far
         # it is, and where a restart would resume.
@@ -115,6 +121,21 @@ class JobMetrics:
         self.last_checkpoint_step.set(step)
         self.ckpt_save.observe(save_seconds)
         self.ckpt_blocking.observe(blocking_seconds)
+
+    def record_resume(self, step: int) -> None:
+        """This attempt resumed from the checkpoint at ``step``."""
+        self._once(RESUMED_FROM, "Step the last attempt resumed from.").set(step)
+        self.last_checkpoint_step.set(step)
+
+    def record_hang(self, step: int) -> None:
+        """This worker's hang watchdog fires after ``step`` (it exits next)."""
+        self._once(HUNG_AT, "Last step before the hang watchdog fired.").set(step)
+
+    def _once(self, name: str, doc: str) -> Any:
+        """A gauge made at its first use (registered once per process)."""
+        if name not in self._lazy:
+            self._lazy[name] = self._gauge(name, doc)
+        return self._lazy[name]
 
     def record_step(self, step: int, seconds: float, data_wait: float, samples: int) -> None:
         self.step.set(step)

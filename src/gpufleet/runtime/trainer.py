@@ -113,10 +113,11 @@ class Trainer:
         self._use_global_batch(self.progress.global_batch, None)
         self.checkpointer = self._checkpointer(type(model).__name__, fingerprint)
         self.guard = PreemptionGuard(control_group())
-        self.watchdog = HangWatchdog(self.context.hang_timeout, rank=self.info.rank)
         self.metrics = JobMetrics.from_env(
             self.context.name, self.info.rank, self.context.hang_timeout, config.steps
         )
+        hang = getattr(self.metrics, "record_hang", None)  # a hang, in the job's metrics
+        self.watchdog = HangWatchdog(self.context.hang_timeout, rank=self.info.rank, on_fire=hang)
         if self.metrics is not None:
             self.checkpointer.on_commit = self.metrics.record_checkpoint
         self.reporter = Reporter(info=self.info, steps=config.steps, log_every=config.log_every,
@@ -284,7 +285,7 @@ class Trainer:
             self._log_main(resized_note(ref, self.info.world_size, self.progress.global_batch))
         self._log_main(f"gpufleet: resumed from step {ref.step} ({ref.path})")
         if self.metrics is not None:
-            self.metrics.last_checkpoint_step.set(ref.step)
+            self.metrics.record_resume(ref.step)
 
     def _open_sample_log(self) -> None:
         """GPUFLEET_SAMPLE_LOG: every rank of this attempt logs under rank 0's attempt id."""

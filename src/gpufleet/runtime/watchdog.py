@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gpufleet.errors import EXIT_HUNG
@@ -25,8 +26,16 @@ class HangWatchdog:
     the elastic agent restarts the group from the last checkpoint. ``timeout <= 0`` disables it.
     """
 
-    def __init__(self, timeout: float, *, rank: int = 0, what: str = "step progress") -> None:
+    def __init__(
+        self,
+        timeout: float,
+        *,
+        rank: int = 0,
+        what: str = "step progress",
+        on_fire: Callable[[int], None] | None = None,
+    ) -> None:
         self.timeout = timeout
+        self.on_fire = on_fire  # told the last step before the exit (the job's metrics)
         self.rank = rank
         self.what = what
         self._last = time.monotonic()
@@ -72,7 +81,11 @@ class HangWatchdog:
         sys.stderr.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()
-        os._exit(EXIT_HUNG)  # not sys.exit: the main thread is the one that is stuck
+        try:
+            if self.on_fire is not None:
+                self.on_fire(self._step)
+        finally:
+            os._exit(EXIT_HUNG)  # not sys.exit: the main thread is the one that is stuck
 
 
 _output_watchdog: HangWatchdog | None = None

@@ -6,7 +6,13 @@ FIN or RST from it, as none does from a dead server), then its kubelet, kube-pro
 the shims and every container are killed at once (SIGKILL). The API server keeps its Node and
 pods as they were, until the node controller sees no heartbeat. ``start``: the wire back, then
 containerd, the kubelet and kube-proxy started again from the node's configuration, as after a
-reboot: the kubelet finds its pods gone and reports so; containerd's store (images) is kept."""
+reboot: the kubelet finds its pods gone and reports so; containerd's store (images) is kept.
+
+``partition``: the pod network between nodes cut, the nodes themselves left as they are (their
+kubelets keep reporting, they stay Ready, the API server still reaches every pod): each node
+routes the others' pod addresses to a blackhole, so every packet between their pods is dropped
+without a word, as by a failed switch between two racks. ``heal`` puts the routes back. Both
+live in the nodes' namespaces, so ``down`` undoes them with the namespaces."""
 
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ def _components(name: str) -> tuple[str, ...]:
     return (f"containerd@{name}", f"kubelet@{name}", f"kube-proxy@{name}")
 
 
-def find_node(directory: Path, name: str) -> tuple[RealNode, State]:
+def find_node(directory: Path, name: str, field: str = "NAME") -> tuple[RealNode, State]:
     """Real node ``name`` of the cluster in ``directory`` (its index is its namespace's place
     in the journal of host changes), and the cluster's state."""
     state = State.read(directory)
@@ -41,7 +47,7 @@ def find_node(directory: Path, name: str) -> tuple[RealNode, State]:
     names = [n.removeprefix(network.netns_name("")) for n in changes.netns]
     if name not in names:
         known = ", ".join(names)
-        raise UserInputError([FieldError("NAME", f"not a real node of this cluster ({known})")])
+        raise UserInputError([FieldError(field, f"not a real node of this cluster ({known})")])
     paths = configs.NodePaths(run=Path(RUN_ROOT) / name, data=Path(DATA_ROOT) / name,
                               cache=node_cache() / name)  # fmt: skip
     return RealNode(name, names.index(name), len(names), paths), state
@@ -56,6 +62,22 @@ def crash(directory: Path, name: str) -> int:
         if state.alive(component):
             os.killpg(state.pids[component], signal.SIGKILL)
     return kill_cgroup(configs.cgroup_of(name))
+
+
+def partition(directory: Path, names: list[str], cut: bool) -> list[str]:
+    """Drop (``cut``) or route again the packets between the pods of nodes ``names`` (two or
+    more distinct real nodes). Returns the nodes' names."""
+    if len(set(names)) < 2:
+        raise UserInputError([FieldError("NODES", "name two or more distinct real nodes")])
+    nodes = [find_node(directory, name, "NODES")[0] for name in dict.fromkeys(names)]
+    for node in nodes:
+        for other in nodes:
+            if other is node:
+                continue
+            to = network.pod_cidr(other.index)
+            route = ["blackhole", to] if cut else [to, "via", network.node_ip(other.index)]
+            network.ip("route", "replace", *route, netns=network.netns_name(node.name))
+    return [node.name for node in nodes]
 
 
 def start(directory: Path, name: str, log: Callable[[str], None]) -> None:

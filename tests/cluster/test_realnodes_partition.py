@@ -1,0 +1,143 @@
+"""A network partition between the two real nodes mid-run (issue 29, item 3): every packet
+between their pods dropped (`gpufleet cluster partition`), the nodes themselves Ready all along.
+The collective the ranks are in cannot complete; their hang watchdogs (spec.hangTimeout) end
+them, the workers restart, and once the link heals (`gpufleet cluster heal`) the job resumes
+from its last checkpoint and ends with the weights of the same job run here without
+interruption; `gpufleet status` says in one line what happened. Two heals:
+
+- ``short``: healed as soon as the watchdog fired; the pods' agents restart their workers and
+  meet again: no pod is replaced.
+- ``long``: healed only once pod 1 gave the rendezvous host up (gpufleet.launch.hostwatch: exit
+  75, not counted); its replacement, on the same node (each pod takes 3 of a node's 4 GPUs),
+  joins pod 0 and the job goes on without spending maxRestarts.
+
+The timings (partition to detection, against hangTimeout) are recorded where $GPUFLEET_RECORD
+names a file (benchmarks/cluster_chaos.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import pytest
+
+from tests.support.devcluster import BoundPods, DevCluster
+from tests.support.procs import poll_until
+from tests.support.realnodes import (
+    CHAOS_FULL,
+    DIGEST,
+    TENANT,
+    WORKLOAD,
+    digests_in_logs,
+    exit_code,
+    kept_logs_once_pods_are_gone,
+    local_digest,
+    log_time,
+    node_ready,
+    pod_log,
+    real_job,
+    record,
+    running_pod,
+)
+from tests.support.specs import write_spec
+
+pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
+              pytest.mark.timeout(900)]  # fmt: skip
+
+STEPS, EVERY, HANG_S = 4000, 100, 10  # 100-200 steps/s here: status reads the resumed ones
+HUNG = re.compile(r"gpufleet: rank (\d) made no step progress for ([\d.]+)s")
+LOST_HOST = re.compile(r"gpufleet: lost the rendezvous host")
+RESUMED = re.compile(r"resumed from step (\d+)")
+# what `status` says after the restart (gpufleet.cluster.progress.restart_note)
+SAID = re.compile(
+    rf"restarted: 1 worker restarts?, ranks? [01](, 1)? hung after step (\d+) \(no step within "
+    rf"hangTimeout {HANG_S} s\), resumed from step (\d+)"
+)
+
+
+def partition(cluster: DevCluster, nodes: list[str], cut: bool) -> None:
+    verb = "partition" if cut else "heal"
+    done = cluster.gpufleet("cluster", verb, *nodes, "--dir", str(cluster.dir))
+    assert done.returncode == 0, done.stderr
+
+
+def status_line(cluster: DevCluster, name: str) -> str | None:
+    """`gpufleet status`'s line, once it tells the restart (the resumed ranks report it)."""
+    said = cluster.gpufleet("status", name, "-n", TENANT)
+    return said.stdout if said.returncode == 0 and SAID.search(said.stdout) else None
+
+
+LONG = pytest.param(
+    "long",
+    marks=pytest.mark.skipif(
+        not os.environ.get(CHAOS_FULL), reason=f"in benchmarks/cluster_chaos.py (${CHAOS_FULL})"
+    ),
+)
+
+
+@pytest.mark.parametrize("heal", ["short", LONG])
+def test_a_partition_is_detected_by_the_hang_watchdog_and_the_job_resumes_exactly_once_healed(
+    reallab: DevCluster, heal: str, request: pytest.FixtureRequest
+) -> None:
+    name = f"split-{heal}"
+    doc = real_job(name, 2, 1)
+    doc["spec"]["resources"] = {"gpu": 3}  # one pod per node
+    doc["spec"]["hangTimeout"] = f"{HANG_S}s"
+    doc["spec"]["workload"] = {**WORKLOAD, "steps": STEPS, "logEvery": 10}
+    doc["spec"]["checkpoint"]["everySteps"] = EVERY
+    doc["spec"]["metrics"] = {"port": 9410}  # what `status` reads, through the API server
+    path = write_spec(reallab.root, doc, f"{name}.yaml")
+    submit = reallab.gpufleet("submit", str(path), "--target", "job")
+    assert submit.returncode == 0, submit.stderr[-2000:]
+    volumes = reallab.dir / "volumes"
+    with BoundPods(reallab, TENANT, name) as seen:
+        poll_until(lambda: list(volumes.glob(f"pv-*/{name}/*/COMPLETE.json")),
+                   what="the first checkpoint", timeout=300, interval=0.5)  # fmt: skip
+        pod_0, pod_1 = (poll_until(lambda i=i: running_pod(reallab, name, i), what=f"pod {i}")
+                        for i in (0, 1))  # fmt: skip
+        nodes = [pod_0["spec"]["nodeName"], pod_1["spec"]["nodeName"]]
+        assert nodes[0] != nodes[1], nodes
+        t_cut = time.time()
+        partition(reallab, nodes, cut=True)
+        request.addfinalizer(lambda: partition(reallab, nodes, cut=False))
+        t_hung = poll_until(lambda: log_time(reallab, HUNG, name), what="a hang watchdog",
+                            timeout=120, interval=0.5)  # fmt: skip
+        survivor = pod_1["metadata"]["name"]
+        if heal == "long":
+            poll_until(lambda: exit_code(seen.pods.get(survivor, pod_1)) is not None,
+                       what="pod 1 to give the rendezvous host up", timeout=180)  # fmt: skip
+            assert LOST_HOST.search(pod_log(reallab, survivor, tail_lines=50))
+        assert all(node_ready(reallab, node) for node in nodes)  # a partition, not a lost node
+        newest = max(volumes.glob(f"pv-*/{name}/step_*/COMPLETE.json")).parent.name
+        t_heal = time.time()
+        partition(reallab, nodes, cut=False)
+        said = poll_until(lambda: status_line(reallab, name), what="status to tell the restart",
+                          timeout=300, interval=1)  # fmt: skip
+        t_said = time.time()
+        phase, _ = reallab.run_to_end(name, TENANT, timeout=600)
+    logs = reallab.gpufleet("logs", name, "-n", TENANT).stdout
+    assert phase == "Succeeded", logs[-3000:]
+    idle = [float(s) for _, s in HUNG.findall(logs)]
+    assert idle and all(HANG_S <= s < HANG_S + 2 for s in idle), idle  # detected on time
+    told = SAID.search(said)
+    assert told is not None and ", pods 2/2 Running;" in said, said
+    hung_after, resumed = int(told.group(2)), int(told.group(3))
+    assert resumed == int(newest[5:14]) <= hung_after, said  # the last checkpoint
+    assert [int(r) for r in RESUMED.findall(logs)] == [resumed], RESUMED.findall(logs)
+    job = reallab.typed("BatchV1Api").read_namespaced_job_status(name, TENANT).status
+    assert not job.failed, job  # no restart of the Job's counted
+    replaced = sorted(n for n in seen.pods if n not in (pod_0["metadata"]["name"], survivor))
+    if heal == "short":
+        assert not replaced and "replaced:" not in said, replaced  # the agents met again
+    else:
+        assert exit_code(seen.pods[survivor]) == 75, seen.pods[survivor]["status"]
+        assert f"replaced: pod {survivor} (exit 75: preempted or lost its rendezvous" in said
+        assert [seen.pods[n]["spec"]["nodeName"] for n in replaced] == [nodes[1]], replaced
+    local = local_digest(reallab.root, 2, 1, STEPS, EVERY)
+    assert digests_in_logs(reallab, name) == [local]
+    assert DIGEST.findall(kept_logs_once_pods_are_gone(reallab, name)) == [local]
+    record(f"partition-{heal}", hang_timeout_s=HANG_S, cut_to_detected_s=t_hung - t_cut,
+           watchdog_idle_s=max(idle), cut_to_heal_s=t_heal - t_cut,
+           heal_to_status_said_s=t_said - t_heal)  # fmt: skip
+    assert reallab.gpufleet("cancel", name, "-n", TENANT).returncode == 0
