@@ -68,6 +68,20 @@ def status_line(cluster: DevCluster, name: str) -> str | None:
     return said.stdout if said.returncode == 0 and SAID.search(said.stdout) else None
 
 
+def submit(cluster: DevCluster, name: str) -> None:
+    """A 2-pod job, one pod per node (each takes 3 of a node's 4 GPUs), with a short
+    hangTimeout and its metrics port (what `status` reads, through the API server)."""
+    doc = real_job(name, 2, 1)
+    doc["spec"]["resources"] = {"gpu": 3}
+    doc["spec"]["hangTimeout"] = f"{HANG_S}s"
+    doc["spec"]["workload"] = {**WORKLOAD, "steps": STEPS, "logEvery": 10}
+    doc["spec"]["checkpoint"]["everySteps"] = EVERY
+    doc["spec"]["metrics"] = {"port": 9410}
+    path = write_spec(cluster.root, doc, f"{name}.yaml")
+    done = cluster.gpufleet("submit", str(path), "--target", "job")
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 LONG = pytest.param(
     "long",
     marks=pytest.mark.skipif(
@@ -81,15 +95,7 @@ def test_a_partition_is_detected_by_the_hang_watchdog_and_the_job_resumes_exactl
     reallab: DevCluster, heal: str, request: pytest.FixtureRequest
 ) -> None:
     name = f"split-{heal}"
-    doc = real_job(name, 2, 1)
-    doc["spec"]["resources"] = {"gpu": 3}  # one pod per node
-    doc["spec"]["hangTimeout"] = f"{HANG_S}s"
-    doc["spec"]["workload"] = {**WORKLOAD, "steps": STEPS, "logEvery": 10}
-    doc["spec"]["checkpoint"]["everySteps"] = EVERY
-    doc["spec"]["metrics"] = {"port": 9410}  # what `status` reads, through the API server
-    path = write_spec(reallab.root, doc, f"{name}.yaml")
-    submit = reallab.gpufleet("submit", str(path), "--target", "job")
-    assert submit.returncode == 0, submit.stderr[-2000:]
+    submit(reallab, name)
     volumes = reallab.dir / "volumes"
     with BoundPods(reallab, TENANT, name) as seen:
         poll_until(lambda: list(volumes.glob(f"pv-*/{name}/*/COMPLETE.json")),

@@ -44,8 +44,10 @@ def test_prometheus_scrapes_exporter_and_training_job(workdir: Path, kubelet: Ku
                static("gpufleet-job", f"127.0.0.1:{job_port}")]  # fmt: skip
     doc = digits_job(
         "promjob",
-        workload={"name": "digits", "steps": 400, "batchSize": 16, "logEvery": 10},
-        checkpoint={"everySteps": 50, "keep": 2},
+        # Longer than the checks take on a loaded machine (stopped after them): a 400-step job
+        # once ended while the GPU series were awaited, and its step never rose again.
+        workload={"name": "digits", "steps": 20000, "batchSize": 16, "logEvery": 10},
+        checkpoint={"everySteps": 500, "keep": 2},
         metrics={"port": job_port},
     )
     procs = [

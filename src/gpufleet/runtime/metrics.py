@@ -50,7 +50,7 @@ class JobMetrics:
         hang_timeout: float = 0.0,
         total_steps: int = 0,
     ) -> None:
-        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+        from prometheus_client import REGISTRY, Gauge
 
         reg = REGISTRY if registry is None else registry
 
@@ -72,6 +72,24 @@ class JobMetrics:
             "Unix time of the last completed step.",
             mode="max",
         )
+        self._throughput(reg, by_rank)
+        # The job's own patience (spec.hangTimeout): the no-progress alert compares against it.
+        self.hang_timeout = gauge(HANG_TIMEOUT, "The job's hangTimeout (0: no watchdog).")
+        self.hang_timeout.set(hang_timeout)
+        # With the step and the last checkpoint, what `status` shows of a running job: how far
+        # it is, and where a restart would resume.
+        self.total_steps = gauge(TOTAL_STEPS, "Steps the job trains in all (0: not known).")
+        self.total_steps.set(total_steps)
+        self.last_checkpoint_step = gauge(
+            LAST_CHECKPOINT_STEP, "Step of the last committed checkpoint.", "max"
+        )
+        self.restarts.set(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+
+    def _throughput(self, reg: Any, by_rank: list[str]) -> None:
+        """The counters and histograms: steps, samples, data waits, step and checkpoint times."""
+        from prometheus_client import Counter, Histogram
+
+        l = self._labels  # noqa: E741
         self.steps = Counter(
             "gpufleet_job_steps", "Steps completed.", by_rank, registry=reg
         ).labels(**l)
@@ -94,17 +112,6 @@ class JobMetrics:
             "Time from the start of a checkpoint save to its commit (async included).",
             by_rank, buckets=CKPT_BUCKETS, registry=reg,
         ).labels(**l)  # fmt: skip
-        # The job's own patience (spec.hangTimeout): the no-progress alert compares against it.
-        self.hang_timeout = gauge(HANG_TIMEOUT, "The job's hangTimeout (0: no watchdog).")
-        self.hang_timeout.set(hang_timeout)
-        # With the step and the last checkpoint, what `status` shows of a running job: how far
-        # it is, and where a restart would resume.
-        self.total_steps = gauge(TOTAL_STEPS, "Steps the job trains in all (0: not known).")
-        self.total_steps.set(total_steps)
-        self.last_checkpoint_step = gauge(
-            LAST_CHECKPOINT_STEP, "Step of the last committed checkpoint.", "max"
-        )
-        self.restarts.set(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
 
     @classmethod
     def from_env(
