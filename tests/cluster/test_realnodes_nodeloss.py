@@ -10,7 +10,6 @@ The timings are recorded where $GPUFLEET_RECORD names a file (benchmarks/cluster
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from typing import Any
@@ -20,21 +19,24 @@ import pytest
 from tests.support.devcluster import BoundPods, DevCluster
 from tests.support.procs import poll_until
 from tests.support.realnodes import (
-    CHAOS_FULL,
     DIGEST,
     TENANT,
     WORKLOAD,
+    benchmark_only,
+    checkpoint_step,
+    checkpoints,
     digests_in_logs,
     exit_code,
     kept_logs_once_pods_are_gone,
     local_digest,
     node_ready,
     pod_log,
+    pods_after_first_checkpoint,
     real_job,
     record,
     running_pod,
+    submit,
 )
-from tests.support.specs import write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
@@ -102,15 +104,7 @@ def progressed(cluster: DevCluster, name: str, after: int) -> bool:
 
 # The node's return after the eviction takes 2.5 min of the suite: benchmarks/cluster_chaos.py
 # runs it (three runs in a row), `make test` the way back on the node left.
-RETURNS = pytest.param(
-    "node-returns",
-    marks=pytest.mark.skipif(
-        not os.environ.get(CHAOS_FULL), reason=f"in benchmarks/cluster_chaos.py (${CHAOS_FULL})"
-    ),
-)
-
-
-@pytest.mark.parametrize("back", ["out-of-service", RETURNS])
+@pytest.mark.parametrize("back", ["out-of-service", benchmark_only("node-returns")])
 def test_a_lost_node_costs_no_restart_and_the_job_ends_with_the_uninterrupted_weights(
     reallab: DevCluster, back: str, request: pytest.FixtureRequest
 ) -> None:
@@ -118,22 +112,15 @@ def test_a_lost_node_costs_no_restart_and_the_job_ends_with_the_uninterrupted_we
     doc = real_job(name, 2, 1)
     doc["spec"]["workload"] = {**WORKLOAD, "steps": STEPS, "logEvery": 10}
     doc["spec"]["checkpoint"]["everySteps"] = EVERY
-    path = write_spec(reallab.root, doc, f"{name}.yaml")
-    submit = reallab.gpufleet("submit", str(path), "--target", "job")
-    assert submit.returncode == 0, submit.stderr[-2000:]
-    volumes = reallab.dir / "volumes"
+    submit(reallab, doc)
     with BoundPods(reallab, TENANT, name) as seen:
-        poll_until(lambda: list(volumes.glob(f"pv-*/{name}/*/COMPLETE.json")),
-                   what="the first checkpoint", timeout=300, interval=0.5)  # fmt: skip
-        pod_0, pod_1 = (poll_until(lambda i=i: running_pod(reallab, name, i), what=f"pod {i}")
-                        for i in (0, 1))  # fmt: skip
+        pod_0, pod_1 = pods_after_first_checkpoint(reallab, name)
         lost = pod_0["spec"]["nodeName"]
         t_kill = time.time()
         crash = reallab.gpufleet("cluster", "crash-node", lost, "--dir", str(reallab.dir))
         request.addfinalizer(lambda: restore(reallab, lost))  # for the tests after this one
         assert crash.returncode == 0, crash.stderr
-        last = max(volumes.glob(f"pv-*/{name}/step_*/COMPLETE.json")).parent.name
-        at_kill = int(last[5:14])
+        at_kill = checkpoint_step(checkpoints(reallab, name)[-1])
         survivor = pod_1["metadata"]["name"]
         poll_until(lambda: exit_code(seen.pods.get(survivor, pod_1)) is not None,
                    what="the surviving pod to exit", timeout=300)  # fmt: skip

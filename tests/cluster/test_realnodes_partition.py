@@ -16,7 +16,6 @@ names a file (benchmarks/cluster_chaos.py)."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 
@@ -25,10 +24,12 @@ import pytest
 from tests.support.devcluster import BoundPods, DevCluster
 from tests.support.procs import poll_until
 from tests.support.realnodes import (
-    CHAOS_FULL,
     DIGEST,
     TENANT,
     WORKLOAD,
+    benchmark_only,
+    checkpoint_step,
+    checkpoints,
     digests_in_logs,
     exit_code,
     kept_logs_once_pods_are_gone,
@@ -36,11 +37,11 @@ from tests.support.realnodes import (
     log_time,
     node_ready,
     pod_log,
+    pods_after_first_checkpoint,
     real_job,
     record,
-    running_pod,
+    submit,
 )
-from tests.support.specs import write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
@@ -68,7 +69,7 @@ def status_line(cluster: DevCluster, name: str) -> str | None:
     return said.stdout if said.returncode == 0 and SAID.search(said.stdout) else None
 
 
-def submit(cluster: DevCluster, name: str) -> None:
+def submit_split(cluster: DevCluster, name: str) -> None:
     """A 2-pod job, one pod per node (each takes 3 of a node's 4 GPUs), with a short
     hangTimeout and its metrics port (what `status` reads, through the API server)."""
     doc = real_job(name, 2, 1)
@@ -77,31 +78,17 @@ def submit(cluster: DevCluster, name: str) -> None:
     doc["spec"]["workload"] = {**WORKLOAD, "steps": STEPS, "logEvery": 10}
     doc["spec"]["checkpoint"]["everySteps"] = EVERY
     doc["spec"]["metrics"] = {"port": 9410}
-    path = write_spec(cluster.root, doc, f"{name}.yaml")
-    done = cluster.gpufleet("submit", str(path), "--target", "job")
-    assert done.returncode == 0, done.stderr[-2000:]
+    submit(cluster, doc)
 
 
-LONG = pytest.param(
-    "long",
-    marks=pytest.mark.skipif(
-        not os.environ.get(CHAOS_FULL), reason=f"in benchmarks/cluster_chaos.py (${CHAOS_FULL})"
-    ),
-)
-
-
-@pytest.mark.parametrize("heal", ["short", LONG])
+@pytest.mark.parametrize("heal", ["short", benchmark_only("long")])
 def test_a_partition_is_detected_by_the_hang_watchdog_and_the_job_resumes_exactly_once_healed(
     reallab: DevCluster, heal: str, request: pytest.FixtureRequest
 ) -> None:
     name = f"split-{heal}"
-    submit(reallab, name)
-    volumes = reallab.dir / "volumes"
+    submit_split(reallab, name)
     with BoundPods(reallab, TENANT, name) as seen:
-        poll_until(lambda: list(volumes.glob(f"pv-*/{name}/*/COMPLETE.json")),
-                   what="the first checkpoint", timeout=300, interval=0.5)  # fmt: skip
-        pod_0, pod_1 = (poll_until(lambda i=i: running_pod(reallab, name, i), what=f"pod {i}")
-                        for i in (0, 1))  # fmt: skip
+        pod_0, pod_1 = pods_after_first_checkpoint(reallab, name)
         nodes = [pod_0["spec"]["nodeName"], pod_1["spec"]["nodeName"]]
         assert nodes[0] != nodes[1], nodes
         t_cut = time.time()
@@ -115,7 +102,7 @@ def test_a_partition_is_detected_by_the_hang_watchdog_and_the_job_resumes_exactl
                        what="pod 1 to give the rendezvous host up", timeout=180)  # fmt: skip
             assert LOST_HOST.search(pod_log(reallab, survivor, tail_lines=50))
         assert all(node_ready(reallab, node) for node in nodes)  # a partition, not a lost node
-        newest = max(volumes.glob(f"pv-*/{name}/step_*/COMPLETE.json")).parent.name
+        newest = checkpoint_step(checkpoints(reallab, name)[-1])
         t_heal = time.time()
         partition(reallab, nodes, cut=False)
         said = poll_until(lambda: status_line(reallab, name), what="status to tell the restart",
@@ -129,7 +116,7 @@ def test_a_partition_is_detected_by_the_hang_watchdog_and_the_job_resumes_exactl
     told = SAID.search(said)
     assert told is not None and ", pods 2/2 Running;" in said, said
     hung_after, resumed = int(told.group(2)), int(told.group(3))
-    assert resumed == int(newest[5:14]) <= hung_after, said  # the last checkpoint
+    assert resumed == newest <= hung_after, said  # the last checkpoint
     assert [int(r) for r in RESUMED.findall(logs)] == [resumed], RESUMED.findall(logs)
     job = reallab.typed("BatchV1Api").read_namespaced_job_status(name, TENANT).status
     assert not job.failed, job  # no restart of the Job's counted

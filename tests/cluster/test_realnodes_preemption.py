@@ -25,6 +25,7 @@ from tests.support.realnodes import (
     DIGEST,
     TENANT,
     WORKLOAD,
+    checkpoints,
     digests_in_logs,
     jobset_status,
     kept_logs_once_pods_are_gone,
@@ -33,8 +34,8 @@ from tests.support.realnodes import (
     real_job,
     record,
     shared_claim,
+    submit,
 )
-from tests.support.specs import write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
@@ -55,18 +56,12 @@ def lender_claim(reallab: DevCluster) -> Iterator[str]:
         reallab.core.delete_namespaced_persistent_volume_claim(CLAIM, LENDER_TENANT)
 
 
-def submit(cluster: DevCluster, doc: dict[str, Any], target: str) -> None:
-    path = write_spec(cluster.root, doc, f"{doc['metadata']['name']}.yaml")
-    done = cluster.gpufleet("submit", str(path), "--target", target)
-    assert done.returncode == 0, done.stderr[-2000:]
-
-
 def reclaim(cluster: DevCluster, lender: str) -> None:
     """product's job, 2 x 3 GPUs: 6, more than the 4 product has left while research borrows."""
     claim = real_job(lender, 2, 1)
     claim["metadata"]["namespace"] = claim["spec"]["queue"] = LENDER_TENANT
     claim["spec"]["resources"] = {"gpu": 3}
-    submit(cluster, claim, "job")
+    submit(cluster, claim)
 
 
 def evicted(cluster: DevCluster, name: str) -> float | None:
@@ -116,10 +111,9 @@ def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
     doc["spec"]["workload"] = {**WORKLOAD, "steps": STEPS, "logEvery": 100}
     doc["spec"]["checkpoint"]["everySteps"] = EVERY
     submit(reallab, doc, target)
-    volumes = reallab.dir / "volumes"
     with BoundPods(reallab, TENANT, name) as seen:
-        poll_until(lambda: list(volumes.glob(f"pv-*/{name}/*/COMPLETE.json")),
-                   what="the borrower's first checkpoint", timeout=300, interval=0.5)  # fmt: skip
+        poll_until(lambda: checkpoints(reallab, name), what="the borrower's first checkpoint",
+                   timeout=300, interval=0.5)  # fmt: skip
         first = {p["metadata"]["name"] for p in reallab.pods(TENANT, name)}
         reclaim(reallab, lender)
         t_evicted = poll_until(lambda: evicted(reallab, name), what="Kueue to evict the borrower",
@@ -128,7 +122,7 @@ def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
                    what="the borrower's pods gone", timeout=120, interval=0.2)  # fmt: skip
         t_gone = time.time()
         # the checkpoint taken at SIGTERM (later ones delete it: checkpoint.keep)
-        last = max(volumes.glob(f"pv-*/{name}/step_*/COMPLETE.json")).parent
+        last = checkpoints(reallab, name)[-1]
         shards = sorted(p.name for p in last.glob("*.distcp"))
         assert reallab.wait_phase(lender, LENDER_TENANT, "Succeeded", "Failed",
                                   timeout=300) == "Succeeded"  # fmt: skip

@@ -275,6 +275,40 @@ def kept_logs_once_pods_are_gone(cluster: DevCluster, name: str) -> str:
 CHAOS_FULL = "GPUFLEET_CHAOS_FULL"
 
 
+def benchmark_only(value: str) -> Any:
+    """A parameter of a real-node failure test that only benchmarks/cluster_chaos.py runs (the
+    suite runs the test's other cases)."""
+    reason = f"in benchmarks/cluster_chaos.py (${CHAOS_FULL})"
+    return pytest.param(value, marks=pytest.mark.skipif(not os.environ.get(CHAOS_FULL),
+                                                        reason=reason))  # fmt: skip
+
+
+def submit(cluster: DevCluster, doc: dict[str, Any], target: str = "job") -> None:
+    """Write ``doc`` and `gpufleet submit` it to ``target``."""
+    path = write_spec(cluster.root, doc, f"{doc['metadata']['name']}.yaml")
+    done = cluster.gpufleet("submit", str(path), "--target", target)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def checkpoints(cluster: DevCluster, name: str) -> list[Path]:
+    """Job ``name``'s complete checkpoints on the shared volumes, oldest first."""
+    return sorted(p.parent for p in (cluster.dir / "volumes").glob(f"pv-*/{name}/*/COMPLETE.json"))
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The step of a checkpoint directory (``step_000000050-3f9a1c``)."""
+    return int(checkpoint.name.removeprefix("step_").split("-", 1)[0])
+
+
+def pods_after_first_checkpoint(cluster: DevCluster, name: str) -> tuple[Any, Any]:
+    """Once job ``name`` committed a checkpoint: its running pods 0 and 1."""
+    poll_until(lambda: checkpoints(cluster, name), what=f"{name}'s first checkpoint",
+               timeout=300, interval=0.5)  # fmt: skip
+    pod_0, pod_1 = (poll_until(lambda i=i: running_pod(cluster, name, i), what=f"pod {i}")
+                    for i in (0, 1))  # fmt: skip
+    return pod_0, pod_1
+
+
 def record(case: str, **numbers: float) -> None:
     """A test's measurements, one JSON line appended to the file $GPUFLEET_RECORD names (the
     benchmarks that run these tests read it: benchmarks/cluster_chaos.py); nothing otherwise."""

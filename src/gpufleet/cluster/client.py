@@ -206,7 +206,9 @@ class Cluster(ServingOperations):
         )
         if status.phase in ("Running", "Restarting"):
             status.progress = progress_line(self._job_metrics(pods))
-        status.reasons += filter(None, [replaced_note(replaced)])
+        note = replaced_note(replaced)
+        if note:
+            status.reasons.append(note)
         status.pod_states += sorted((PodState.of(p) for p in replaced), key=lambda s: s.name)
         return status
 

@@ -37,8 +37,11 @@ def split_replaced(pods: list[Obj]) -> tuple[list[Obj], list[Obj]]:
             for other in others
         )
 
-    gone = [p for p in pods if replaced(p)]
-    return [p for p in pods if not any(p is g for g in gone)], gone
+    current: list[Obj] = []
+    gone: list[Obj] = []
+    for pod in pods:
+        (gone if replaced(pod) else current).append(pod)
+    return current, gone
 
 
 def replaced_note(replaced: list[Obj]) -> str | None:
