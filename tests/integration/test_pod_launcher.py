@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,25 @@ def test_a_rendezvous_host_never_reached_exits_1_in_one_line(workdir: Path) -> N
     assert code == EXIT_FAILED, out
     assert f"gpufleet: no rendezvous at {here}:" in out, out
     assert "Traceback" not in out, out
+
+
+def test_a_pod_waits_for_its_rendezvous_host_as_long_as_the_rendezvous_waits(
+    workdir: Path,
+) -> None:
+    """A pod other than pod 0 (the endpoint names another pod) keeps trying to reach pod 0's
+    store for the rendezvous' join_timeout, not torch's 60 s store timeout: pod 0 may itself be
+    a replacement still on its way (its node lost). Here no pod 0 ever comes: the pod gives up
+    after the join_timeout given (5 s), exit 1, one line."""
+    here = f"gpufleet-nohost-0.gpufleet-nohost.invalid:{free_port()}"  # never resolves
+    started = time.monotonic()
+    proc, _ = pod_process(workdir, here=here, nodes=2, procsPerNode=1, rdzv_conf="join_timeout=5",
+                          workload={"name": "digits", "steps": 10})  # fmt: skip
+    code, out = finish(proc)
+    waited = time.monotonic() - started
+    assert code == EXIT_FAILED, out
+    assert f"gpufleet: no rendezvous at {here}:" in out, out
+    assert "Traceback" not in out, out
+    assert 5 <= waited < 55, (waited, out)  # its join_timeout, not torch's 60 s
 
 
 def test_no_usable_checkpoint_exits_4_without_restarts(workdir: Path) -> None:

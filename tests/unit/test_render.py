@@ -411,14 +411,21 @@ def test_the_pod_monitor_finds_a_named_port_on_every_target(target: str) -> None
 def test_the_pod_named_by_the_rendezvous_endpoint_hosts_the_store_without_dns() -> None:
     """Every target's pod launcher sets torchrun's is_host itself: true on the pod whose
     hostname the endpoint names, false on the others, kept when given, untouched for an
-    address (where torch needs no DNS)."""
+    address (where torch needs no DNS). The other pods wait for pod 0's store as long as the
+    rendezvous waits for its members (join_timeout, torch's 600 s unless given), not torch's
+    60 s: a pod that replaces one while pod 0 is itself being replaced must not fail."""
     from gpufleet.launch.pod import rendezvous_conf
 
     assert rendezvous_conf("", "train-0.train:29400", "train-0") == "is_host=true"
-    assert rendezvous_conf("", "train-0.train:29400", "train-1") == "is_host=false"
+    assert rendezvous_conf("", "train-0.train:29400", "train-1") == (
+        "read_timeout=600,is_host=false"
+    )
     assert rendezvous_conf("", "t-master-0:29400", "t-master-0") == "is_host=true"
-    assert rendezvous_conf("timeout=60", "t-worker-0-0.t:29400", "t-worker-0-1") == (
-        "timeout=60,is_host=false"
+    assert rendezvous_conf("join_timeout=90", "t-worker-0-0.t:29400", "t-worker-0-1") == (
+        "join_timeout=90,read_timeout=90,is_host=false"
+    )
+    assert rendezvous_conf("read_timeout=5", "t-0.t:29400", "t-1") == (
+        "read_timeout=5,is_host=false"
     )
     assert rendezvous_conf("is_host=1", "t-0.t:29400", "t-1") == "is_host=1"
     assert rendezvous_conf("", "127.0.0.1:29400", "anything") == ""

@@ -71,9 +71,17 @@ def rendezvous_conf(conf: str, endpoint: str, hostname: str) -> str:
     names (its first DNS label is the pod's hostname: ``<job>-0`` of ``<job>-0.<job>:29400``),
     false elsewhere. Left unset, the c10d backend decides by resolving the endpoint at start-up,
     and the headless Service's record of a pod that just started may not exist yet: rank 0
-    then waits as a client for a store nobody hosts. An explicit ``is_host`` is kept."""
+    then waits as a client for a store nobody hosts. An explicit ``is_host`` is kept.
+
+    Elsewhere the store's ``read_timeout`` (how long the agent tries to reach pod 0's store)
+    becomes the rendezvous' own ``join_timeout`` (torch's default: 600 s) unless given: a pod
+    that replaces one while pod 0 is itself being replaced (its node lost: the node
+    controller's grace period, spec.nodeLossTimeout, a new pod's start) waits for it as long
+    as the rendezvous waits for its members. torch's 60 s failed such a pod, counted (exit 1),
+    where the node loss should cost no restart; a host never reachable still exits 1."""
     items = [c for c in conf.split(",") if c]
-    if any(c.split("=", 1)[0].strip() == "is_host" for c in items):
+    keys = {c.split("=", 1)[0].strip(): c.split("=", 1)[-1].strip() for c in items}
+    if "is_host" in keys:
         return conf
     host = endpoint.rsplit(":", 1)[0].strip("[]")
     try:
@@ -83,8 +91,18 @@ def rendezvous_conf(conf: str, endpoint: str, hostname: str) -> str:
         pass
     if host == "localhost":
         return conf
-    first = host.split(".", 1)[0]
-    return ",".join([*items, f"is_host={'true' if first == hostname else 'false'}"])
+    if host.split(".", 1)[0] == hostname:
+        return ",".join([*items, "is_host=true"])
+    if "read_timeout" not in keys:
+        items.append(f"read_timeout={keys.get('join_timeout') or _join_timeout_s()}")
+    return ",".join([*items, "is_host=false"])
+
+
+def _join_timeout_s() -> int:
+    """torch's default ``join_timeout`` for the c10d rendezvous, in seconds."""
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousTimeout
+
+    return int(RendezvousTimeout().join.total_seconds())
 
 
 class _RendezvousWatch:
