@@ -4,7 +4,7 @@
 # kube-proxy, kwok, Kueue, JobSet, the MPI operator, the Kubeflow Trainer, and CoreDNS from
 # controlplane/coredns/main.go); the Kubeflow training-operator and Volcano from modules of their
 # own, controlplane/<name>/, because their Kubernetes libraries are older; and a real node's
-# containerd, runc and CNI plugins from theirs. A binary newer than its go.mod, go.sum and own
+# containerd, runc and CNI plugins from theirs, and kube-router (network policies) from its own. A binary newer than its go.mod, go.sum and own
 # source is kept; Go's build cache makes a rebuild after a pin change incremental.
 # Usage: scripts/build-controlplane.sh [NAME...]
 set -euo pipefail
@@ -40,6 +40,8 @@ declare -A PKGS=(
   [cni-host-local]=github.com/containernetworking/plugins/plugins/ipam/host-local
   [cni-portmap]=github.com/containernetworking/plugins/plugins/meta/portmap
   [coredns]=gpufleet.dev/controlplane/coredns  # controlplane/coredns/main.go: CoreDNS's plugins a cluster uses
+  # the real nodes' NetworkPolicy enforcement (issue 29): kube-router's firewall alone
+  [kube-router]=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 )
 # name -> its Go module's directory, where it is not controlplane/ itself
 declare -A MODULES=(
@@ -55,6 +57,7 @@ declare -A MODULES=(
   [cni-loopback]=controlplane/cni-plugins
   [cni-host-local]=controlplane/cni-plugins
   [cni-portmap]=controlplane/cni-plugins
+  [kube-router]=controlplane/kube-router
 )
 # name -> the project's own Go source it is built from, where it has one
 declare -A SOURCES=([coredns]=controlplane/coredns/main.go)
@@ -67,18 +70,19 @@ fresh() {
 # name -> what its own Makefile builds it with, where that is more than a plain go build:
 # containerd without btrfs (no headers here), static shim; runc with cgo and libseccomp.
 declare -A TAGS=([containerd]=no_btrfs [ctr]=no_btrfs [runc]="seccomp urfave_cli_no_docs")
-declare -A CGO=([runc]=1 [containerd-shim-runc-v2]=0)
+declare -A CGO=([runc]=1 [containerd-shim-runc-v2]=0 [kube-router]=0)
 declare -A VERSION_LDFLAGS=(
   [containerd]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
   [containerd-shim-runc-v2]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
   [ctr]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
   [runc]="-X main.version=1.5.2"
   [coredns]="-X github.com/coredns/coredns/coremain.GitCommit=v1.14.2"
+  [kube-router]="-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=v2.10.0"
 )
 ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset
        training-operator mpi-operator trainer vc-webhook-manager vc-controller-manager vc-scheduler
        kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc
-       cni-bridge cni-loopback cni-host-local cni-portmap coredns pause)
+       cni-bridge cni-loopback cni-host-local cni-portmap coredns kube-router pause)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ORDER[@]}")
 

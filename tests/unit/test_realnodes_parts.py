@@ -60,10 +60,12 @@ def test_kubelet_config_allows_cgroup_v1_keeps_images_and_listens_on_the_node() 
 
 
 def test_the_pod_network_is_the_nodes_own_cidr_with_nftables() -> None:
+    """Pods keep their own address across nodes (no masquerade): the network policies of the
+    pod reached see the pod that reaches it, not its node."""
     net = configs.cni_network(PATHS, 3)
     bridge, portmap = net["plugins"]
     assert bridge["ipam"]["ranges"] == [[{"subnet": network.pod_cidr(3)}]]
-    assert bridge["ipMasqBackend"] == "nftables" and portmap["backend"] == "nftables"
+    assert bridge["ipMasq"] is False and portmap["backend"] == "nftables"
     assert bridge["ipam"]["dataDir"].startswith(str(PATHS.run))  # not /var/lib/cni
 
 

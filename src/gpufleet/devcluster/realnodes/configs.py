@@ -83,8 +83,7 @@ def containerd_config(paths: NodePaths, binaries: Path, cni_bin: Path) -> str:
 
 def cni_network(paths: NodePaths, index: int) -> dict[str, Any]:
     """The node's pod network: a bridge in its namespace with its pods' /24 (host-local's
-    leases kept in the node's directory), masquerading to outside the pod network, ports
-    mapped; both with nftables."""
+    leases kept in the node's directory), no masquerade, ports mapped with nftables."""
     return {
         "cniVersion": "1.0.0",
         "name": "gpufleet",
@@ -93,8 +92,10 @@ def cni_network(paths: NodePaths, index: int) -> dict[str, Any]:
                 "type": "bridge",
                 "bridge": "cni0",
                 "isGateway": True,
-                "ipMasq": True,
-                "ipMasqBackend": "nftables",
+                # No masquerade: a pod reaches the others and the host by its own address
+                # (every node and the host route each pod /24), so the network policies of the
+                # pod it reaches see its source (masqueraded, it was the node's address).
+                "ipMasq": False,
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",

@@ -1,5 +1,6 @@
-"""The ``NodeKind`` of real nodes: host preparation, the RBAC of kube-proxy and CoreDNS, and
-the start of CoreDNS and of each node's containerd, kubelet and kube-proxy."""
+"""The ``NodeKind`` of real nodes: host preparation, the RBAC of kube-proxy, CoreDNS and
+kube-router, and the start of CoreDNS and of each node's containerd, kubelet, kube-proxy and
+kube-router (its firewall: NetworkPolicies enforced)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,17 @@ COREDNS_RULES = [
      "verbs": ["list", "watch"]},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
      "verbs": ["list", "watch"]},
+]  # fmt: skip
+ROUTER_USER = "gpufleet:kube-router"
+# What kube-router's network policy controller watches (its documented RBAC, less what its
+# router and service proxy need: they do not run here).
+ROUTER_RULES = [
+    {"apiGroups": [""], "resources": ["namespaces", "pods", "services", "nodes", "endpoints"],
+     "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+     "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+     "verbs": ["get", "list", "watch"]},
 ]  # fmt: skip
 
 
@@ -95,30 +107,25 @@ class RealNodes:
             self._nodes.append((node, pool))
 
     def objects(self) -> list[Obj]:
-        """The RBAC of kube-proxy and CoreDNS; the shared volumes (storage.py)."""
-        binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding"}
-        role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"}
+        """The RBAC of kube-proxy, CoreDNS and kube-router; the shared volumes (storage.py)."""
         return [
-            {**binding, "metadata": {"name": "gpufleet:kube-proxy"},
-             "roleRef": {**role_ref, "name": "system:node-proxier"},
-             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                           "name": KUBE_PROXY_USER}]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-             "metadata": {"name": COREDNS_USER}, "rules": COREDNS_RULES},
-            {**binding, "metadata": {"name": COREDNS_USER},
-             "roleRef": {**role_ref, "name": COREDNS_USER},
-             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                           "name": COREDNS_USER}]},
+            _binding("gpufleet:kube-proxy", "system:node-proxier", KUBE_PROXY_USER),
+            _role(COREDNS_USER, COREDNS_RULES),
+            _binding(COREDNS_USER, COREDNS_USER, COREDNS_USER),
+            _role(ROUTER_USER, ROUTER_RULES),
+            _binding(ROUTER_USER, ROUTER_USER, ROUTER_USER),
             *storage.shared_volumes(self.volumes_dir, [n.name for n, _ in self._nodes]),
-        ]  # fmt: skip
+        ]
 
     def start(self, ctx: NodeContext, processes: Processes, timeout: float) -> None:
-        """CoreDNS; then each node's containerd (images imported), kubelet and kube-proxy;
-        then its GPUs and labels, once it registered; ready when every node is Ready."""
+        """CoreDNS; then each node's containerd (images imported), kubelet, kube-proxy and
+        kube-router; then its GPUs and labels, once it registered; ready when every node is
+        Ready."""
         processes.start(self._coredns(ctx), timeout)
         cni_bin = _cni_bin(ctx)
         archives = [images.pause_archive(ctx.binaries), *self.images]
         proxy = ctx.issue_client("kube-proxy", KUBE_PROXY_USER)
+        router = ctx.issue_client("kube-router", ROUTER_USER)
         for node, pool in self._nodes:
             taints = [GPU_TAINT] if pool.gpus else []
             node.write_configs(ctx, cni_bin, proxy, taints)
@@ -132,6 +139,8 @@ class RealNodes:
             processes.start(node.kube_proxy(ctx.binaries), timeout)
         for node, pool in self._nodes:
             self._advertise(ctx, node, pool)
+        for node, _ in self._nodes:  # once registered: it reads its own Node
+            processes.start(node.kube_router(ctx.binaries, router), timeout)
         names = [node.name for node, _ in self._nodes]
         wait(lambda: ctx.api.nodes_ready(names), "real nodes", timeout, processes.log)
 
@@ -173,6 +182,19 @@ class RealNodes:
         if pool.gpus:
             capacity: dict[str, Any] = {"nvidia.com/gpu": str(pool.gpus)}
             core.patch_node_status(node.name, {"status": {"capacity": capacity}})
+
+
+def _role(name: str, rules: list[Obj]) -> Obj:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": rules}  # fmt: skip
+
+
+def _binding(name: str, role: str, user: str) -> Obj:
+    """A ClusterRoleBinding of ClusterRole ``role`` to the User ``user``."""
+    group = "rbac.authorization.k8s.io"
+    return {"apiVersion": f"{group}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+            "roleRef": {"apiGroup": group, "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": group, "kind": "User", "name": user}]}  # fmt: skip
 
 
 def _cni_bin(ctx: NodeContext) -> Path:

@@ -2,8 +2,8 @@
 namespace and cgroup (so its shims and containers do too); the kubelet in the node's network
 namespace and a mount namespace of its own, where the device plugins' fixed directory is the
 node's own (two kubelets on one host would otherwise remove each other's sockets); its root
-directory is a shared mount, so the volumes it mounts reach containerd; kube-proxy in the
-node's network namespace."""
+directory is a shared mount, so the volumes it mounts reach containerd; kube-proxy and
+kube-router's firewall (NetworkPolicy enforcement) in the node's network namespace."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.devcluster.components import Component
+from gpufleet.devcluster.components import SERVICE_CIDR, Component, _get
 from gpufleet.devcluster.nodes import NodeContext
 from gpufleet.devcluster.realnodes import configs, images, network
 from gpufleet.devcluster.realnodes.host import HostChanges
@@ -21,6 +21,7 @@ from gpufleet.devcluster.realnodes.network import run as _run
 
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")  # the kubelet's fixed path
 PINNED = "io.cri-containerd.pinned=pinned"  # containerd's CRI label: the kubelet never removes
+ROUTER_HEALTH_PORT = 20244  # kube-router's default, on the node's own address
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,21 @@ class RealNode:
         argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--", str(binaries / "kube-proxy"),
                 f"--config={self.paths.run / 'kube-proxy.yaml'}"]  # fmt: skip
         return Component(f"kube-proxy@{self.name}", argv, lambda: True)
+
+    def kube_router(self, binaries: Path, kubeconfig: Path) -> Component:
+        """kube-router with its firewall alone (as k3s embeds it: the bridge CNI routes and
+        kube-proxy serves Services): each pod's NetworkPolicies as iptables rules and ipsets
+        in the node's namespace, which go with it. Ready when its health check answers on the
+        node's address (every controller it runs has synced)."""
+        address = network.node_ip(self.index)
+        argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--", str(binaries / "kube-router"),
+                "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
+                "--enable-cni=false", f"--kubeconfig={kubeconfig}",
+                f"--hostname-override={self.name}", f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--health-addr={address}", f"--health-port={ROUTER_HEALTH_PORT}",
+                "--metrics-port=0"]  # fmt: skip
+        url = f"http://{address}:{ROUTER_HEALTH_PORT}/healthz"
+        return Component(f"kube-router@{self.name}", argv, lambda: _get(url))
 
     def import_image(self, binaries: Path, archive: Path) -> None:
         """Import an OCI archive into the node's containerd (the kubelet's namespace, k8s.io),
