@@ -21,6 +21,7 @@ from gpufleet.cluster.keptlogs import READER_LABEL
 from gpufleet.devcluster.build import binaries_dir
 from gpufleet.devcluster.realnodes.host import FIXED_PATHS, KUBELET_SYSCTLS, hierarchies
 from gpufleet.devcluster.realnodes.images import image_cache, names_in
+from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
 from gpufleet.launch.shim import WORKER_NAME
 from tests.support import devcluster
@@ -32,8 +33,8 @@ from tests.support.specs import digits_job, write_spec
 
 LAB_VALUES = REPO / "deploy" / "helm" / "gpufleet" / "ci" / "lab-3node-a30-values.yaml"
 REAL_NODES = 2
-NODE_BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "runc",
-                 "cni-bridge", "coredns", "pause")  # fmt: skip
+NODE_BINARIES = ("kubelet", "kube-proxy", "kube-router", "containerd", "containerd-shim-runc-v2",
+                 "runc", "cni-bridge", "coredns", "pause")  # fmt: skip
 BUILT = all((binaries_dir() / name).is_file() for name in NODE_BINARIES)
 
 
@@ -123,14 +124,23 @@ def shared_claim(
     })  # fmt: skip
 
 
+# The chart's network policies for the real-node cluster, where the API server, CoreDNS and
+# the tests' object store listen on the host's bridge address (kube-router enforces them).
+HOST_CIDR = f"{HOST_IP}/32"
+NETWORK_VALUES = [f"networkPolicy.{key}={{{HOST_CIDR}}}"
+                  for key in ("dnsCIDRs", "apiServerCIDRs", "egressCIDRs")]  # fmt: skip
+
+
 def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluster]:
     """The body of the fixture ``reallab``: the chart with the lab's values (the NVML exporter
-    left out: no GPU here; Volcano queues for target volcano) and the checkpoint claim, on the
-    real-node cluster."""
+    left out: no GPU here; Volcano queues for target volcano; its network policies open to
+    the host's DNS, API server and object store) and the checkpoint claim, on the real-node
+    cluster."""
+    network = [arg for value in NETWORK_VALUES for arg in ("--set", value)]
     cluster.helm("install", "lab", str(devcluster.CHART), "-f", str(LAB_VALUES), "-n",
                  "gpufleet-system", "--set", "monitoring.exporter.enabled=false",
                  "--set", "volcano.enabled=true",  # a Volcano Queue per tenant too
-                 "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
+                 *network, "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
     shared_claim(cluster, CLAIM)
     try:
         yield cluster
@@ -196,13 +206,14 @@ def real_job(name: str, nodes: int, procs: int) -> dict[str, Any]:
     return doc
 
 
-def pod_log(cluster: DevCluster, pod: str, **options: Any) -> str:
-    """A pod's log in the tenant ("" while its container has not started: the API refuses,
-    and an empty log reads as None in the kubernetes client, seen once in three runs)."""
+def pod_log(cluster: DevCluster, pod: str, namespace: str = TENANT, **options: Any) -> str:
+    """A pod's log in the tenant or ``namespace`` ("" while its container has not started: the
+    API refuses, and an empty log reads as None in the kubernetes client, seen once in three
+    runs)."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return cluster.core.read_namespaced_pod_log(pod, TENANT, **options) or ""
+        return cluster.core.read_namespaced_pod_log(pod, namespace, **options) or ""
     except ApiException:
         return ""
 
