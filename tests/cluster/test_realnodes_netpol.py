@@ -21,7 +21,7 @@ import pytest
 
 from gpufleet.devcluster.nodes import GPU_TAINT
 from gpufleet.devcluster.realnodes.network import netns_name
-from gpufleet.render.podspec import RDZV_PORT
+from gpufleet.render.podspec import CONTAINER_SECURITY, POD_SECURITY, RDZV_PORT
 from gpufleet.runtime.metrics import STEP
 from tests.support.devcluster import DevCluster
 from tests.support.procs import poll_until
@@ -82,20 +82,18 @@ def namespace(cluster: DevCluster, name: str) -> None:
 
 
 def probe(cluster: DevCluster, where: str, name: str, want: dict[str, Any]) -> dict[str, Any]:
-    """Run the probe in a pod ``name`` of namespace ``where`` (Pod Security restricted, the
-    project's image); its verdicts."""
+    """Run the probe in a pod ``name`` of namespace ``where`` (Pod Security restricted as the
+    renderers make it, the project's image); its verdicts."""
     container = {
         "name": "probe", "image": project_image()[0], "imagePullPolicy": "Never",
         "command": ["python", "-c", PROBE, json.dumps(want)],
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                            "readOnlyRootFilesystem": True, "runAsNonRoot": True},
+        "securityContext": CONTAINER_SECURITY,
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
                       "limits": {"cpu": "500m", "memory": "256Mi"}},
     }  # fmt: skip
     pod = {"metadata": {"name": name}, "spec": {
         "restartPolicy": "Never", "containers": [container], "tolerations": [GPU_NODES],
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": POD_SECURITY,
     }}  # fmt: skip
     cluster.core.create_namespaced_pod(where, pod)
     try:
