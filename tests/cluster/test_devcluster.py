@@ -9,7 +9,6 @@ each test works in a namespace of its own.
 from __future__ import annotations
 
 import json
-import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -34,7 +33,7 @@ from tests.support.devcluster import (
     start,
     stop,
 )
-from tests.support.procs import poll_until, processes_mentioning
+from tests.support.procs import listeners_among, poll_until, processes_mentioning
 from tests.support.specs import cluster_job, write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
@@ -181,9 +180,7 @@ def test_a_cluster_without_kueue_then_down_stops_everything(tmp_path: Path) -> N
         down = run_cli("cluster", "down", "--dir", str(cluster.dir), cwd=tmp_path)
     assert down.returncode == 0
     assert not processes_mentioning(str(cluster.dir))
-    for name, port in state.ports.items():
-        with socket.socket() as s:
-            assert s.connect_ex(("127.0.0.1", port)) != 0, f"{name} still listens on {port}"
+    assert not listeners_among(state.ports, str(cluster.dir), state.pids.values())
     status = run_cli("cluster", "status", "--dir", str(cluster.dir), cwd=tmp_path)
     assert status.returncode == 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,6 +46,26 @@ def poll_until(
         if time.monotonic() >= deadline:
             pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def listeners_among(ports: dict[str, int], text: str, pids: Iterable[int] = ()) -> list[str]:
+    """The names of ``ports`` that a live process listens on whose command line mentions
+    ``text``, whose pid is among ``pids``, or that psutil cannot name. Another test's cluster
+    may meanwhile listen on a port this one chose and freed, or never opened (a component left
+    out with ``--without``): that is not ours (a CI run saw one)."""
+    names, ours = {port: name for name, port in ports.items()}, set(pids)
+    found = []
+    for conn in psutil.net_connections(kind="tcp"):
+        port = conn.laddr.port if isinstance(conn.laddr, tuple) and conn.laddr else None
+        if conn.status != psutil.CONN_LISTEN or port not in names:
+            continue
+        try:
+            cmd = " ".join(psutil.Process(conn.pid).cmdline()) if conn.pid else text
+        except psutil.NoSuchProcess:
+            continue
+        if text in cmd or conn.pid in ours:
+            found.append(f"{names[port]} (port {port}, pid {conn.pid})")
+    return found
 
 
 def processes_mentioning(text: str, cwd: Path | None = None) -> list[psutil.Process]:
