@@ -4,8 +4,9 @@
 # kube-proxy, kwok, Kueue, JobSet, the MPI operator, the Kubeflow Trainer, and CoreDNS from
 # controlplane/coredns/main.go); the Kubeflow training-operator and Volcano from modules of their
 # own, controlplane/<name>/, because their Kubernetes libraries are older; and a real node's
-# containerd, runc and CNI plugins from theirs, and kube-router (network policies) from its own. A binary newer than its go.mod, go.sum and own
-# source is kept; Go's build cache makes a rebuild after a pin change incremental.
+# containerd, runc and CNI plugins from theirs, kube-router (network policies), Prometheus and
+# Prometheus Adapter (custom metrics for autoscalers) from their own. A binary newer than its go.mod, go.sum
+# and own source is kept; Go's build cache makes a rebuild after a pin change incremental.
 # Usage: scripts/build-controlplane.sh [NAME...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,9 @@ declare -A PKGS=(
   [coredns]=gpufleet.dev/controlplane/coredns  # controlplane/coredns/main.go: CoreDNS's plugins a cluster uses
   # the real nodes' NetworkPolicy enforcement (issue 29): kube-router's firewall alone
   [kube-router]=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
+  # the metrics pipeline's (issue 29): custom.metrics.k8s.io from Prometheus, for the HPA
+  [prometheus-adapter]=sigs.k8s.io/prometheus-adapter/cmd/adapter
+  [prometheus]=github.com/prometheus/prometheus/cmd/prometheus
 )
 # name -> its Go module's directory, where it is not controlplane/ itself
 declare -A MODULES=(
@@ -58,6 +62,8 @@ declare -A MODULES=(
   [cni-host-local]=controlplane/cni-plugins
   [cni-portmap]=controlplane/cni-plugins
   [kube-router]=controlplane/kube-router
+  [prometheus-adapter]=controlplane/prometheus-adapter
+  [prometheus]=controlplane/prometheus
 )
 # name -> the project's own Go source it is built from, where it has one
 declare -A SOURCES=([coredns]=controlplane/coredns/main.go)
@@ -69,8 +75,12 @@ fresh() {
 }
 # name -> what its own Makefile builds it with, where that is more than a plain go build:
 # containerd without btrfs (no headers here), static shim; runc with cgo and libseccomp.
-declare -A TAGS=([containerd]=no_btrfs [ctr]=no_btrfs [runc]="seccomp urfave_cli_no_docs")
-declare -A CGO=([runc]=1 [containerd-shim-runc-v2]=0 [kube-router]=0)
+# Prometheus with Kubernetes service discovery alone (its own build tags; Debian's package has
+# none): the others' cloud SDKs would double its build.
+declare -A TAGS=([containerd]=no_btrfs [ctr]=no_btrfs [runc]="seccomp urfave_cli_no_docs"
+                 [prometheus]="remove_all_sd enable_kubernetes_sd")
+declare -A CGO=([runc]=1 [containerd-shim-runc-v2]=0 [kube-router]=0 [prometheus-adapter]=0
+                [prometheus]=0)
 declare -A VERSION_LDFLAGS=(
   [containerd]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
   [containerd-shim-runc-v2]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
@@ -78,11 +88,13 @@ declare -A VERSION_LDFLAGS=(
   [runc]="-X main.version=1.5.2"
   [coredns]="-X github.com/coredns/coredns/coremain.GitCommit=v1.14.2"
   [kube-router]="-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=v2.10.0"
+  [prometheus]="-X github.com/prometheus/common/version.Version=3.16.0"
 )
 ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset
        training-operator mpi-operator trainer vc-webhook-manager vc-controller-manager vc-scheduler
        kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc
-       cni-bridge cni-loopback cni-host-local cni-portmap coredns kube-router pause)
+       cni-bridge cni-loopback cni-host-local cni-portmap coredns kube-router prometheus
+       prometheus-adapter pause)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ORDER[@]}")
 

@@ -15,7 +15,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from gpufleet.devcluster.components import KWOK_NODE_ANNOTATION, kube_apiserver
 from gpufleet.devcluster.kwok import node_object
 from gpufleet.devcluster.nodes import NodeSpec
-from gpufleet.devcluster.pki import CLIENTS, make_pki
+from gpufleet.devcluster.pki import CLIENTS, FRONT_PROXY_CA, FRONT_PROXY_CLIENT, make_pki
 from tests.support.paths import REPO
 
 
@@ -44,6 +44,24 @@ def test_every_certificate_is_signed_by_the_ca_for_its_use(tmp_path: Path) -> No
         assert (pki.key(name).stat().st_mode & 0o777) == 0o600
     again = make_pki(tmp_path / "pki")  # kept, not regenerated
     assert load(again.ca) == ca
+
+
+def test_the_front_proxy_has_a_ca_of_its_own(tmp_path: Path) -> None:
+    """An extension API server trusts the user headers only from the API server's front-proxy
+    client: that certificate is of a second CA, so no cluster client can pass for it."""
+    from cryptography.exceptions import InvalidSignature
+
+    pki = make_pki(tmp_path / "pki")
+    argv = kube_apiserver(Path("kube-apiserver"), pki, 6443, 2379).argv
+    assert f"--requestheader-client-ca-file={pki.cert(FRONT_PROXY_CA)}" in argv
+    assert f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}" in argv
+    client = load(pki.cert(FRONT_PROXY_CLIENT))
+    client.verify_directly_issued_by(load(pki.cert(FRONT_PROXY_CA)))
+    with pytest.raises((InvalidSignature, ValueError)):
+        client.verify_directly_issued_by(load(pki.ca))
+    for name, _, _ in CLIENTS:
+        with pytest.raises((InvalidSignature, ValueError)):
+            load(pki.cert(name)).verify_directly_issued_by(load(pki.cert(FRONT_PROXY_CA)))
 
 
 def test_gpu_nodes_carry_capacity_discovery_labels_taint_and_kwok_annotation() -> None:

@@ -235,3 +235,32 @@ def test_partition_needs_two_real_nodes_and_names_them_when_given_another(tmp_pa
     assert wrong.returncode == 2, wrong.stderr
     assert "NODES: not a real node of this cluster (real-a30-node-0)" in wrong.stderr, wrong.stderr
     assert "Traceback" not in wrong.stderr
+
+
+def test_the_metrics_pipeline_needs_real_nodes_to_scrape(tmp_path: Path) -> None:
+    """kwok's pods serve no metrics: `--metrics-pipeline` alone is refused before anything
+    starts (exit 2, the option named)."""
+    from gpufleet.devcluster.state import State
+    from tests.support.cli import run_cli
+
+    up = run_cli("cluster", "up", "--metrics-pipeline", "--dir", str(tmp_path), cwd=tmp_path)
+    assert up.returncode == 2, up.stderr
+    assert "--metrics-pipeline: needs --real-nodes" in up.stderr and "Traceback" not in up.stderr
+    assert State.read(tmp_path) is None
+
+
+def test_prometheus_scrapes_each_pods_metrics_port_as_the_adapter_rules_read_it() -> None:
+    """Only ports named metrics (the chart's PodMonitors select the same), running pods, with the
+    namespace and pod labels every adapter rule maps to objects."""
+    from gpufleet.devcluster.realnodes.metrics import prometheus_config
+    from tests.support.serving import adapter_rules
+
+    (job,) = prometheus_config(Path("k.kubeconfig"))["scrape_configs"]
+    assert job["kubernetes_sd_configs"] == [{"role": "pod", "kubeconfig_file": "k.kubeconfig"}]
+    kept = {r["source_labels"][0]: r["regex"] for r in job["relabel_configs"]
+            if r.get("action") == "keep"}  # fmt: skip
+    assert kept == {"__meta_kubernetes_pod_container_port_name": "metrics",
+                    "__meta_kubernetes_pod_phase": "Running"}  # fmt: skip
+    labels = {r["target_label"] for r in job["relabel_configs"] if "target_label" in r}
+    for rule in adapter_rules():
+        assert set(rule["resources"]["overrides"]) <= labels

@@ -66,6 +66,14 @@ ImageOption = Annotated[
         help="An OCI archive imported into every real node (no registry here; repeatable).",
     ),
 ]
+MetricsOption = Annotated[
+    bool,
+    typer.Option(
+        help="With --real-nodes: Prometheus (every pod's port named metrics) and Prometheus "
+        "Adapter (custom.metrics.k8s.io, the metrics an InferenceService's autoscaler scales "
+        "on) on the host.",
+    ),
+]
 ValuesOption = Annotated[
     Path | None,
     typer.Option(
@@ -92,16 +100,18 @@ def up(
     pod_delay_ms: PodDelayOption = None,
     real_nodes: RealNodesOption = 0,
     image: ImageOption = None,
+    metrics_pipeline: MetricsOption = False,
     values: ValuesOption = None,
     kubeconfig: KubeconfigOption = None,
     directory: DirOption = DEFAULT_DIR,
 ) -> None:
     """Build what is missing, start the control plane and wait until it is ready."""
-    _check(nodes, gpus_per_node, real_nodes, image or [])
+    _check(nodes, gpus_per_node, real_nodes, image or [], metrics_pipeline)
     pools = _pools(values, nodes, gpus_per_node, gpu_product)
     kinds: list[Any] = list(pools) if nodes else []
     if real_nodes:
-        kinds.append(RealNodes(real_pools(pools, real_nodes), images=list(image or [])))
+        real = real_pools(pools, real_nodes)
+        kinds.append(RealNodes(real, images=list(image or []), metrics=metrics_pipeline))
     cluster = LocalCluster(directory, log=err_console.print)
     try:
         if kubeconfig is not None:
@@ -125,7 +135,7 @@ def up(
     )
 
 
-def _check(nodes: int, gpus: int, real_nodes: int, images: list[Path]) -> None:
+def _check(nodes: int, gpus: int, real_nodes: int, images: list[Path], metrics: bool) -> None:
     """The numbers and archives make sense together (exit 2 with every field that does not)."""
     least = 0 if real_nodes else 1  # real nodes alone, or kwok's beside them
     bad = [FieldError("--nodes", f"must be at least {least}")] if nodes < least else []
@@ -133,6 +143,12 @@ def _check(nodes: int, gpus: int, real_nodes: int, images: list[Path]) -> None:
     bad += [FieldError("--image", f"{p} is not a file (an OCI archive: make image)")
             for p in images if not p.is_file()]  # fmt: skip
     bad += [FieldError("--image", "needs --real-nodes")] if images and not real_nodes else []
+    # kwok's pods serve no metrics: nothing to scrape or scale on
+    bad += (
+        [FieldError("--metrics-pipeline", "needs --real-nodes")]
+        if metrics and not real_nodes
+        else []
+    )
     if bad:
         fail(UserInputError(bad))
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpufleet.devcluster.pki import Pki
+from gpufleet.devcluster.pki import FRONT_PROXY_CA, FRONT_PROXY_CLIENT, Pki
 
 if TYPE_CHECKING:  # ssl and urllib load when a probe runs, not with every CLI start
     import ssl
@@ -98,6 +98,16 @@ def kube_apiserver(
         f"--kubelet-client-certificate={pki.cert('kubelet-client')}",
         f"--kubelet-client-key={pki.key('kubelet-client')}",
         "--kubelet-preferred-address-types=InternalIP,Hostname",
+        # The aggregation layer, as kubeadm sets it up: to an extension API server (Prometheus
+        # Adapter's custom.metrics.k8s.io) the API server proxies as front-proxy-client, the
+        # caller's identity in the X-Remote-* headers.
+        f"--requestheader-client-ca-file={pki.cert(FRONT_PROXY_CA)}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki.cert(FRONT_PROXY_CLIENT)}",
+        f"--proxy-client-key-file={pki.key(FRONT_PROXY_CLIENT)}",
     ]
 
     def ready() -> bool:

@@ -1,5 +1,6 @@
 """Certificates of the local control plane: one CA, the API server's serving certificate, a
-client certificate per component and for the admin, and the ServiceAccount token keys.
+client certificate per component and for the admin, the ServiceAccount token keys, and the
+aggregation layer's front-proxy CA and client.
 
 The API server runs as a real one does (client certificates, RBAC, signed ServiceAccount
 tokens), so every component authenticates with its own identity (system:kube-scheduler, ...).
@@ -33,6 +34,8 @@ API_SERVER_NAMES = (
     "kubernetes.default.svc.cluster.local",
 )
 VALID_FOR = datetime.timedelta(days=365)
+FRONT_PROXY_CA = "front-proxy-ca"  # the aggregation layer's CA and client (make_pki)
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 @dataclass(frozen=True)
@@ -96,34 +99,19 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, user: str) -> Path:
 def make_pki(directory: Path, server_ips: Sequence[str] = ("127.0.0.1",)) -> Pki:
     """Create every certificate and key under ``directory`` (kept if already there); the API
     server's certificate names ``server_ips``."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import serialization
 
     pki = Pki(directory)
     if pki.ca.exists() and pki.service_account_pub.exists() and _names_ips(pki, server_ips):
         return pki
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = _new_key()
-    ca_name = _subject("gpufleet-local-ca")
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + VALID_FOR)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    _save_key(pki.key("ca"), ca_key)
-    pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    _make_ca(pki, "ca", "gpufleet-local-ca")
+    # The aggregation layer's own CA (as kubeadm makes it): the API server proxies to an
+    # extension API server (Prometheus Adapter) as front-proxy-client, and that server trusts
+    # the user headers only from a certificate of this CA, not from any cluster client.
+    _make_ca(pki, FRONT_PROXY_CA, "gpufleet-front-proxy-ca")
+    issue(pki, FRONT_PROXY_CLIENT, FRONT_PROXY_CLIENT, ca=FRONT_PROXY_CA)
     issue(pki, "kube-apiserver", "kube-apiserver", server_names=API_SERVER_NAMES, ips=server_ips)
     for name, cn, org in CLIENTS:
         issue(pki, name, cn, [org] if org else [])
@@ -137,6 +125,33 @@ def make_pki(directory: Path, server_ips: Sequence[str] = ("127.0.0.1",)) -> Pki
     return pki
 
 
+def _make_ca(pki: Pki, stem: str, cn: str) -> None:
+    """A self-signed CA, ``<stem>.crt`` and ``.key``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    now = datetime.datetime.now(datetime.UTC)
+    key = _new_key()
+    name = _subject(cn)
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALID_FOR)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    _save_key(pki.key(stem), key)
+    pki.cert(stem).write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+
+
 def issue(
     pki: Pki,
     name: str,
@@ -146,25 +161,26 @@ def issue(
     server_names: Sequence[str] = (),
     ips: Sequence[str] = ("127.0.0.1",),
     not_after: datetime.datetime | None = None,
+    ca: str = "ca",
 ) -> Path:
     """Sign ``<name>.crt``/``.key`` with the PKI's CA: a serving certificate for
     ``server_names`` and ``ips`` when names are given, else a client certificate for user ``cn`` in
-    groups ``orgs``; valid for a year, or until ``not_after``. Returns the certificate's path."""
+    groups ``orgs``; valid for a year, or until ``not_after``; signed by CA ``ca`` (its stem).
+    Returns the certificate's path."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
-    ca = x509.load_pem_x509_certificate(pki.ca.read_bytes())
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    ca_key = serialization.load_pem_private_key(pki.key("ca").read_bytes(), password=None)
+    signer = x509.load_pem_x509_certificate(pki.cert(ca).read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.key(ca).read_bytes(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)  # make_pki's
     now = datetime.datetime.now(datetime.UTC)
     key = _new_key()
     builder = (
         x509.CertificateBuilder()
         .subject_name(_subject(cn, *orgs))
-        .issuer_name(ca.subject)
+        .issuer_name(signer.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(min(now, not_after or now) - datetime.timedelta(days=1))
@@ -194,7 +210,8 @@ def _names_ips(pki: Pki, ips: Sequence[str]) -> bool:
         return False
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     named = {str(a) for a in sans.get_values_for_type(x509.IPAddress)}
-    return set(ips) <= named and pki.cert("kubelet-client").exists()
+    made = [pki.cert("kubelet-client"), pki.cert(FRONT_PROXY_CLIENT)]  # by every version now
+    return set(ips) <= named and all(p.exists() for p in made)
 
 
 def _new_key() -> Any:

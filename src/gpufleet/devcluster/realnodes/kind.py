@@ -1,6 +1,6 @@
 """The ``NodeKind`` of real nodes: host preparation, the RBAC of kube-proxy, CoreDNS and
 kube-router, and the start of CoreDNS and of each node's containerd, kubelet, kube-proxy and
-kube-router (its firewall: NetworkPolicies enforced)."""
+kube-router (its firewall: NetworkPolicies enforced); the metrics pipeline when asked."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from gpufleet.devcluster.nodes import GPU_TAINT, NodeContext, NodeSpec, node_lab
 from gpufleet.devcluster.processes import Processes
 from gpufleet.devcluster.realnodes import configs, images, network, storage
 from gpufleet.devcluster.realnodes.host import DATA_ROOT, RUN_ROOT, HostChanges
+from gpufleet.devcluster.realnodes.metrics import MetricsPipeline
 from gpufleet.devcluster.realnodes.node import RealNode
 from gpufleet.errors import ClusterUpError
 from gpufleet.kube import Obj
@@ -73,10 +74,13 @@ def require_root() -> None:
 class RealNodes:
     """Real nodes in pools (GPUs advertised as extended resources, labelled as GPU feature
     discovery would, so GPU jobs schedule here and run on the CPU); ``images``: OCI archives
-    imported into every node besides the pause image."""
+    imported into every node besides the pause image; ``metrics``: the metrics pipeline
+    (metrics.py) too."""
 
     pools: list[NodeSpec]
     images: list[Path] = field(default_factory=list)
+    metrics: bool = False
+    _pipeline: MetricsPipeline | None = None
     api_address: str = network.HOST_IP
     _nodes: list[tuple[RealNode, NodeSpec]] = field(default_factory=list)
     volumes_dir: Path = Path()  # set by prepare: <cluster dir>/volumes
@@ -92,6 +96,7 @@ class RealNodes:
         require_root()
         changes = HostChanges(directory / "host-changes.json")
         self.volumes_dir = directory / "volumes"
+        self._pipeline = MetricsPipeline(directory) if self.metrics else None
         changes.remember_fixed_paths()
         changes.remember_sysctls()
         network.make_bridge(changes)
@@ -120,7 +125,9 @@ class RealNodes:
     def start(self, ctx: NodeContext, processes: Processes, timeout: float) -> None:
         """CoreDNS; then each node's containerd (images imported), kubelet, kube-proxy and
         kube-router; then its GPUs and labels, once it registered; ready when every node is
-        Ready."""
+        Ready; then the metrics pipeline, if asked for."""
+        if self._pipeline is not None:
+            self._pipeline.check(ctx.binaries)
         processes.start(self._coredns(ctx), timeout)
         cni_bin = _cni_bin(ctx)
         archives = [images.pause_archive(ctx.binaries), *self.images]
@@ -143,6 +150,8 @@ class RealNodes:
             processes.start(node.kube_router(ctx.binaries, router), timeout)
         names = [node.name for node, _ in self._nodes]
         wait(lambda: ctx.api.nodes_ready(names), "real nodes", timeout, processes.log)
+        if self._pipeline is not None:
+            self._pipeline.start(ctx, processes, len(names), timeout)
 
     @staticmethod
     def _import(ctx: NodeContext, node: RealNode, archives: list[Path]) -> None:
