@@ -225,6 +225,22 @@ def test_hpa_scales_on_the_adapter_metric() -> None:
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
 
 
+@pytest.mark.parametrize("engine", ["hpa", "keda"])
+def test_scale_down_waits_the_delay_the_spec_gives(engine: str) -> None:
+    """Five minutes by default; a service that warms up fast may give less (the real-node
+    autoscaling test does)."""
+
+    def window(autoscaling: dict[str, Any]) -> Any:
+        svc = parsed(service(replicas={"min": 1, "max": 4}, autoscaling=autoscaling))
+        scaler = render_spec(svc, "triton")[-1]["spec"]
+        hpa = scaler if engine == "hpa" else scaler["advanced"]["horizontalPodAutoscalerConfig"]
+        return hpa["behavior"]["scaleDown"]["stabilizationWindowSeconds"]
+
+    assert window({"engine": engine}) == 300
+    assert window({"engine": engine, "scaleDownDelay": "30s"}) == 30
+    assert window({"engine": engine, "scaleDownDelay": "1.5s"}) == 2  # whole seconds, not less
+
+
 def test_adapter_rules_serve_the_metrics_the_hpa_names() -> None:
     served = {r["name"]["as"] for r in adapter_rules()}
     assert set(ADAPTER_METRICS.values()) <= served
@@ -246,6 +262,11 @@ BAD = [
         "spec.batching.preferredBatchSizes",
     ),
     ("unknown engine", {"autoscaling": {"engine": "vpa"}}, "spec.autoscaling.engine"),
+    (
+        "delay above an hour",
+        {"autoscaling": {"scaleDownDelay": "2h"}},
+        "spec.autoscaling.scaleDownDelay",
+    ),
     ("bad model name", {"model": {"name": "a b", "repository": "s3://a/b"}}, "spec.model.name"),
     ("typo", {"replica": {"min": 1}}, "spec.replica"),
     ("gpufleet server without its image", {"server": "gpufleet", "model": ON_PVC}, "spec.image"),

@@ -225,10 +225,16 @@ def _hpa(svc: InferenceService, name: str) -> Obj:
                     },
                 }
             ],
-            # Scale up at once, down slowly: a model's warm-up costs more than idle replicas.
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
+            "behavior": _behavior(svc),
         },
     }
+
+
+def _behavior(svc: InferenceService) -> Obj:
+    """Scale up at once (the HPA's default), down after spec.autoscaling.scaleDownDelay."""
+    assert svc.spec.autoscaling is not None
+    window = math.ceil(svc.spec.autoscaling.scale_down_delay)
+    return {"scaleDown": {"stabilizationWindowSeconds": window}}
 
 
 def _keda(svc: InferenceService, name: str) -> Obj:
@@ -255,7 +261,9 @@ def _keda(svc: InferenceService, name: str) -> Obj:
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
             "minReplicaCount": svc.spec.replicas.min,
             "maxReplicaCount": svc.spec.replicas.max,
-            "cooldownPeriod": 300,
+            # the HPA that KEDA makes paces scale-down; cooldownPeriod only the last replica
+            "cooldownPeriod": math.ceil(a.scale_down_delay),
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": _behavior(svc)}},
             "triggers": [
                 {
                     "type": "prometheus",

@@ -126,6 +126,16 @@ class Autoscaling(SpecModel):
         default=0.02, description="queueTime: the mean queue time to hold, e.g. 20ms."
     )
     target_inflight: int = Field(default=8, ge=1, description="inflight: requests per replica.")
+    scale_down_delay: Duration = Field(
+        default=300.0,
+        ge=0,
+        le=3600,
+        description=(
+            "How long the signal must stay below its target before replicas are removed (the "
+            "autoscaler's scale-down stabilization window), e.g. 5m; at most 1h. Scale-up is at "
+            "once; a model's warm-up costs more than an idle replica."
+        ),
+    )
     prometheus_url: str = Field(
         default="http://prometheus-operated.monitoring.svc:9090",
         description="keda: the Prometheus its trigger queries.",
