@@ -29,7 +29,8 @@ sys.path.insert(0, str(REPO))  # the tests' package, for the names the tests rea
 from tests.support.realnodes import CHAOS_FULL  # noqa: E402
 
 TESTS = ["tests/cluster/test_realnodes_nodeloss.py", "tests/cluster/test_realnodes_preemption.py",
-         "tests/cluster/test_realnodes_partition.py"]  # fmt: skip
+         "tests/cluster/test_realnodes_partition.py",
+         "tests/cluster/test_realnodes_autoscaling.py"]  # fmt: skip
 # What each recorded number is, for the report (in the order shown).
 MEANING = {
     "evicted_to_pods_gone_s": "Kueue's eviction (the Workload's Evicted condition) to the "
@@ -48,6 +49,9 @@ MEANING = {
     "watchdog_idle_s": "the watchdogs' own time without a step when they fired (s)",
     "cut_to_heal_s": "partition to heal (s)",
     "heal_to_status_said_s": "heal to `gpufleet status` telling the restart and resume (s)",
+    "load_to_second_ready_s": "LoadGen's pod created to the second Triton replica Ready (s)",
+    "load_end_to_one_replica_s": "load stopped to one replica left (scaleDownDelay 30 s) (s)",
+    "runs": "LoadGen Offline runs, none with a failed request",
 }  # fmt: skip
 
 

@@ -6,7 +6,6 @@ official tritonclient with the model's own answers, and a LoadGen Offline run VA
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,43 +13,19 @@ from typing import Any
 
 import pytest
 
-from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
 from gpufleet.net import free_port
 from tests.support.cli import run_cli
 from tests.support.devcluster import DevCluster
 from tests.support.paths import REPO
 from tests.support.procs import poll_until
-from tests.support.realnodes import TENANT, project_image, shared_claim
+from tests.support.realnodes import TENANT
+from tests.support.realserving import MODEL, exported, ready_pods, served_by_gpufleet
 from tests.support.specs import write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
-NAME, CLAIM, MODEL = "digits-serve", "models", "digits"
+NAME, CLAIM = "digits-serve", "models"
 KUBECTL = REPO / ".tools" / "bin" / "kubectl"
-
-
-def exported(cluster: DevCluster, tmp: Path) -> tuple[Any, Path]:
-    """A digits model (TorchScript, seed 0) exported into the claim's volume; the model and
-    where its repository lies on the host."""
-    import torch
-
-    from gpufleet.serve.export import export
-    from gpufleet.workloads.digits import DigitsCNN
-
-    wanted = (STORAGE_CLASS, "Available")
-    free = [v for v in cluster.core.list_persistent_volume().items
-            if (v.spec.storage_class_name, v.status.phase) == wanted]  # fmt: skip
-    shared_claim(cluster, CLAIM, volume=free[0].metadata.name)  # bound now, filled before use
-    path = Path(free[0].spec.local.path)
-    torch.manual_seed(0)
-    model = DigitsCNN().eval()
-    torch.jit.save(torch.jit.script(model), str(tmp / "digits.pt"))
-    export(str(tmp / "digits.pt"), path / "repo", name=MODEL, input_dims=(1, 8, 8))
-    # As a writer pod of the tenant (UID 1000) would leave it: the kubelet hands a volume to
-    # the pod's fsGroup only when it mounts it writable, and the server mounts it read-only.
-    for each in [path, *path.rglob("*")]:
-        os.chown(each, 1000, 1000)
-    return model, path
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +33,8 @@ def served(reallab: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """The InferenceService (server gpufleet) Ready on a real node, and the model it serves;
     its gRPC port forwarded to the host."""
     tmp = tmp_path_factory.mktemp("serve")
-    model, _ = exported(reallab, tmp)
-    source = {"name": MODEL, "pvc": {"claimName": CLAIM, "subPath": "repo"}}
-    # One "GPU" (the real nodes are the lab's GPU nodes, tainted for GPU pods; it runs on the CPU).
-    spec = {"server": "gpufleet", "image": project_image()[0], "model": source,
-            "resources": {"gpu": 1}}  # fmt: skip
-    doc = {"apiVersion": "gpufleet.dev/v1alpha1", "kind": "InferenceService",
-           "metadata": {"name": NAME, "namespace": TENANT}, "spec": spec}  # fmt: skip
+    model, _ = exported(reallab, tmp, CLAIM)
+    doc = served_by_gpufleet(NAME, CLAIM)
     submit = reallab.gpufleet("submit", str(write_spec(tmp, doc, "svc.yaml")))
     assert submit.returncode == 0, submit.stderr[-2000:]
     port = free_port()
@@ -89,11 +59,7 @@ def served(reallab: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def ready_pod(cluster: DevCluster) -> dict[str, Any] | None:
-    for pod in cluster.pods(TENANT, NAME):
-        statuses = pod["status"].get("containerStatuses") or []
-        if statuses and all(s.get("ready") for s in statuses):
-            return pod
-    return None
+    return next(iter(ready_pods(cluster, NAME)), None)
 
 
 def test_the_pod_on_a_real_node_answers_tritonclient_with_the_models_outputs(

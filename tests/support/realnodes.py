@@ -19,6 +19,7 @@ import pytest
 
 from gpufleet.cluster.keptlogs import READER_LABEL
 from gpufleet.devcluster.build import binaries_dir
+from gpufleet.devcluster.realnodes import metrics
 from gpufleet.devcluster.realnodes.host import FIXED_PATHS, KUBELET_SYSCTLS, hierarchies
 from gpufleet.devcluster.realnodes.images import image_cache, names_in
 from gpufleet.devcluster.realnodes.network import HOST_IP
@@ -34,7 +35,7 @@ from tests.support.specs import digits_job, write_spec
 LAB_VALUES = REPO / "deploy" / "helm" / "gpufleet" / "ci" / "lab-3node-a30-values.yaml"
 REAL_NODES = 2
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-router", "containerd", "containerd-shim-runc-v2",
-                 "runc", "cni-bridge", "coredns", "pause")  # fmt: skip
+                 "runc", "cni-bridge", "coredns", "pause", *metrics.BINARIES)  # fmt: skip
 BUILT = all((binaries_dir() / name).is_file() for name in NODE_BINARIES)
 
 
@@ -72,7 +73,8 @@ def session_real_cluster(factory: pytest.TempPathFactory) -> Iterator[devcluster
     if not devcluster.BUILT or not BUILT:
         pytest.skip(f"real nodes' components not built in {binaries_dir()} (make controlplane)")
     devcluster.stop_running()
-    extra = ("--real-nodes", str(REAL_NODES), *images_args())  # an image build mounts too
+    # an image build mounts too; the metrics pipeline for the autoscaling test
+    extra = ("--real-nodes", str(REAL_NODES), "--metrics-pipeline", *images_args())
     before = host_snapshot()
     cluster = devcluster.start(factory.mktemp("realcluster"), nodes=0, gpus=4,
                                values=LAB_VALUES, extra=extra)  # fmt: skip
