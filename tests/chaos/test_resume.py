@@ -105,6 +105,29 @@ def test_faults_resume_exactly(
     assert s["final_loss"] == baseline["final_loss"]
 
 
+def test_a_rank_whose_device_is_lost_restarts_and_resumes_exactly(
+    workdir: Path, baseline: dict[str, Any]
+) -> None:
+    """Rank 1's CUDA call raises as on a GPU that fell off the bus (torch.AcceleratorError,
+    "unspecified launch failure"): the launcher shows its traceback, rank 1 exits at once
+    rather than wait for its peer at the exit barrier (its peer sat in a collective until the
+    hang watchdog fired, before the fix), the group restarts once from the last checkpoint and
+    ends with the uninterrupted run's weights."""
+    env = cli_env()
+    env["GPUFLEET_FAULTS"] = "device@step=25,rank=1"
+    proc = run_cli("run", str(write_spec(workdir, digits_job("device"))), "-o", "json",
+                   cwd=workdir, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = rank_logs(workdir, "device")
+    assert "AcceleratorError: CUDA error: unspecified launch failure" in proc.stderr, logs[-3000:]
+    assert "rank 0 lost a peer in a collective" in logs
+    assert "made no step progress" not in logs + proc.stderr
+    assert "resumed from step 20" in logs
+    s = summary_of(proc)
+    assert s["restarts"] == 1
+    assert s["state_digest"] == baseline["state_digest"]
+
+
 def test_torn_checkpoint_is_skipped(workdir: Path, baseline: dict[str, Any]) -> None:
     env = cli_env()
     env["GPUFLEET_FAULTS"] = "kill@checkpoint_written=20,rank=0"

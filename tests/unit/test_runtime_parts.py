@@ -67,12 +67,26 @@ def test_rng_round_trip() -> None:
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == a
 
 
+def test_a_lost_device_raises_what_pytorch_raises_for_one() -> None:
+    """What c10's CUDA check raises: torch.AcceleratorError (a RuntimeError) with the CUDA
+    error code, cudaErrorLaunchFailure, and its message."""
+    import torch
+
+    from gpufleet.runtime.faults import lost_device
+
+    error = lost_device()
+    assert isinstance(error, torch.AcceleratorError) and isinstance(error, RuntimeError)
+    assert error.error_code == 719  # type: ignore[attr-defined]
+    assert str(error).startswith("CUDA error: unspecified launch failure")
+
+
 def test_parse_faults() -> None:
     assert parse_faults("kill@step=7,rank=1; hang@checkpoint_written=10,restart=1") == [
         Fault("kill", "step", 7, 1, 0),
         Fault("hang", "checkpoint_written", 10, 0, 1),
     ]
     assert parse_faults("slow@calibrate=1,rank=1") == [Fault("slow", "calibrate", 1, 1, 0)]
+    assert parse_faults("device@step=25,rank=1") == [Fault("device", "step", 25, 1, 0)]
     for bad in ("boom@step=1", "kill@when=3", "kill@step=x", "kill", "slow@calibration=1"):
         with pytest.raises(ValueError):
             parse_faults(bad)

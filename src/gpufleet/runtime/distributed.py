@@ -142,19 +142,24 @@ def barrier() -> None:
         dist.barrier(group=_control_group)
 
 
-def shutdown_distributed() -> None:
+def shutdown_distributed(wait_for_peers: bool = True) -> None:
     """Tear the process group down so the process exits cleanly (idempotent).
 
     All ranks meet at a barrier first, so no rank closes its gloo connections while a peer
-    still has work in flight on them. A rank whose peer vanished mid-operation is the reported
-    cause of "terminate called without an active exception" (SIGABRT) at the exit of 2-process
-    gloo jobs; with torch 2.13 we could not reproduce it (docs/architecture.md lists what was
-    tried), and the tests check every worker log for it.
+    still has work in flight on them; a rank that failed (``wait_for_peers`` False) does not:
+    its peers wait in a collective it will never join, and would meet it only when the hang
+    watchdog ends them; its closed connections end their collective at once instead.
+
+    A rank whose peer vanished mid-operation is the reported cause of "terminate called without
+    an active exception" (SIGABRT) at the exit of 2-process gloo jobs; with torch 2.13 we could
+    not reproduce it (docs/architecture.md lists what was tried), and the tests check every
+    worker log for it.
     """
     global _info, _control_group
     if dist.is_initialized():
-        with contextlib.suppress(RuntimeError):  # a peer is already gone; destroy anyway
-            dist.barrier(group=_control_group)
+        if wait_for_peers:
+            with contextlib.suppress(RuntimeError):  # a peer is already gone; destroy anyway
+                dist.barrier(group=_control_group)
         dist.destroy_process_group()
     _control_group = None
     _info = None

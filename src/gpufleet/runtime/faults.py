@@ -6,7 +6,8 @@ first attempt, so the restarted group can get past the point). Actions: ``kill``
 itself), ``hang`` (stop making progress), ``exit`` (exit code 1), ``nan`` (fill a weight of
 this rank with NaN, as a bad batch or a too-large learning rate would; only where the caller
 passes ``poison``), ``slow`` (a measurement reads 100 times slower, as on a host busy while it
-measured; where the caller asks ``active``). Points: ``step`` (after step N's
+measured; where the caller asks ``active``), ``device`` (raise what PyTorch raises when the
+rank's GPU is lost: lost_device()). Points: ``step`` (after step N's
 optimizer update), ``batch`` (step N's loss, before its backward: ``nan@batch=N`` is a bad
 batch, met again whenever step N's batch is trained), ``checkpoint_written`` (step N's
 checkpoint data is written, its completion marker is not) and ``calibrate`` (LoadGen's N-th
@@ -24,9 +25,18 @@ from dataclasses import dataclass
 from functools import cache
 
 ENV_FAULTS = "GPUFLEET_FAULTS"
-_ACTIONS = ("kill", "hang", "exit", "nan", "slow")
+_ACTIONS = ("kill", "hang", "exit", "nan", "slow", "device")
 _POINTS = ("step", "batch", "checkpoint_written", "calibrate")
 SLOWDOWN = 100.0  # what ``slow`` divides a measured rate by
+# What a CUDA call raises once the device is lost (a GPU that fell off the bus, NVIDIA's XID
+# 79): c10's CUDA check raises torch.AcceleratorError carrying the CUDA error code, here
+# cudaErrorLaunchFailure, with the message PyTorch prints for it.
+LOST_DEVICE_CODE = 719
+LOST_DEVICE_MESSAGE = (
+    "CUDA error: unspecified launch failure\nCUDA kernel errors might be asynchronously "
+    "reported at some other API call, so the stacktrace below might be incorrect.\n"
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+)
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,15 @@ def active(action: str, point: str, at: int) -> bool:
     return bool(hit)
 
 
+def lost_device() -> RuntimeError:
+    """The exception of a CUDA call on a lost device (``device`` fault)."""
+    import torch
+
+    error = torch.AcceleratorError(LOST_DEVICE_MESSAGE)
+    error.error_code = LOST_DEVICE_CODE  # type: ignore[attr-defined]
+    return error
+
+
 def nan_fires(point: str, step: int) -> bool:
     """Whether a ``nan`` fault fires at ``point`` and ``step`` here (the other actions of the
     point fire as maybe_fire's do): ``nan@batch=N`` makes step N's loss NaN."""
@@ -108,6 +127,8 @@ def maybe_fire(point: str, step: int, poison: Callable[[], None] | None = None) 
             os._exit(1)
         elif f.action == "nan" and poison is not None:
             poison()
+        elif f.action == "device":
+            raise lost_device()
         elif f.action == "hang":
             while True:  # a hung rank: alive, holding its peers in the next collective
                 time.sleep(3600)
