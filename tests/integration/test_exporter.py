@@ -45,6 +45,10 @@ class SickDevice:
     behaviour: str
     model: str = "Sick GPU"
     reads: int = field(default=0)
+    xids: tuple[tuple[int, float], ...] = ()
+
+    def xid_errors(self) -> tuple[tuple[int, float], ...]:
+        return self.xids
 
     @property
     def uuid(self) -> str:
@@ -167,9 +171,26 @@ def test_xid_events_are_counted_by_code_and_exported_with_it() -> None:
     assert xids == {"13": 1.0, "79": 2.0}
 
 
+def test_a_lost_gpu_is_down_and_still_reports_its_xid() -> None:
+    """A GPU that fell off the bus (XID 79) answers no reads: it is down, and its XID series is
+    there, the one that tells why (the hardware alert reads it); before, a device whose read
+    failed lost its XIDs with its values."""
+    lost = SickDevice(0, "raise", xids=((79, 1.0),))
+    url, server = serve(GpuCollector([lost, SickDevice(1, "ok")], node="n", deadline=DEADLINE))
+    try:
+        _, samples, _ = scrape(url)
+    finally:
+        stop(server)
+    up = {lab["gpu"]: v for lab, v in samples["gpufleet_gpu_up"]}
+    assert up == {"0": 0.0, "1": 1.0}
+    xids = [(lab["gpu"], lab["xid"], lab["node"], v)
+            for lab, v in samples["gpufleet_gpu_xid_errors_total"]]  # fmt: skip
+    assert xids == [("0", "79", "n", 1.0)]
+    assert all(lab["gpu"] == "1" for lab, _ in samples["gpufleet_gpu_utilization_ratio"])
+
+
 def test_every_reading_field_becomes_a_metric() -> None:
-    mapped = set(METRICS) | {"ecc_corrected_errors_total", "ecc_uncorrected_errors_total",
-                             "xid_errors"}  # fmt: skip
+    mapped = set(METRICS) | {"ecc_corrected_errors_total", "ecc_uncorrected_errors_total"}
     assert mapped == set(reading_fields())
 
 

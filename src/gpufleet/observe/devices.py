@@ -31,9 +31,6 @@ class Reading:
     nvlink_rx_bytes_total: float | None = None
     ecc_corrected_errors_total: float | None = None
     ecc_uncorrected_errors_total: float | None = None
-    # (XID code, events since the exporter started), one pair per code seen: NVIDIA's code says
-    # whether the GPU is failing (48, 79, ...) or a program faulted (13, 31, 43).
-    xid_errors: tuple[tuple[int, float], ...] | None = None
 
     def invalid(self) -> list[str]:
         """Names of fields holding NaN or infinity (a device returning garbage)."""
@@ -57,6 +54,13 @@ class Device(Protocol):
     def model(self) -> str: ...
 
     def read(self) -> Reading: ...
+
+    def xid_errors(self) -> tuple[tuple[int, float], ...] | None:
+        """(XID code, events since the exporter started), one pair per code seen; None when
+        not counted. NVIDIA's code says whether the GPU is failing (48, 79, ...) or a program
+        faulted (13, 31, 43). Not a read of the device, and never blocks: a GPU that fell off
+        the bus (XID 79) answers no reads, and its XID is what says so."""
+        ...
 
 
 @dataclass
@@ -89,8 +93,10 @@ class SimulatedDevice:
             nvlink_rx_bytes_total=t * 1e11,
             ecc_corrected_errors_total=0.0,
             ecc_uncorrected_errors_total=0.0,
-            xid_errors=self.xids,
         )
+
+    def xid_errors(self) -> tuple[tuple[int, float], ...] | None:
+        return self.xids
 
 
 class NvmlDevice:
@@ -138,8 +144,10 @@ class NvmlDevice:
             nvlink_rx_bytes_total=nvlink[1],
             ecc_corrected_errors_total=_num(ecc[0]),
             ecc_uncorrected_errors_total=_num(ecc[1]),
-            xid_errors=None if self._xids is None else self._xids.counts(self.index),
         )
+
+    def xid_errors(self) -> tuple[tuple[int, float], ...] | None:
+        return None if self._xids is None else self._xids.counts(self.index)
 
     def _nvlink_bytes(self) -> tuple[float | None, float | None]:
         n = self._nvml

@@ -2,8 +2,9 @@
 
 Each scrape reads every device in its own daemon thread and waits at most ``deadline`` seconds
 in total. A device that raises, returns NaN/inf or does not answer in time gets
-``gpufleet_gpu_up 0`` and no values; the others are reported as usual, and the scrape answers
-200 within the deadline. A read that hangs keeps its thread; later scrapes do not pile more
+``gpufleet_gpu_up 0`` and no values but its XID counts (kept apart from reads: a GPU that fell
+off the bus answers none); the others are reported as usual, and the scrape answers 200 within
+the deadline. A read that hangs keeps its thread; later scrapes do not pile more
 threads onto that device until it returns, and report it down meanwhile. Without NVML the
 exporter still serves: no devices, ``gpufleet_exporter_info{nvml="unavailable",reason=...}``.
 """
@@ -131,6 +132,8 @@ class GpuCollector(Collector):
         )
         for device, future in pending:
             labels = [str(device.index), device.uuid, device.model, self.node]
+            for code, count in device.xid_errors() or ():  # also, above all, for a lost GPU
+                xid.add_metric([*labels, str(code)], count)
             reading = self._wait(future, until)
             if reading is None:
                 up.add_metric(labels, 0)
@@ -148,8 +151,6 @@ class GpuCollector(Collector):
                                 ("uncorrected", reading.ecc_uncorrected_errors_total)):  # fmt: skip
                 if value is not None:
                     ecc.add_metric([*labels, kind], value)
-            for code, count in reading.xid_errors or ():
-                xid.add_metric([*labels, str(code)], count)
         yield up
         yield from families.values()
         if ecc.samples:
