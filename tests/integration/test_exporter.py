@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import queue
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -23,10 +24,12 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT
+from gpufleet.net import free_port
 from gpufleet.observe.devices import Reading, SimulatedDevice, XidCounter, nvml_devices
 from gpufleet.observe.exporter import METRICS, GpuCollector, reading_fields, registry_for
 from gpufleet.observe.http import start_metrics_server, url
-from tests.support.scrape import scrape, serve, stop
+from tests.support.procs import poll_until
+from tests.support.scrape import scrape, scrape_port, serve, stop
 
 RELEASE = threading.Event()  # set at the end of the module: lets hung reads return
 
@@ -189,6 +192,35 @@ def test_a_lost_gpu_is_down_and_still_reports_its_xid() -> None:
     assert all(lab["gpu"] == "1" for lab, _ in samples["gpufleet_gpu_utilization_ratio"])
 
 
+def gpu_down(port: int, gpu: str) -> dict[str, Any] | None:
+    """The exporter's samples once ``gpu`` is down."""
+    _, samples = scrape_port(port)
+    up = {lab["gpu"]: v for lab, v in samples["gpufleet_gpu_up"]}
+    return dict(samples) if up.get(gpu) == 0 else None
+
+
+def test_a_simulated_gpu_fails_on_sigusr1_as_a_lost_one_does() -> None:
+    """`--simulate-failure 1:79`: GPU 1 is healthy until the exporter gets SIGUSR1, then down
+    with one XID 79 (what a chaos test injects on a node); GPU 0 stays up."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "gpufleet.cli.main", "exporter", "--simulate", "2",
+           "--simulate-failure", "1:79", "--port", str(port), "--node", "n"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        _, before = poll_until(lambda: scrape_port(port), what="the exporter", retry_on=(OSError,))
+        assert {lab["gpu"]: v for lab, v in before["gpufleet_gpu_up"]} == {"0": 1.0, "1": 1.0}
+        assert "gpufleet_gpu_xid_errors_total" not in before
+        proc.send_signal(signal.SIGUSR1)
+        after = poll_until(lambda: gpu_down(port, "1"), what="GPU 1 down")
+        assert {lab["gpu"]: v for lab, v in after["gpufleet_gpu_up"]} == {"0": 1.0, "1": 0.0}
+        xids = [(lab["gpu"], lab["xid"], v) for lab, v in after["gpufleet_gpu_xid_errors_total"]]
+        assert xids == [("1", "79", 1.0)]
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "simulated GPU 1 lost (XID 79)" in err, err
+
+
 def test_every_reading_field_becomes_a_metric() -> None:
     mapped = set(METRICS) | {"ecc_corrected_errors_total", "ecc_uncorrected_errors_total"}
     assert mapped == set(reading_fields())
@@ -278,6 +310,13 @@ def busy_port() -> Iterator[int]:
         (["--address", "no such host"], "--address", "not an IP address or host name"),
         (["--simulate", "-3"], "--simulate", "must be 0 or more"),
         (["--port", "BUSY"], "--port", "Address already in use"),
+        (["--simulate-failure", "1:79"], "--simulate-failure", "GPU 1 is not one of the 1"),
+        (["--simulate-failure", "0"], "--simulate-failure", "expected GPU:XID"),
+        (
+            ["--simulate", "0", "--simulate-failure", "0:79"],
+            "--simulate-failure",
+            "needs --simulate",
+        ),
     ],
 )
 def test_exporter_option_errors_are_one_line_exit_2(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 from typing import Annotated
 
@@ -43,14 +44,17 @@ def exporter(
             "(Kubernetes API, needs list on pods; in-cluster service account or kubeconfig)."
         ),
     ] = False,
+    simulate_failure: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="GPU:XID, with --simulate: on SIGUSR1 that simulated GPU fails as one that "
+            "fell off the bus (XID 79 on real hardware): one XID event, then every read fails "
+            "(chaos tests; repeatable)."
+        ),
+    ] = None,
 ) -> None:
     """Serve /metrics: utilization, memory, temperature, power, clocks, PCIe, NVLink, ECC, XID."""
-    try:
-        wait = parse_duration(deadline)
-    except ValueError as exc:
-        fail(UserInputError([FieldError("--deadline", str(exc))]))
-    if simulate < 0:
-        fail(UserInputError([FieldError("--simulate", f"must be 0 or more, got {simulate}")]))
+    wait, failures = _checked(deadline, simulate, simulate_failure or [])
     try:
         check_listen(address, port)  # before NVML and the kubelet: a typo fails at once
     except MetricsPortError as exc:
@@ -58,7 +62,7 @@ def exporter(
     reason: str | None = None
     devices: list[Device]
     if simulate:
-        devices = [SimulatedDevice(i) for i in range(simulate)]
+        devices = _simulated(simulate, failures)
     else:
         devices, reason = nvml_devices()
     node = node or socket.gethostname()
@@ -71,6 +75,11 @@ def exporter(
     collector = GpuCollector(
         devices, node=node, deadline=wait, nvml_reason=reason, attribution=attribution
     )
+    _serve(collector, address, port)
+
+
+def _serve(collector: GpuCollector, address: str, port: int) -> None:
+    """Serve the collector's metrics until SIGTERM or SIGINT."""
     try:
         server, _ = start_metrics_server(
             registry_for(collector), address, port, "gpufleet GPU exporter"
@@ -78,13 +87,59 @@ def exporter(
     except MetricsPortError as exc:
         fail(UserInputError([FieldError(exc.option, str(exc))]))
     where = url(address, server.server_port)
+    reason = collector.nvml_reason
     err_console.print(
-        f"serving {len(devices)} GPU(s) at {where}" + (f" ({reason})" if reason else "")
+        f"serving {len(collector.devices)} GPU(s) at {where}" + (f" ({reason})" if reason else "")
     )
     stop = stop_on_signals()
     stop.wait()
     server.shutdown()
     server.server_close()
+
+
+def _checked(
+    deadline: str, simulate: int, failures: list[str]
+) -> tuple[float, list[tuple[int, int]]]:
+    """The deadline in seconds and --simulate-failure's pairs, or exit 2 naming the option."""
+    try:
+        wait = parse_duration(deadline)
+    except ValueError as exc:
+        fail(UserInputError([FieldError("--deadline", str(exc))]))
+    if simulate < 0:
+        fail(UserInputError([FieldError("--simulate", f"must be 0 or more, got {simulate}")]))
+    return wait, _failures(failures, simulate)
+
+
+def _failures(given: list[str], simulate: int) -> list[tuple[int, int]]:
+    """--simulate-failure's (GPU, XID) pairs, or exit 2 naming the option."""
+    out = []
+    for text in given:
+        gpu, sep, xid = text.partition(":")
+        if not simulate:
+            why = "needs --simulate (real GPUs fail on their own)"
+        elif not (sep and gpu.isdigit() and xid.isdigit()):
+            why = f"expected GPU:XID (e.g. 0:79), got {text!r}"
+        elif int(gpu) >= simulate:
+            why = f"GPU {gpu} is not one of the {simulate} simulated"
+        else:
+            out.append((int(gpu), int(xid)))
+            continue
+        fail(UserInputError([FieldError("--simulate-failure", why)]))
+    return out
+
+
+def _simulated(count: int, failures: list[tuple[int, int]]) -> list[Device]:
+    """``count`` simulated GPUs; SIGUSR1 fails those of ``failures``."""
+    devices = [SimulatedDevice(i) for i in range(count)]
+    if failures:
+
+        def fail_them(*_: object) -> None:
+            for gpu, xid in failures:
+                devices[gpu].fail(xid)
+                err_console.print(f"simulated GPU {gpu} lost (XID {xid})", markup=False)
+
+        signal.signal(signal.SIGUSR1, fail_them)
+    return list(devices)
 
 
 def _pod_labels(node: str) -> PodLabels:

@@ -72,12 +72,23 @@ class SimulatedDevice:
     model: str = "Simulated GPU"
     # XID events to report, as (code, count); none by default: a healthy GPU.
     xids: tuple[tuple[int, float], ...] = ()
+    lost: bool = False  # fallen off the bus: reads fail (fail())
 
     @property
     def uuid(self) -> str:
         return f"GPU-00000000-0000-0000-0000-{self.index:012d}"
 
+    def fail(self, xid: int) -> None:
+        """Fail as a GPU that fell off the bus does: one more event of ``xid`` (79 on real
+        hardware), and every read from now on raises as NVML's does for a lost GPU."""
+        counts = Counter(dict(self.xids))
+        counts[xid] += 1
+        self.xids = tuple(sorted((code, float(n)) for code, n in counts.items()))
+        self.lost = True
+
     def read(self) -> Reading:
+        if self.lost:
+            raise RuntimeError("GPU is lost (simulated: NVML_ERROR_GPU_IS_LOST)")
         t = time.monotonic()
         busy = 0.5 + 0.45 * math.sin(t / 7.0 + self.index)
         return Reading(
