@@ -56,7 +56,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ),
     ("GpufleetGpuXidHardware", "> 0 -> >= 0"): (
         "gpu:gpufleet_gpu_xid_errors:increase10m holds only positive values: an increase kept "
-        "when > 0, or a new counter series, which starts at its first event (1)"
+        "when > 0, or a new counter series kept when > 0"
     ),
     ("GpufleetGpuXidOther", "> 0 -> >= 0"): "as for GpufleetGpuXidHardware",
     ("GpufleetJobNoProgress", "max -> min (#2)"): (

@@ -43,9 +43,6 @@ pytest.importorskip("pytriton")
 DASHBOARDS = sorted(p for p in (REPO / "deploy" / "grafana").glob("*.json") if p.stem != "queues")
 # (dashboard, panel, target index) -> why it may show nothing on a healthy fleet.
 EMPTY_BY_DESIGN = {
-    ("cluster-overview.json", "XID and uncorrectable ECC errors (1h)", 0): (
-        "the exporter creates an XID code's series at the GPU's first XID"
-    ),
     ("tenants-queues.json", "Allocated GPUs under 5% utilization", 0): (
         "lists offenders only; a simulated GPU is never under 5% busy"
     ),

@@ -107,3 +107,16 @@ def test_every_rule_mutant_that_changes_a_meaning_fails_a_test() -> None:
     assert report["mutants"] >= 90 and report["equivalent"] <= 4
     assert all(survivor["equivalent"] for survivor in report["survivors"])
     assert report["stale_equivalents"] == []
+
+
+def test_the_exporter_zeroes_exactly_the_codes_the_hardware_alert_names() -> None:
+    """The exporter reports the hardware XID codes at 0 from its start, so their first event is
+    an increase and the alert fires at once; a code the alert names that the exporter did not
+    zero would page only 10 minutes after the exporter started."""
+    from gpufleet.observe.devices import HARDWARE_XIDS
+
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    (alert,) = [r for r in rules if r.get("alert") == "GpufleetGpuXidHardware"]
+    named = re.search(r'xid=~"([0-9|]+)"', alert["expr"])
+    assert named is not None
+    assert sorted(int(code) for code in named.group(1).split("|")) == sorted(HARDWARE_XIDS)

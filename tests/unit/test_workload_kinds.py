@@ -58,7 +58,7 @@ def test_the_worker_dispatches_a_kind_to_its_runner(
     for kind in list(worker.RUNNERS):  # a kind with no runner stays without one
         monkeypatch.setitem(worker.RUNNERS, kind, lambda w, ctx: ran.append((w, ctx)))
     monkeypatch.setattr(worker, "init_distributed", lambda: None)
-    monkeypatch.setattr(worker, "shutdown_distributed", lambda: None)
+    monkeypatch.setattr(worker, "shutdown_distributed", lambda **_: None)
     monkeypatch.setenv(ENV_WORKLOAD, json.dumps({"name": name, "steps": 7}))
     assert worker.main() == 0
     [(workload, _)] = ran
@@ -70,7 +70,7 @@ def test_the_worker_refuses_an_unlisted_kind(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(worker, "init_distributed", lambda: None)
-    monkeypatch.setattr(worker, "shutdown_distributed", lambda: None)
+    monkeypatch.setattr(worker, "shutdown_distributed", lambda **_: None)
     monkeypatch.setenv(ENV_WORKLOAD, json.dumps({"name": "mnist"}))
     assert worker.main() == 2
     assert "unknown workload 'mnist'" in capsys.readouterr().err

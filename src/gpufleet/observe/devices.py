@@ -14,6 +14,11 @@ from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
+# NVIDIA's XID codes that mean the GPU, its memory or its links are failing (the alert
+# GpufleetGpuXidHardware in deploy/prometheus/gpufleet-rules.yaml lists the same): the exporter
+# reports each at 0 until its first event, so Prometheus sees that event as an increase at once.
+HARDWARE_XIDS = (48, 63, 64, 74, 79, 92, 93, 94, 95)
+
 
 @dataclass(frozen=True)
 class Reading:

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpufleet.observe.devices import Device, Reading
+from gpufleet.observe.devices import HARDWARE_XIDS, Device, Reading
 from gpufleet.observe.podresources import Allocation, Attribution, Owner
 
 LABELS = ["gpu", "uuid", "model", "node"]
@@ -132,7 +132,7 @@ class GpuCollector(Collector):
         )
         for device, future in pending:
             labels = [str(device.index), device.uuid, device.model, self.node]
-            for code, count in device.xid_errors() or ():  # also, above all, for a lost GPU
+            for code, count in _xids(device):  # also, above all, for a lost GPU
                 xid.add_metric([*labels, str(code)], count)
             reading = self._wait(future, until)
             if reading is None:
@@ -224,6 +224,16 @@ class GpuCollector(Collector):
         if not isinstance(reading, Reading) or reading.invalid():
             return None
         return reading
+
+
+def _xids(device: Device) -> list[tuple[int, float]]:
+    """The device's XID counts by code, the hardware codes at 0 until their first event (as
+    Prometheus advises for known label values: a series that appears at its first event reads
+    as no increase); none where XIDs are not counted."""
+    counted = device.xid_errors()
+    if counted is None:
+        return []
+    return sorted({**dict.fromkeys(HARDWARE_XIDS, 0.0), **dict(counted)}.items())
 
 
 def registry_for(collector: GpuCollector) -> CollectorRegistry:
