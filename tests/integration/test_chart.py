@@ -14,22 +14,14 @@ import pytest
 import yaml
 
 from gpufleet.render import TARGETS, check_restricted, pod_specs_in
+from tests.support.chart import CHART, helm, needs_helm
 from tests.support.k8s_schemas import validate_strictly
 from tests.support.paths import REPO
 from tests.support.specs import cluster_job, pod_templates
 
-CHART = REPO / "deploy" / "helm" / "gpufleet"
 SCENARIOS = sorted((CHART / "ci").glob("*-values.yaml"))
-HELM = shutil.which("helm")
 
-pytestmark = pytest.mark.skipif(
-    HELM is None, reason="helm not on PATH (make test fetches it: scripts/get-helm.sh)"
-)
-
-
-def helm(*args: str) -> subprocess.CompletedProcess[str]:
-    assert HELM
-    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120, check=False)
+pytestmark = needs_helm
 
 
 def template(values: Path | None = None) -> list[dict[str, Any]]:
@@ -384,33 +376,3 @@ def test_dashboards_ship_as_sidecar_config_maps() -> None:
         assert m["metadata"]["annotations"]["grafana_folder"] == "gpufleet"
         ((name, text),) = m["data"].items()
         assert json.loads(text) == json.loads((REPO / "deploy" / "grafana" / name).read_text())
-
-
-def test_dns_and_api_server_outside_the_pods_are_opened_only_when_named() -> None:
-    """DNS servers and an API server that are no pods (a node-local cache, a control plane's
-    hosts) get their own ipBlocks: egress to port 53, ingress from the API server's pod proxy
-    (`gpufleet status`); unnamed, no policy opens anything to an address."""
-    sets = ["--set", "networkPolicy.dnsCIDRs={10.9.0.10/32}",
-            "--set", "networkPolicy.apiServerCIDRs={10.0.0.0/28,10.0.1.5/32}"]  # fmt: skip
-    for given, named in ((sets, True), ([], False)):
-        proc = helm("template", "gpufleet", str(CHART), "-n", "gpufleet-system",
-                    "-f", str(CHART / "ci" / "lab-3node-a30-values.yaml"), *given)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        policies = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]
-                    for o in yaml.safe_load_all(proc.stdout)
-                    if o and o["kind"] == "NetworkPolicy"}  # fmt: skip
-        for tenant in ("research", "product"):
-            (dns,) = policies[(tenant, "allow-dns")]["egress"]
-            blocks = [p["ipBlock"]["cidr"] for p in dns["to"] if "ipBlock" in p]
-            assert blocks == (["10.9.0.10/32"] if named else []), dns
-            assert {p["port"] for p in dns["ports"]} == {53}, dns
-            proxy = policies.get((tenant, "allow-api-server-proxy"))
-            if named:
-                assert proxy is not None and proxy["policyTypes"] == ["Ingress"], proxy
-                (rule,) = proxy["ingress"]
-                assert [p["ipBlock"]["cidr"] for p in rule["from"]] == [
-                    "10.0.0.0/28",
-                    "10.0.1.5/32",
-                ]
-            else:
-                assert proxy is None, proxy

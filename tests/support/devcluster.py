@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 
 from gpufleet.devcluster.build import COMPONENTS, binaries_dir
+from tests.support.chart import CHART as CHART  # the cluster tests import it from here
 from tests.support.cli import cli_env, run_cli
-from tests.support.paths import REPO
 from tests.support.procs import poll_until
 
-CHART = REPO / "deploy" / "helm" / "gpufleet"
 NODES, GPUS_PER_NODE, PRODUCT = 3, 4, "NVIDIA-A30"
 # kwok's pod Stages capped at this (`cluster up --pod-delay-ms`): uncapped they wait 1-5 s at each
 # step of a pod's life (created, ready, completed), most of a cluster test's time.
