@@ -28,9 +28,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the tests' package, for the names the tests read
 from tests.support.realnodes import CHAOS_FULL  # noqa: E402
 
-TESTS = ["tests/cluster/test_realnodes_nodeloss.py", "tests/cluster/test_realnodes_preemption.py",
-         "tests/cluster/test_realnodes_partition.py",
-         "tests/cluster/test_realnodes_autoscaling.py"]  # fmt: skip
+TESTS = [
+    f"tests/cluster/test_realnodes_{case}.py"
+    for case in ("nodeloss", "preemption", "partition", "autoscaling", "device")
+]
 # What each recorded number is, for the report (in the order shown).
 MEANING = {
     "evicted_to_pods_gone_s": "Kueue's eviction (the Workload's Evicted condition) to the "
@@ -52,6 +53,8 @@ MEANING = {
     "load_to_second_ready_s": "LoadGen's pod created to the second Triton replica Ready (s)",
     "load_end_to_one_replica_s": "load stopped to one replica left (scaleDownDelay 30 s) (s)",
     "runs": "LoadGen Offline runs, none with a failed request",
+    "fault_to_alert_s": "rank 1's lost GPU (its log's fault line) to GpufleetGpuXidHardware "
+                        "firing in Prometheus, naming the node and GPU (s)",
 }  # fmt: skip
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 import calendar
 import json
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,13 +24,12 @@ import pytest
 import yaml
 
 from gpufleet.devcluster.nodes import GPU_TAINT
-from gpufleet.devcluster.state import State
 from gpufleet.render.podspec import CONTAINER_SECURITY, POD_SECURITY
 from gpufleet.render.serving import ADAPTER_METRICS, HTTP
 from tests.support.devcluster import DevCluster
 from tests.support.paths import REPO
 from tests.support.procs import poll_until
-from tests.support.realnodes import TENANT, pod_log, project_image, record
+from tests.support.realnodes import TENANT, pod_log, project_image, prometheus, record
 from tests.support.realserving import MODEL, exported, ready_pods, served_by_gpufleet
 from tests.support.specs import write_spec
 
@@ -159,17 +156,6 @@ def ready_since(pod: dict[str, Any]) -> float:
     """When the pod became Ready."""
     (ready,) = [c for c in pod["status"]["conditions"] if c["type"] == "Ready"]
     return epoch(ready["lastTransitionTime"])
-
-
-def prometheus(cluster: DevCluster, path: str, **params: Any) -> list[dict[str, Any]]:
-    """The result of a query of the cluster's Prometheus (its port in the cluster's state)."""
-    state = State.read(cluster.dir)
-    assert state is not None
-    url = f"http://127.0.0.1:{state.ports['prometheus']}/api/v1/{path}"
-    with urllib.request.urlopen(f"{url}?{urllib.parse.urlencode(params)}", timeout=10) as resp:
-        body = json.load(resp)
-    assert body["status"] == "success", body
-    return list(body["data"]["result"])
 
 
 def requests_of(pod: str) -> str:

@@ -10,6 +10,8 @@ import json
 import os
 import re
 import subprocess
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +26,7 @@ from gpufleet.devcluster.realnodes.host import FIXED_PATHS, KUBELET_SYSCTLS, hie
 from gpufleet.devcluster.realnodes.images import image_cache, names_in
 from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
+from gpufleet.devcluster.state import State
 from gpufleet.launch.shim import WORKER_NAME
 from tests.support import devcluster
 from tests.support.cli import run_cli
@@ -129,20 +132,33 @@ def shared_claim(
 # The chart's network policies for the real-node cluster, where the API server, CoreDNS and
 # the tests' object store listen on the host's bridge address (kube-router enforces them).
 HOST_CIDR = f"{HOST_IP}/32"
-NETWORK_VALUES = [f"networkPolicy.{key}={{{HOST_CIDR}}}"
-                  for key in ("dnsCIDRs", "apiServerCIDRs", "egressCIDRs")]  # fmt: skip
+NETWORKS = ("dnsCIDRs", "apiServerCIDRs", "egressCIDRs", "monitoringCIDRs")
+NETWORK_VALUES = [f"networkPolicy.{key}={{{HOST_CIDR}}}" for key in NETWORKS]
+# The GPU exporter on the real nodes: the project's image, four simulated GPUs (GPU 0 fails on
+# SIGUSR1, as one that fell off the bus: XID 79), no NVIDIA runtime and no kubelet attribution
+# (no device plugin here); scraped by the cluster's Prometheus on the host.
+SIMULATED_GPUS, FAILING = 4, (0, 79)
+
+
+def exporter_values() -> list[str]:
+    repository, tag = project_image()[0].rsplit(":", 1)
+    exporter = "monitoring.exporter"
+    return [f"{exporter}.image.repository={repository}", f"{exporter}.image.tag={tag}",
+            f"{exporter}.image.pullPolicy=Never", f"{exporter}.runtimeClassName=",
+            f"{exporter}.podResources.enabled=false", f"{exporter}.podResources.podLabels=false",
+            f"{exporter}.extraArgs={{--simulate={SIMULATED_GPUS},"
+            f"--simulate-failure={FAILING[0]}:{FAILING[1]}}}"]  # fmt: skip
 
 
 def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluster]:
-    """The body of the fixture ``reallab``: the chart with the lab's values (the NVML exporter
-    left out: no GPU here; Volcano queues for target volcano; its network policies open to
-    the host's DNS, API server and object store) and the checkpoint claim, on the real-node
-    cluster."""
-    network = [arg for value in NETWORK_VALUES for arg in ("--set", value)]
+    """The body of the fixture ``reallab``: the chart with the lab's values (the exporter with
+    simulated GPUs: no GPU here; Volcano queues for target volcano; its network policies open
+    to the host's DNS, API server, object store and Prometheus) and the checkpoint claim, on
+    the real-node cluster."""
+    values = [arg for value in [*NETWORK_VALUES, *exporter_values()] for arg in ("--set", value)]
     cluster.helm("install", "lab", str(devcluster.CHART), "-f", str(LAB_VALUES), "-n",
-                 "gpufleet-system", "--set", "monitoring.exporter.enabled=false",
-                 "--set", "volcano.enabled=true",  # a Volcano Queue per tenant too
-                 *network, "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
+                 "gpufleet-system", "--set", "volcano.enabled=true",  # a Volcano Queue per tenant
+                 *values, "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
     shared_claim(cluster, CLAIM)
     try:
         yield cluster
@@ -329,3 +345,14 @@ def record(case: str, **numbers: float) -> None:
     if where:
         with open(where, "a") as out:
             out.write(json.dumps({"case": case, **numbers}) + "\n")
+
+
+def prometheus(cluster: DevCluster, path: str, **params: Any) -> list[dict[str, Any]]:
+    """The result of a query of the cluster's Prometheus (its port in the cluster's state)."""
+    state = State.read(cluster.dir)
+    assert state is not None
+    url = f"http://127.0.0.1:{state.ports[metrics.PROMETHEUS]}/api/v1/{path}"
+    with urllib.request.urlopen(f"{url}?{urllib.parse.urlencode(params)}", timeout=10) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    return list(body["data"]["result"])

@@ -35,6 +35,7 @@ from gpufleet.net import free_ports
 PROMETHEUS, ADAPTER = "prometheus", "prometheus-adapter"  # components, executables, ports
 BINARIES = (PROMETHEUS, ADAPTER)
 ADAPTER_RULES_FILE = REPO / "deploy" / "prometheus" / "adapter-rules.yaml"
+ALERT_RULES_FILE = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"  # the chart's too
 SCRAPE_INTERVAL = "5s"  # a load's effect reaches the autoscaler within seconds
 RELIST_INTERVAL = "15s"  # how soon the adapter serves the series of a new pod
 PROMETHEUS_USER = "gpufleet:prometheus"
@@ -95,7 +96,8 @@ def _api_service(version: str, ca_pem: bytes, port: int) -> Obj:
 
 def prometheus_config(kubeconfig: Path) -> dict[str, Any]:
     """Scrape every running pod's container port named ``metrics``, labelled with its namespace
-    and pod (the labels the adapter's rules map to objects)."""
+    and pod (the labels the adapter's rules map to objects); evaluate gpufleet's recording rules
+    and alerts."""
     relabel = [
         {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics",
          "action": "keep"},
@@ -105,6 +107,7 @@ def prometheus_config(kubeconfig: Path) -> dict[str, Any]:
     ]  # fmt: skip
     return {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
+        "rule_files": [str(ALERT_RULES_FILE)],
         "scrape_configs": [{
             "job_name": "pods", "scrape_timeout": "4s",
             "kubernetes_sd_configs": [{"role": "pod", "kubeconfig_file": str(kubeconfig)}],
