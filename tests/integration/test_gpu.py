@@ -30,6 +30,25 @@ def test_digits_on_gpus_uses_nccl_and_resumes_exactly(workdir: Path) -> None:
     assert a["state_digest"] == b["state_digest"]
 
 
+def test_a_real_cuda_error_restarts_the_group_and_resumes_exactly(workdir: Path) -> None:
+    """The `device` fault on a GPU is a real sticky CUDA error (a device-side assert poisons the
+    rank's context, as a lost GPU does): the rank exits at once, the group restarts in new
+    processes with fresh contexts, and ends with the uninterrupted run's weights."""
+    procs = min(2, torch.cuda.device_count())
+    doc = digits_job("gpu-straight", procsPerNode=procs, resources={"gpu": procs})
+    straight = run_cli("run", str(write_spec(workdir, doc)), "-o", "json", cwd=workdir)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    env = dict(__import__("os").environ, GPUFLEET_FAULTS=f"device@step=17,rank={procs - 1}")
+    doc2 = digits_job("gpu-device", procsPerNode=procs, resources={"gpu": procs})
+    lost = run_cli("run", str(write_spec(workdir, doc2, "d.yaml")), "-o", "json", cwd=workdir,
+                   env=env)  # fmt: skip
+    assert lost.returncode == 0, lost.stderr[-3000:]
+    assert "CUDA error: device-side assert triggered" in lost.stderr, lost.stderr[-3000:]
+    assert "made no step progress" not in lost.stderr
+    assert summary_of(lost)["restarts"] == 1
+    assert summary_of(lost)["state_digest"] == summary_of(straight)["state_digest"]
+
+
 def test_worker_sees_its_own_gpu(workdir: Path) -> None:
     procs = min(2, torch.cuda.device_count())
     (workdir / "probe.py").write_text(

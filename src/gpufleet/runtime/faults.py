@@ -99,9 +99,18 @@ def active(action: str, point: str, at: int) -> bool:
 
 
 def lost_device() -> RuntimeError:
-    """The exception of a CUDA call on a lost device (``device`` fault)."""
+    """The exception of a CUDA call on a lost device (``device`` fault). On a GPU, a real sticky
+    CUDA error instead: a kernel's device-side assert (an index out of range), which poisons
+    the process's CUDA context as a lost device does (every later CUDA call fails; only a new
+    process recovers)."""
     import torch
 
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        try:
+            values = torch.zeros(1, device="cuda")
+            values[torch.tensor([1], device="cuda")].sum().item()  # asserts on the device
+        except RuntimeError as exc:
+            return exc
     error = torch.AcceleratorError(LOST_DEVICE_MESSAGE)
     error.error_code = LOST_DEVICE_CODE  # type: ignore[attr-defined]
     return error
