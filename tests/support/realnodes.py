@@ -146,6 +146,9 @@ def exporter_values() -> list[str]:
     return [f"{exporter}.image.repository={repository}", f"{exporter}.image.tag={tag}",
             f"{exporter}.image.pullPolicy=Never", f"{exporter}.runtimeClassName=",
             f"{exporter}.podResources.enabled=false", f"{exporter}.podResources.podLabels=false",
+            # no CPU request: a real node has the host's 2 CPUs, and two training pods of one
+            # CPU each must still fit on one node (node loss, MPI launcher beside a worker)
+            f"{exporter}.resources.requests.cpu=0",
             f"{exporter}.extraArgs={{--simulate={SIMULATED_GPUS},"
             f"--simulate-failure={FAILING[0]}:{FAILING[1]}}}"]  # fmt: skip
 
