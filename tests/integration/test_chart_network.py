@@ -19,6 +19,14 @@ def component(selector_or_meta: dict[str, Any]) -> str | None:
     return labels.get("app.kubernetes.io/component")
 
 
+def lab_objects(sets: list[str]) -> list[dict[str, Any]]:
+    """The chart rendered with the lab's values and ``sets``."""
+    proc = helm("template", "gpufleet", str(CHART), "-n", SYSTEM,
+                "-f", str(CHART / "ci" / "lab-3node-a30-values.yaml"), *sets)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return [o for o in yaml.safe_load_all(proc.stdout) if o]
+
+
 def test_a_prometheus_outside_the_pods_scrapes_only_when_named() -> None:
     """networkPolicy.monitoringCIDRs: a Prometheus that is no pod of the monitoring namespace (a
     host's, as on the real-node cluster) may scrape tenant pods and the exporter; unnamed, only
@@ -26,10 +34,7 @@ def test_a_prometheus_outside_the_pods_scrapes_only_when_named() -> None:
     sets = ["--set", "networkPolicy.monitoringCIDRs={10.250.0.1/32}",
             "--set", "monitoring.exporter.extraArgs={--simulate=4}"]  # fmt: skip
     for given, named in ((sets, True), ([], False)):
-        proc = helm("template", "gpufleet", str(CHART), "-n", "gpufleet-system",
-                    "-f", str(CHART / "ci" / "lab-3node-a30-values.yaml"), *given)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        docs = [o for o in yaml.safe_load_all(proc.stdout) if o]
+        docs = lab_objects(given)
         policies = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]
                     for o in docs if o["kind"] == "NetworkPolicy"}  # fmt: skip
         scrapers = [policies[(t, "allow-monitoring-scrape")] for t in ("research", "product")]
@@ -53,12 +58,9 @@ def test_dns_and_api_server_outside_the_pods_are_opened_only_when_named() -> Non
     sets = ["--set", "networkPolicy.dnsCIDRs={10.9.0.10/32}",
             "--set", "networkPolicy.apiServerCIDRs={10.0.0.0/28,10.0.1.5/32}"]  # fmt: skip
     for given, named in ((sets, True), ([], False)):
-        proc = helm("template", "gpufleet", str(CHART), "-n", "gpufleet-system",
-                    "-f", str(CHART / "ci" / "lab-3node-a30-values.yaml"), *given)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
         policies = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]
-                    for o in yaml.safe_load_all(proc.stdout)
-                    if o and o["kind"] == "NetworkPolicy"}  # fmt: skip
+                    for o in lab_objects(given)
+                    if o["kind"] == "NetworkPolicy"}  # fmt: skip
         for tenant in ("research", "product"):
             (dns,) = policies[(tenant, "allow-dns")]["egress"]
             blocks = [p["ipBlock"]["cidr"] for p in dns["to"] if "ipBlock" in p]
