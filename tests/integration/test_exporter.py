@@ -24,7 +24,6 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT
-from gpufleet.net import free_port
 from gpufleet.observe.devices import (
     HARDWARE_XIDS,
     Reading,
@@ -35,7 +34,7 @@ from gpufleet.observe.devices import (
 from gpufleet.observe.exporter import METRICS, GpuCollector, reading_fields, registry_for
 from gpufleet.observe.http import start_metrics_server, url
 from tests.support.procs import poll_until
-from tests.support.scrape import scrape, scrape_port, serve, stop
+from tests.support.scrape import scrape, scrape_port, serve, served_port, stop
 
 RELEASE = threading.Event()  # set at the end of the module: lets hung reads return
 
@@ -209,16 +208,16 @@ def gpu_down(port: int, gpu: str) -> dict[str, Any] | None:
 def test_a_simulated_gpu_fails_on_sigusr1_as_a_lost_one_does() -> None:
     """`--simulate-failure 1:79`: GPU 1 is healthy until the exporter gets SIGUSR1, then down
     with one XID 79 (what a chaos test injects on a node); GPU 0 stays up."""
-    port = free_port()
     cmd = [sys.executable, "-m", "gpufleet.cli.main", "exporter", "--simulate", "2",
-           "--simulate-failure", "1:79", "--port", str(port), "--node", "n"]  # fmt: skip
+           "--simulate-failure", "1:79", "--port", "0", "--node", "n"]  # fmt: skip
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
-        _, before = poll_until(lambda: scrape_port(port), what="the exporter", retry_on=(OSError,))
+        port = served_port(proc)  # not free_port(): CI once scraped another test's exporter
+        _, before = scrape_port(port)
         assert {lab["gpu"]: v for lab, v in before["gpufleet_gpu_up"]} == {"0": 1.0, "1": 1.0}
         assert all(v == 0 for _, v in before["gpufleet_gpu_xid_errors_total"])
         proc.send_signal(signal.SIGUSR1)
-        after = poll_until(lambda: gpu_down(port, "1"), what="GPU 1 down")
+        after = poll_until(lambda: gpu_down(port, "1"), what="GPU 1 down", alive=proc)
         assert {lab["gpu"]: v for lab, v in after["gpufleet_gpu_up"]} == {"0": 1.0, "1": 0.0}
         xids = [(lab["gpu"], lab["xid"], v)
                 for lab, v in after["gpufleet_gpu_xid_errors_total"] if v]  # fmt: skip

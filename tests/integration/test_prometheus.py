@@ -18,6 +18,7 @@ from tests.support.cli import cli_env, gpufleet_cmd
 from tests.support.kubelet import Kubelet, answering_kubelet
 from tests.support.procs import poll_until, stop_processes
 from tests.support.prometheus import prometheus, query, static
+from tests.support.scrape import served_port
 from tests.support.specs import digits_job, write_spec
 
 pytestmark = [
@@ -39,7 +40,16 @@ def kubelet() -> Iterator[Kubelet]:
 
 
 def test_prometheus_scrapes_exporter_and_training_job(workdir: Path, kubelet: Kubelet) -> None:
-    exp_port, job_port = free_port(), free_port()
+    exporter = subprocess.Popen(
+        gpufleet_cmd("exporter", "--simulate", "2", "--port", "0", "--node", "n1",
+                     "--pod-resources", kubelet.socket),
+        cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        exp_port, job_port = served_port(exporter), free_port()
+    except BaseException:
+        stop_processes([exporter])
+        raise
     scrapes = [static("gpufleet-exporter", f"127.0.0.1:{exp_port}"),
                static("gpufleet-job", f"127.0.0.1:{job_port}")]  # fmt: skip
     doc = digits_job(
@@ -51,11 +61,7 @@ def test_prometheus_scrapes_exporter_and_training_job(workdir: Path, kubelet: Ku
         metrics={"port": job_port},
     )
     procs = [
-        subprocess.Popen(
-            gpufleet_cmd("exporter", "--simulate", "2", "--port", str(exp_port), "--node", "n1",
-                         "--pod-resources", kubelet.socket),
-            cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ),
+        exporter,
         subprocess.Popen(
             gpufleet_cmd("run", str(write_spec(workdir, doc))),
             cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -110,7 +110,8 @@ def wait_no_processes(text: str, timeout: float = 15) -> list[psutil.Process]:
 
 
 def stop_processes(procs: list[subprocess.Popen[Any]], timeout: float = 30) -> None:
-    """SIGTERM each process still running (last started first), then wait; SIGKILL laggards."""
+    """SIGTERM each process still running (last started first), then wait; SIGKILL laggards.
+    Pipes to them are closed."""
     for proc in reversed(procs):
         if proc.poll() is None:
             proc.terminate()
@@ -120,3 +121,6 @@ def stop_processes(procs: list[subprocess.Popen[Any]], timeout: float = 30) -> N
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()

@@ -3,8 +3,11 @@ parsed with prometheus_client's own parser."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 import time
 import urllib.request
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -29,6 +32,18 @@ def scrape(url: str) -> tuple[int, Samples, float]:
     with urllib.request.urlopen(url, timeout=10) as resp:
         status, text = resp.status, resp.read().decode()
     return status, parse(text), time.monotonic() - started
+
+
+def served_port(proc: subprocess.Popen[Any]) -> int:
+    """The port of an exporter started with ``--port 0`` (its stderr a text pipe), read from its
+    first line ("serving N GPU(s) at http://127.0.0.1:PORT/metrics"). A port the kernel picked
+    at bind time: one picked by the test beforehand (free_port) may be taken meanwhile by
+    another test's server, and the test would then scrape that one."""
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    found = re.search(r" at http://[^ ]*:(\d+)/metrics", line)
+    assert found, f"the exporter did not say where it serves: {line!r}"
+    return int(found.group(1))
 
 
 def scrape_port(port: int) -> tuple[str, Samples]:
