@@ -40,7 +40,7 @@ from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.runtime.distributed import init_distributed, shutdown_distributed
 from gpufleet.runtime.files import read_json
 from gpufleet.spec import validate_training_job
-from gpufleet.workloads import parameter_bytes, synthetic_dataset, synthetic_mlp
+from gpufleet.workloads.synthetic import parameter_bytes, synthetic_dataset, synthetic_mlp
 
 MODEL = {"input_size": 256, "hidden_size": 1024, "layers": 4}
 BIG_MODEL = {"input_size": 1024, "hidden_size": 5120, "layers": 2}  # ~126 MB of fp32

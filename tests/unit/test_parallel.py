@@ -20,8 +20,8 @@ from gpufleet.runtime.distributed import shutdown_distributed
 from gpufleet.runtime.files import read_json
 from gpufleet.runtime.parallel import default_blocks
 from gpufleet.runtime.trainer import cross_entropy_step
-from gpufleet.workloads import synthetic_dataset, synthetic_mlp
 from gpufleet.workloads.digits import DigitsCNN
+from gpufleet.workloads.synthetic import synthetic_dataset, synthetic_mlp
 
 
 @pytest.fixture(autouse=True)

@@ -151,7 +151,7 @@ def test_errors_gpufleet_raises_on_purpose_share_one_tree() -> None:
 def test_a_batch_larger_than_the_data_is_a_job_config_error(tmp_path: Path) -> None:
     from gpufleet.errors import JobConfigError
     from gpufleet.runtime import Trainer, TrainerConfig
-    from gpufleet.workloads import synthetic_dataset, synthetic_mlp
+    from gpufleet.workloads.synthetic import synthetic_dataset, synthetic_mlp
 
     model = synthetic_mlp(8, 16, 2)
     want = r"global batch of 1000 \(1000 per worker\) is larger than the data \(64 samples\)"

@@ -13,7 +13,7 @@ from gpufleet.runtime import CheckpointSettings, JobContext, Trainer, TrainerCon
 from gpufleet.runtime.files import read_json
 from gpufleet.runtime.rundir import RunDir
 from gpufleet.runtime.trainer import cross_entropy_step
-from gpufleet.workloads import synthetic_dataset, synthetic_mlp
+from gpufleet.workloads.synthetic import synthetic_dataset, synthetic_mlp
 
 STEPS = 14
 

@@ -32,10 +32,15 @@ START_METHOD = "forkserver"
 PRELOAD = ("torch", "torch.distributed.checkpoint", SHIM_MODULE, "gpufleet.runtime")
 
 
-def entrypoint(argv: list[str]) -> tuple[str | Callable[..., Any], list[str], str | None]:
+def entrypoint(
+    argv: list[str], *, fork: bool = True
+) -> tuple[str | Callable[..., Any], list[str], str | None]:
     """torchelastic's ``(entrypoint, args, start_method)`` for the worker command ``argv``:
     the shim as a function in a forked worker, or ``argv`` as a command (start method None:
-    the launcher's own)."""
+    the launcher's own; always so without ``fork``: a worker of another framework must not
+    start as a fork of a process that imported torch)."""
+    if not fork:
+        return argv[0], argv[1:], None
     args = argv[1:]
     if args[:1] == ["-u"]:
         args = args[1:]

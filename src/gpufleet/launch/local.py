@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -27,7 +28,8 @@ from gpufleet.errors import (
     MetricsPortError,
     UserInputError,
 )
-from gpufleet.extras import install_hint
+from gpufleet.extras import install_hint, missing
+from gpufleet.frameworks.tf.cluster import ENV_TF_WORKERS, local_workers
 from gpufleet.launch.fatal import read_fatal
 from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
@@ -82,9 +84,12 @@ def worker_env(job: TrainingJob, run_dir: Path) -> dict[str, str]:
     """Variables added to torchrun's worker environment on this machine: the pods' (gpufleet.
     launch.worker.worker_env) for the absolute ``run_dir``, and this process's
     OMP_NUM_THREADS when set. References: NodeConfig.secret_env, resolved apart."""
-    return shared_worker_env(
+    env = shared_worker_env(
         job, run_dir.resolve(), omp_threads=os.environ.get("OMP_NUM_THREADS", "1")
     )
+    if job.spec.framework == "tensorflow":  # each worker's gRPC server: a free port here
+        env[ENV_TF_WORKERS] = local_workers([free_port() for _ in range(job.spec.world_size)])
+    return env
 
 
 @contextmanager
@@ -127,6 +132,13 @@ def check_script(job: TrainingJob) -> None:
         raise UserInputError([FieldError("spec.command[0]", f"{missing} ({where})")])
 
 
+def check_framework(job: TrainingJob) -> None:
+    """A framework other than PyTorch must be installed here (its extra), or exit 2 with the
+    install command before any worker starts (each would fail on import, and be restarted)."""
+    if job.spec.framework == "tensorflow" and importlib.util.find_spec("tensorflow") is None:
+        raise missing("tensorflow", "tensorflow", "spec.framework tensorflow")
+
+
 def check_checkpoint_storage(job: TrainingJob) -> None:
     """Fail before starting anything when the checkpoint URI's filesystem is not installed."""
     uri = job.spec.checkpoint.dir
@@ -156,6 +168,7 @@ def run_local(
     """
     check_checkpoint_storage(job)
     check_script(job)
+    check_framework(job)
     secret_env = resolve_env(job)  # the spec's Secret/ConfigMap references, before anything
     with job_lock(run_root, job.metadata.name, job.spec.checkpoint.dir):
         if fresh and job.spec.checkpoint.dir:
@@ -214,6 +227,7 @@ def _run_locked(
     s = job.spec
     run_id = f"{job.metadata.name}-{uuid.uuid4().hex[:8]}"
     endpoint = f"127.0.0.1:{free_port()}"
+    env = worker_env(job, run_dir)  # once: every node's workers must name the same addresses
     configs = [
         NodeConfig(
             run_id=run_id,
@@ -225,8 +239,9 @@ def _run_locked(
             shutdown_timeout=s.preemption.grace_period,
             log_dir=str(files.node_logs(i)),
             argv=worker_argv(job),
-            env=worker_env(job, run_dir),
+            env=env,
             secret_env=secret_env,
+            fork=s.framework == "pytorch",
         )
         for i in range(s.nodes)
     ]

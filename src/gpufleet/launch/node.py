@@ -44,6 +44,8 @@ class NodeConfig:
     # env, but never written into the JSON that crosses to a node process (its environment
     # carries them: see gpufleet.launch.local).
     secret_env: dict[str, str] = field(default_factory=dict, repr=False)
+    # Workers forked from a forkserver that imported torch (PyTorch jobs), else started anew.
+    fork: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +65,7 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
     os.environ.update(cfg.env)
     os.environ.update(cfg.secret_env)
     os.environ[ENV_AGENT_PID] = str(os.getpid())  # lets the workers spot an early death
-    entry, args, start_method = entrypoint(cfg.argv)
+    entry, args, start_method = entrypoint(cfg.argv, fork=cfg.fork)
     config = LaunchConfig(
         min_nodes=cfg.nnodes,
         max_nodes=cfg.nnodes,

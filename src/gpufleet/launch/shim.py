@@ -9,6 +9,7 @@ the failing rank and show its traceback.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import runpy
 import sys
@@ -25,7 +26,7 @@ from gpufleet.launch.orphans import (
     name_process,
     release_forkserver,
 )
-from gpufleet.runtime.context import ENV_OUTPUT_HANG_TIMEOUT, ENV_RUN_DIR
+from gpufleet.runtime.context import ENV_FRAMEWORK, ENV_OUTPUT_HANG_TIMEOUT, ENV_RUN_DIR
 
 # A forked worker's process name: gpufleet-rank<RANK> (at most 15 bytes are kept).
 WORKER_NAME = "gpufleet-rank"
@@ -55,6 +56,8 @@ _PEER_GONE = (
 
 
 def _peer_lost(exc: BaseException) -> bool:
+    if "torch" not in sys.modules:  # a worker of another framework (spec.framework)
+        return False
     try:
         from torch.distributed import DistError
     except ImportError:
@@ -159,6 +162,9 @@ def worker(*argv: str) -> None:
 
 
 def _shim(argv: list[str]) -> None:
+    if os.environ.get(ENV_FRAMEWORK, "pytorch") != "pytorch":
+        _framework_worker(argv)
+        return
     # Imported after die_with_parent: importing torch takes seconds, time in which an agent
     # SIGKILLed would leave this process behind.
     from torch.distributed.elastic.multiprocessing.errors import record
@@ -171,6 +177,23 @@ def _shim(argv: list[str]) -> None:
 
     with _safe_group_teardown():
         record(_run)(argv)
+
+
+def _framework_worker(argv: list[str]) -> None:
+    """A worker of another framework (spec.framework): no torch in it. A TensorFlow worker
+    gets its TF_CONFIG here (gpufleet.frameworks.tf.cluster), so a user's script reads it as
+    under Kubeflow's TFJob; a bad one is one line and exit 2."""
+    from gpufleet.frameworks.tf.cluster import ENV_TF_CONFIG, ClusterConfigError, tf_config
+
+    try:
+        config = tf_config(os.environ)
+    except ClusterConfigError as exc:
+        print(f"gpufleet: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if config is not None:
+        os.environ[ENV_TF_CONFIG] = json.dumps(config)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's INFO lines: not in logs
+    _run(argv)
 
 
 if __name__ == "__main__":

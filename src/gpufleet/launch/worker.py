@@ -17,11 +17,14 @@ DEFAULT_RUN_ROOT = Path(".gpufleet/runs")  # where local runs keep logs, results
 
 SHIM_MODULE = "gpufleet.launch.shim"
 WORKLOAD_MODULE = "gpufleet.workloads"
+# The built-in workloads' worker of each framework other than PyTorch's (spec.framework).
+FRAMEWORK_MODULES = {"tensorflow": "gpufleet.frameworks.tf"}
 
 
 def worker_module_args(job: TrainingJob) -> list[str]:
     """``-m gpufleet.launch.shim <script | -m module> args``: what follows ``python``."""
-    command = job.spec.command or ["-m", WORKLOAD_MODULE]
+    module = FRAMEWORK_MODULES.get(job.spec.framework, WORKLOAD_MODULE)
+    command = job.spec.command or ["-m", module]
     return ["-m", SHIM_MODULE, *command]
 
 
@@ -42,6 +45,7 @@ def job_context(job: TrainingJob, run_dir: Path, metrics_dir: str | None = None)
         parallelism=s.parallelism.settings(),
         workload=s.workload.model_dump(by_alias=True) if s.workload else {},
         metrics_dir=metrics_dir if s.metrics.port else None,
+        framework=s.framework,
     )
 
 

@@ -9,6 +9,7 @@ with ``render.podspec``. Serving targets (kind InferenceService, ``render.servin
 
 from collections.abc import Callable
 
+from gpufleet.errors import FieldError, UserInputError
 from gpufleet.kube import Obj
 from gpufleet.render.checks import cluster_errors
 from gpufleet.render.job import render_indexed_job
@@ -47,6 +48,13 @@ def targets_for(spec: TrainingJob | InferenceService) -> list[str]:
 def render(job: TrainingJob, target: str = "job") -> list[Obj]:
     """Kubernetes objects for ``job`` on ``target``; UserInputError if it cannot run there.
     With ``spec.metrics.podMonitor``, a PodMonitor for the job's pods comes last."""
+    if job.spec.framework != "pytorch":
+        # Each target's pods would start PyTorch's launcher; a TensorFlow worker needs its
+        # TF_CONFIG from the pod's index and the job's Service (issue 30 brings job, jobset and
+        # tfjob). Refused rather than rendered into pods that would each train alone.
+        message = (f"{job.spec.framework} jobs run here (gpufleet run) but render to no "
+                   f"Kubernetes target yet (asked: {target})")  # fmt: skip
+        raise UserInputError([FieldError("spec.framework", message)])
     return TARGETS[target](job) + pod_monitor(job)
 
 

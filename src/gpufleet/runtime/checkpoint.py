@@ -186,7 +186,7 @@ class Checkpointer:
                           f"{'; '.join(map(str, problems))}); set aside as {aside}, trying the "
                           "previous one")  # fmt: skip
                 continue
-            checkpoint_io.check_identity(self.identity, marker, root=self.root, step=ref.step)
+            integrity.check_identity(self.identity, marker, root=self.root, step=ref.step)
             return CheckpointRef(ref.step, ref.path, marker.get("world_size"))
         if set_aside:
             raise NoUsableCheckpointError(

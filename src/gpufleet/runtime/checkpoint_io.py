@@ -18,8 +18,6 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystem
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
-from gpufleet.errors import CheckpointMismatchError
-
 # Errors of the storage itself, which a restart cannot fix (a transient object store error is
 # not among them and keeps its retries).
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
@@ -124,25 +122,3 @@ def new_stager() -> DefaultStager:
             use_non_blocking_copy=torch.cuda.is_available(),
         )
     )
-
-
-def check_identity(mine: dict[str, str], marker: dict[str, Any], *, root: str, step: int) -> None:
-    """Refuse (CheckpointMismatchError) the checkpoint of ``step`` in ``root`` when its marker
-    names another job or another model than ``mine`` (markers before identities carry none:
-    nothing to compare)."""
-    theirs = marker.get("identity") or {}
-    job, other = mine.get("job"), theirs.get("job")
-    if job and other and job != other:
-        raise CheckpointMismatchError(
-            f"the newest checkpoint in {root} (step {step}) belongs to job {other}, "
-            f"not {job}: resuming from it would continue another job's training; give each "
-            "job its own spec.checkpoint.dir"
-        )
-    model, written = mine.get("model"), theirs.get("model")
-    if model and written and model != written:
-        raise CheckpointMismatchError(
-            f"the newest checkpoint in {root} (step {step}) was written by another "
-            f"model ({theirs.get('workload', '?')}, fingerprint {written}) than this job's "
-            f"({mine.get('workload', '?')}, fingerprint {model}): it cannot be loaded; use a "
-            "new spec.checkpoint.dir, or run with --fresh to move the old ones aside"
-        )

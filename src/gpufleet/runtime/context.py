@@ -27,6 +27,8 @@ ENV_HANG_TIMEOUT = "GPUFLEET_HANG_TIMEOUT"
 # from the worker's last output or gpufleet.runtime.heartbeat() (gpufleet.runtime.watchdog).
 ENV_OUTPUT_HANG_TIMEOUT = "GPUFLEET_OUTPUT_HANG_TIMEOUT"
 ENV_WORKLOAD = "GPUFLEET_WORKLOAD"
+# spec.framework when not pytorch (the worker shim then imports no torch: gpufleet.frameworks).
+ENV_FRAMEWORK = "GPUFLEET_FRAMEWORK"
 # spec.parallelism as JSON (ParallelismSettings): the Trainer's strategy, precision and so on.
 ENV_PARALLELISM = "GPUFLEET_PARALLELISM"
 # A directory: when set, every Trainer rank appends the sample ids of each step to
@@ -123,6 +125,7 @@ class JobContext:
     metrics_dir: str | None = None
     parallelism: ParallelismSettings = PARALLELISM_DEFAULTS
     sample_log: Path | None = None
+    framework: str = "pytorch"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> JobContext:
@@ -148,6 +151,7 @@ class JobContext:
             metrics_dir=e.get(ENV_METRICS_DIR) or None,
             parallelism=ParallelismSettings.from_json(json.loads(e.get(ENV_PARALLELISM, "{}"))),
             sample_log=Path(e[ENV_SAMPLE_LOG]) if e.get(ENV_SAMPLE_LOG) else None,
+            framework=e.get(ENV_FRAMEWORK, "pytorch"),
         )
 
     @property
@@ -179,4 +183,6 @@ class JobContext:
             env[ENV_PARALLELISM] = json.dumps(self.parallelism.to_json(), sort_keys=True)
         if self.sample_log is not None:
             env[ENV_SAMPLE_LOG] = str(self.sample_log)
+        if self.framework != "pytorch":
+            env[ENV_FRAMEWORK] = self.framework
         return env

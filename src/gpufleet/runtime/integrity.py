@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.errors import CheckpointMismatchError
+
 MARKER = "COMPLETE.json"
 STEP_DIR = re.compile(r"^step_(\d{9})-([0-9a-f]{6})$")
 SET_ASIDE = ".corrupt"  # a set-aside directory's suffix; STEP_DIR never matches it again
@@ -100,6 +102,28 @@ def verify(fs: Any, directory: str, marker: dict[str, Any]) -> list[Mismatch] | 
         if actual != want["sha256"]:
             problems.append(Mismatch(name, f"sha256 {want['sha256']}", f"sha256 {actual}"))
     return problems
+
+
+def check_identity(mine: dict[str, str], marker: dict[str, Any], *, root: str, step: int) -> None:
+    """Refuse (CheckpointMismatchError) the checkpoint of ``step`` in ``root`` when its marker
+    names another job or another model than ``mine`` (markers before identities carry none:
+    nothing to compare)."""
+    theirs = marker.get("identity") or {}
+    job, other = mine.get("job"), theirs.get("job")
+    if job and other and job != other:
+        raise CheckpointMismatchError(
+            f"the newest checkpoint in {root} (step {step}) belongs to job {other}, "
+            f"not {job}: resuming from it would continue another job's training; give each "
+            "job its own spec.checkpoint.dir"
+        )
+    model, written = mine.get("model"), theirs.get("model")
+    if model and written and model != written:
+        raise CheckpointMismatchError(
+            f"the newest checkpoint in {root} (step {step}) was written by another "
+            f"model ({theirs.get('workload', '?')}, fingerprint {written}) than this job's "
+            f"({mine.get('workload', '?')}, fingerprint {model}): it cannot be loaded; use a "
+            "new spec.checkpoint.dir, or run with --fresh to move the old ones aside"
+        )
 
 
 def set_aside(fs: Any, directory: str) -> str:

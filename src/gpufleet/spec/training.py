@@ -18,6 +18,12 @@ from gpufleet.runtime.context import (
 from gpufleet.spec.env import CREDENTIAL_NAME, ENV_NAME, EnvFromSource, EnvSource, EnvValue
 from gpufleet.spec.names import API_VERSION, DnsLabel, Metadata
 from gpufleet.spec.resources import Resources, Volume
+from gpufleet.spec.training_rules import (
+    FRAMEWORK_HELP,
+    Framework,
+    framework_problems,
+    parallelism_problems,
+)
 from gpufleet.spec.validation import (
     INT32_MAX,
     MAX_BATCH,
@@ -160,6 +166,7 @@ _LAUNCHER = re.compile(r"^(python|pypy|ipython)[0-9.]*$|^(torchrun|bash|sh|env|u
 class TrainingJobSpec(CrossFieldModel):
     """What to run, how wide, and how it survives failures."""
 
+    framework: Framework = Field(default="pytorch", description=FRAMEWORK_HELP)
     command: list[str] | None = Field(
         default=None,
         description=(
@@ -305,7 +312,8 @@ class TrainingJobSpec(CrossFieldModel):
             )
         elif has_command and has_workload:
             problems.append((("workload",), "exclusive with spec.command: set one of them"))
-        problems += _parallelism_problems(data, has_command)
+        problems += parallelism_problems(data, has_command)
+        problems += framework_problems(data)
         nodes = raw_int(data, "nodes", default=1, minimum=1)
         low = raw_int(data, "minNodes", default=0, minimum=1)
         if nodes and low and low > nodes:
@@ -358,33 +366,8 @@ class TrainingJobSpec(CrossFieldModel):
         return out
 
 
-def _parallelism_problems(data: dict[str, Any], has_command: bool) -> list[Problem]:
-    """spec.parallelism applies to the built-in Trainer: refused with a command (the script
-    may not use the Trainer, and a setting nothing applies would be silently lost), and the
-    accumulation must split the workload's batch evenly."""
-    raw = data.get("parallelism")
-    if not isinstance(raw, dict) or not raw:
-        return []
-    # A default value sets nothing, so a command job may carry it (its own dump writes them all).
-    defaults = Parallelism().model_dump(by_alias=True)
-    if has_command and any(key not in defaults or raw[key] != defaults[key] for key in raw):
-        return [(("parallelism",), "applies to built-in workloads (spec.workload), not to a "
-                 "command: a script picks its own (gpufleet.runtime.Trainer(..., parallelism="
-                 "ParallelismSettings(strategy='fsdp')), or its own fully_shard)")]  # fmt: skip
-    accumulation = raw_int(data, "parallelism", "gradientAccumulation", default=1, minimum=1)
-    workload = data.get("workload")
-    if accumulation and isinstance(workload, dict) and workload.get("name") in WORKLOAD_KINDS:
-        default = WORKLOAD_KINDS[workload["name"]].model_fields["batch_size"].default
-        batch = raw_int(data, "workload", "batchSize", default=default, minimum=1)
-        if batch and batch % accumulation:
-            return [(("parallelism", "gradientAccumulation"), f"is {accumulation}, which does "
-                     f"not divide spec.workload.batchSize {batch}: each micro-batch must have "
-                     "the same size")]  # fmt: skip
-    return []
-
-
 class TrainingJob(SpecModel):
-    """A distributed PyTorch training job (kind TrainingJob)."""
+    """A distributed training job (kind TrainingJob): PyTorch, or TensorFlow (spec.framework)."""
 
     api_version: Literal["gpufleet.dev/v1alpha1"] = Field(description="Always " + API_VERSION)
     kind: Literal["TrainingJob"] = Field(description="Always TrainingJob.")

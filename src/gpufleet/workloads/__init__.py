@@ -1,13 +1,3 @@
-"""Built-in workloads: digits (real data, small CNN) and synthetic (sized for benchmarks)."""
-
-from gpufleet.workloads.digits import DigitsCNN, accuracy, digits_datasets
-from gpufleet.workloads.synthetic import parameter_bytes, synthetic_dataset, synthetic_mlp
-
-__all__ = [
-    "DigitsCNN",
-    "accuracy",
-    "digits_datasets",
-    "parameter_bytes",
-    "synthetic_dataset",
-    "synthetic_mlp",
-]
+"""Built-in workloads: ``digits`` (real data, small CNN), its data without torch
+(``digits_data``, also TensorFlow's) and ``synthetic`` (sized for benchmarks). Import from the
+modules: importing this package imports no torch, so a TensorFlow worker can read the data."""

@@ -1,0 +1,300 @@
+"""The built-in digits workload in Keras under tf.distribute.MultiWorkerMirroredStrategy.
+
+What "exact" means here: op determinism on (``tf.config.experimental.enable_op_determinism``),
+every random draw seeded by the workload's seed, the global batch of step ``s`` a pure function
+of the seed and ``s`` (no input pipeline state to save), and the optimizer's state (momentum,
+its step counter ``iterations``) in the checkpoint. A run that is killed, preempted or resumed
+then ends with the same weights, bit for bit, as one that never stopped, on the same number of
+workers (a TensorFlow job resumes on its own world size only). The model has no dropout: its
+random state would have to be checkpointed too.
+
+Preemption: SIGTERM sets a flag; after every step the workers all-reduce it, so all of
+them stop after the same step, checkpoint it and exit 75, as a PyTorch job does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpufleet.errors import EXIT_PREEMPTED, NonFiniteError
+from gpufleet.frameworks.tf.checkpoints import TfCheckpoints
+from gpufleet.runtime.context import JobContext
+from gpufleet.runtime.files import write_json_atomic
+from gpufleet.runtime.rundir import RunDir
+from gpufleet.spec import DigitsWorkload
+from gpufleet.workloads.digits_data import digits_split
+
+MOMENTUM = 0.9  # the PyTorch recipe's (gpufleet.workloads.digits): SGD, cosine decay to zero
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def preemption_flag(requested: threading.Event | None = None) -> threading.Event:
+    """An event set by SIGTERM or SIGINT (a node drain, Kueue, Ctrl-C): the loop stops at a
+    step boundary all workers agree on. Called again with its event once the strategy exists:
+    TensorFlow's coordination service installs its own SIGTERM handler then (its
+    PreemptionNotifier, for PreemptionCheckpointHandler), which would swallow the signal."""
+    requested = requested or threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: requested.set())
+    return requested
+
+
+def digits_model(tf: Any) -> Any:
+    """Two conv layers, max-pool, two dense layers (the PyTorch CNN's shape, without dropout)."""
+    layers = tf.keras.layers
+    return tf.keras.Sequential([
+        tf.keras.Input((8, 8, 1)),
+        layers.Conv2D(16, 3, padding="same", activation="relu"),
+        layers.Conv2D(32, 3, padding="same", activation="relu"),
+        layers.MaxPooling2D(2),
+        layers.Flatten(),
+        layers.Dense(32, activation="relu"),
+        layers.Dense(10),
+    ])  # fmt: skip
+
+
+def batch_indices(train: npt.NDArray[Any], seed: int, step: int, global_batch: int) -> Any:
+    """The training indices of (0-based) ``step``'s global batch: epoch ``e`` draws its order
+    from ``seed + e``; a pure function of its arguments, so a resumed run sees the same data."""
+    per_epoch = max(1, len(train) // global_batch)
+    epoch, position = divmod(step, per_epoch)
+    order = np.random.default_rng(seed + epoch).permutation(len(train))
+    if len(order) < global_batch:  # a batch larger than the data set: repeat it
+        order = np.resize(order, global_batch)
+    return train[order[position * global_batch : (position + 1) * global_batch]]
+
+
+def weights_digest(model: Any) -> str:
+    """sha256 over every weight's path, dtype, shape and bytes, sorted by path: equal digests
+    mean bit-identical weights."""
+    h = hashlib.sha256()
+    for variable in sorted(model.weights, key=lambda v: v.path):
+        value = np.ascontiguousarray(variable.numpy())
+        h.update(variable.path.encode())
+        h.update(str(value.dtype).encode())
+        h.update(str(value.shape).encode())
+        h.update(value.tobytes())
+    return h.hexdigest()
+
+
+class DigitsRun:
+    """One worker's share of the digits training (every worker builds one)."""
+
+    def __init__(
+        self, tf: Any, w: DigitsWorkload, context: JobContext, requested: threading.Event
+    ) -> None:
+        self.tf, self.w, self.context = tf, w, context
+        tf.keras.utils.set_random_seed(w.seed)
+        tf.config.experimental.enable_op_determinism()
+        comms = tf.distribute.experimental
+        options = comms.CommunicationOptions(
+            implementation=comms.CommunicationImplementation.RING,
+            timeout_seconds=context.hang_timeout or None,  # a lost peer ends the collective
+        )
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        preemption_flag(requested)
+        resolver = self.strategy.cluster_resolver
+        spec = resolver.cluster_spec().as_dict() if resolver else {}
+        self.world = max(1, len(spec.get("worker", [])))
+        self.index = int(resolver.task_id or 0) if resolver and self.world > 1 else 0
+        self.chief = self.index == 0
+        self.global_batch = w.batch_size * self.world
+        self.images, self.labels, self.train_idx, self.test_idx = digits_split(w.seed)
+        with self.strategy.scope():
+            self.model = digits_model(tf)
+            schedule = tf.keras.optimizers.schedules.CosineDecay(w.lr, decay_steps=w.steps)
+            self.optimizer = tf.keras.optimizers.SGD(schedule, momentum=MOMENTUM)
+            self.optimizer.build(self.model.trainable_variables)
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
+        self.store = TfCheckpoints(
+            context.checkpoint.root(context.run_dir),
+            every_steps=context.checkpoint.every_steps,
+            keep=context.checkpoint.keep,
+            identity={"job": context.name, "workload": "digits-tensorflow"},
+            chief=self.chief,
+            log=log,
+        )
+        self.files = RunDir(context.run_dir)
+        self._step_fn = self._compile_step()
+
+    def _compile_step(self) -> Callable[..., Any]:
+        tf, model, optimizer, strategy = self.tf, self.model, self.optimizer, self.strategy
+        global_batch = self.global_batch
+
+        def replica(x: Any, y: Any, stop: Any) -> Any:
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)
+                per_sample = tf.keras.losses.sparse_categorical_crossentropy(
+                    y, logits, from_logits=True
+                )
+                loss = tf.nn.compute_average_loss(per_sample, global_batch_size=global_batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            # One all-reduce for both (an input tensor all-reduced alone fails in MWMS with
+            # "destinations can not be empty"): the global mean loss and the stop requests.
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce("sum", tf.stack([loss, stop]))
+
+        def step(x: Any, y: Any, stop: Any) -> Any:
+            reduced = strategy.run(replica, args=(x, y, stop))
+            return strategy.experimental_local_results(reduced)[0]
+
+        compiled: Callable[..., Any] = tf.function(step)  # one graph, traced at the first step
+        return compiled
+
+    def from_chief(self, value: int) -> int:
+        """The chief's ``value`` on every worker (a collective: all workers call it; the
+        others add zero, tf.distribute reducing by sum or mean only)."""
+        tf, mine = self.tf, float(value if self.chief else 0)
+        reduced = self.strategy.run(
+            lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.constant(mine))
+        )
+        return int(self.strategy.experimental_local_results(reduced)[0].numpy())
+
+    def restore(self) -> int | None:
+        """Load the newest usable checkpoint (the chief decides which; every worker loads it);
+        the step it holds, or None when starting fresh."""
+        error: Exception | None = None
+        step = -1
+        if self.chief:
+            try:
+                step = self.store.newest_usable() or -1
+            except Exception as exc:  # every worker stops on the chief's verdict
+                error, step = exc, -2
+        agreed = self.from_chief(step)
+        if agreed == -2:
+            if error is not None:
+                raise error
+            raise SystemExit("gpufleet: the chief found no usable checkpoint (see its log)")
+        if agreed < 0:
+            return None
+        self.checkpoint.read(self.store.prefix_of(agreed)).assert_consumed()
+        return agreed
+
+    def save(self, step: int) -> str:
+        """Checkpoint ``step`` on every worker (collective); the chief's directory."""
+        path = self.store.save(step, self.checkpoint.write, world_size=self.world)
+        if self.chief:
+            log(f"gpufleet: checkpoint step {step} -> {path}")
+        return path
+
+    def fit(self, requested: threading.Event) -> dict[str, Any]:
+        """Train to the workload's step count (or to an agreed preemption); the result."""
+        resumed = self.restore()
+        step = int(self.optimizer.iterations.numpy())
+        if resumed is not None and self.chief:
+            log(f"gpufleet: resumed from step {resumed}")
+        loss, last, seconds, started = math.nan, "", [], time.perf_counter()
+        while step < self.w.steps:
+            x, y = self._batch(step)
+            t0 = time.perf_counter()
+            reduced = self._step_fn(x, y, self.tf.constant(float(requested.is_set()))).numpy()
+            loss, step = float(reduced[0]), step + 1
+            seconds.append(time.perf_counter() - t0)
+            if not math.isfinite(loss):
+                raise NonFiniteError(f"loss is {loss} at step {step}: stopped before saving it")
+            preempted = float(reduced[1]) > 0  # any worker asked to stop
+            if step % self.w.log_every == 0 or step == self.w.steps:
+                self._report(step, loss, seconds)
+            if self.store.should_save(step, final=step == self.w.steps, preempted=preempted):
+                last = self.save(step)
+            if preempted:
+                return self._result(step, loss, last, resumed, seconds, started, preempted=True)
+        return self._result(step, loss, last, resumed, seconds, started, preempted=False)
+
+    def _batch(self, step: int) -> tuple[Any, Any]:
+        idx = batch_indices(self.train_idx, self.w.seed, step, self.global_batch)
+        mine = idx[self.index * self.w.batch_size : (self.index + 1) * self.w.batch_size]
+        return self.tf.constant(self.images[mine][..., None]), self.tf.constant(self.labels[mine])
+
+    def _report(self, step: int, loss: float, seconds: list[float]) -> None:
+        recent = seconds[-self.w.log_every :]
+        rate = len(recent) * self.global_batch / sum(recent) if sum(recent) > 0 else 0.0
+        if not self.chief:
+            return
+        log(f"step {step}/{self.w.steps} loss {loss:.4f} {rate:,.0f} samples/s")
+        write_json_atomic(self.files.progress, {
+            "step": step, "steps": self.w.steps, "loss": loss, "samples_per_second": rate,
+            "restart_count": restart_count(), "time": time.time(),
+        })  # fmt: skip
+
+    def accuracy(self) -> float:
+        """Top-1 accuracy on the held-out split."""
+        x = self.images[self.test_idx][..., None]
+        predicted = np.argmax(self.model(x, training=False).numpy(), axis=1)
+        return float(np.mean(predicted == self.labels[self.test_idx]))
+
+    def _result(
+        self,
+        step: int,
+        loss: float,
+        checkpoint: str,
+        resumed: int | None,
+        seconds: list[float],
+        started: float,
+        *,
+        preempted: bool,
+    ) -> dict[str, Any]:
+        total = sum(seconds)
+        return {
+            "steps": step,
+            "final_loss": loss,
+            "state_digest": weights_digest(self.model),
+            "checkpoint": checkpoint or None,
+            "resumed_from": resumed,
+            "restart_count": restart_count(),
+            "samples_per_second": len(seconds) * self.global_batch / total if total else 0.0,
+            "preempted": preempted,
+            "metrics": {} if preempted else {"accuracy": self.accuracy()},
+            "wall_seconds": time.perf_counter() - started,
+        }
+
+
+def restart_count() -> int:
+    """How many times the launcher restarted this worker group (torchrun's count)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def run(context: JobContext, requested: threading.Event) -> int:
+    """Train the digits workload of ``context``; write result.json (the chief) and, after a
+    preemption checkpoint, preempted.json (every worker: each is its node's first)."""
+    import tensorflow as tf
+
+    job = DigitsRun(tf, DigitsWorkload.model_validate(context.workload), context, requested)
+    result = job.fit(requested)
+    files = job.files
+    if job.chief:
+        write_json_atomic(files.result, result)
+        log(f"gpufleet: {result['steps']} steps; state digest {result['state_digest']}")
+    if not result["preempted"]:
+        return 0
+    write_json_atomic(files.preempted, {"step": result["steps"],
+                                        "checkpoint": result["checkpoint"]})  # fmt: skip
+    if job.chief:
+        log(f"gpufleet: preempted at step {result['steps']}; checkpoint {result['checkpoint']}")
+    return EXIT_PREEMPTED
+
+
+def main() -> int:
+    """``python -m gpufleet.frameworks.tf``: the workload named in GPUFLEET_WORKLOAD."""
+    requested = preemption_flag()
+    context = JobContext.from_env()
+    if context.workload.get("name") != "digits":
+        log(f"gpufleet: no TensorFlow workload {context.workload.get('name')!r}")
+        return 2
+    Path(context.run_dir).mkdir(parents=True, exist_ok=True)
+    return run(context, requested)

@@ -1,0 +1,99 @@
+"""Cross-field rules of a TrainingJob spec that span its sections: what spec.parallelism and
+spec.framework allow of the rest. ``TrainingJobSpec.cross_field_problems`` calls them; each
+returns one problem per field path (the loader reports them beside the fields' own errors)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from gpufleet.spec.validation import Problem, raw_int
+from gpufleet.spec.workloads import WORKLOAD_KINDS
+
+# The frameworks a job's workers may use: the one list (spec.framework, the renderers' refusals,
+# the local launcher's choice of worker). pytorch is the default.
+Framework = Literal["pytorch", "tensorflow"]
+FRAMEWORKS: tuple[str, ...] = get_args(Framework)
+FRAMEWORK_HELP = (
+    "What the workers run on. pytorch: torchrun's workers (a command, or any built-in "
+    "workload). tensorflow: one worker per node with tf.distribute.MultiWorkerMirroredStrategy "
+    "and its TF_CONFIG (a command, or workload digits in Keras); runs with gpufleet run, no "
+    "Kubernetes target yet."
+)
+# Built-in workloads that have a TensorFlow version (gpufleet.frameworks.tf).
+TF_WORKLOADS = ("digits",)
+
+
+def parallelism_problems(data: dict[str, Any], has_command: bool) -> list[Problem]:
+    """spec.parallelism applies to the built-in Trainer: refused with a command (the script
+    may not use the Trainer, and a setting nothing applies would be silently lost), and the
+    accumulation must split the workload's batch evenly."""
+    from gpufleet.spec.training import Parallelism  # the section's own model and defaults
+
+    raw = data.get("parallelism")
+    if not isinstance(raw, dict) or not raw:
+        return []
+    # A default value sets nothing, so a command job may carry it (its own dump writes them all).
+    defaults = Parallelism().model_dump(by_alias=True)
+    if _non_default(raw, defaults) and has_command:
+        return [(("parallelism",), "applies to built-in workloads (spec.workload), not to a "
+                 "command: a script picks its own (gpufleet.runtime.Trainer(..., parallelism="
+                 "ParallelismSettings(strategy='fsdp')), or its own fully_shard)")]  # fmt: skip
+    accumulation = raw_int(data, "parallelism", "gradientAccumulation", default=1, minimum=1)
+    workload = data.get("workload")
+    if accumulation and isinstance(workload, dict) and workload.get("name") in WORKLOAD_KINDS:
+        default = WORKLOAD_KINDS[workload["name"]].model_fields["batch_size"].default
+        batch = raw_int(data, "workload", "batchSize", default=default, minimum=1)
+        if batch and batch % accumulation:
+            return [(("parallelism", "gradientAccumulation"), f"is {accumulation}, which does "
+                     f"not divide spec.workload.batchSize {batch}: each micro-batch must have "
+                     "the same size")]  # fmt: skip
+    return []
+
+
+def _non_default(raw: dict[str, Any], defaults: dict[str, Any]) -> bool:
+    return any(key not in defaults or raw[key] != defaults[key] for key in raw)
+
+
+def framework_problems(data: dict[str, Any]) -> list[Problem]:
+    """What a TensorFlow job cannot have: each field PyTorch's runtime alone implements."""
+    if data.get("framework") != "tensorflow":
+        return []
+    from gpufleet.spec.training import Parallelism
+
+    tf = "spec.framework tensorflow"
+    problems: list[Problem] = []
+    procs = raw_int(data, "procsPerNode", default=1, minimum=1)
+    if procs and procs != 1:
+        problems.append((("procsPerNode",), f"is {procs}, but {tf} runs one worker per node "
+                         "(MultiWorkerMirroredStrategy uses all of a node's GPUs in it): set "
+                         "1"))  # fmt: skip
+    workload = data.get("workload")
+    name = workload.get("name") if isinstance(workload, dict) else None
+    if name in WORKLOAD_KINDS and name not in TF_WORKLOADS:
+        problems.append((("workload", "name"), f"{name!r} has no TensorFlow version; {tf} "
+                         f"has: {', '.join(TF_WORKLOADS)}"))  # fmt: skip
+    raw = data.get("parallelism")
+    if isinstance(raw, dict) and _non_default(raw, Parallelism().model_dump(by_alias=True)):
+        problems.append((("parallelism",), f"is PyTorch's (DDP/FSDP2, bf16, accumulation); "
+                         f"{tf} replicates the model on every GPU: remove it"))  # fmt: skip
+    if data.get("minNodes") is not None:
+        problems.append((("minNodes",), f"elastic world sizes are torchrun's; {tf} runs on "
+                         "a fixed cluster (TF_CONFIG): remove it"))  # fmt: skip
+    if data.get("onNonFinite") == "rollback":
+        problems.append((("onNonFinite",), f"rollback is the PyTorch Trainer's; {tf} stops "
+                         "at a NaN/Inf loss (fail)"))  # fmt: skip
+    checkpoint = data.get("checkpoint")
+    checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
+    uri = checkpoint.get("dir")
+    if isinstance(uri, str) and "://" in uri and not uri.startswith("file://"):
+        problems.append(
+            (
+                ("checkpoint", "dir"),
+                f"{tf} writes checkpoints to a filesystem "
+                "(a local directory or a mounted volume), not an object store",
+            )
+        )
+    if checkpoint.get("async") is True:
+        problems.append((("checkpoint", "async"), f"asynchronous saves are "
+                         f"torch.distributed.checkpoint's; {tf} saves synchronously"))  # fmt: skip
+    return problems

@@ -1,0 +1,115 @@
+"""TensorFlow jobs here (spec.framework tensorflow): two workers under
+MultiWorkerMirroredStrategy over loopback, started by the elastic agents as PyTorch workers
+are. Exactness as docs/frameworks.md defines it for TensorFlow: a run whose worker is killed,
+or that is preempted and run again, ends with the uninterrupted run's weights, bit for bit."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gpufleet.errors import EXIT_PREEMPTED
+from tests.support.cli import cli_env, gpufleet_cmd
+from tests.support.procs import poll_until, processes_mentioning
+from tests.support.specs import write_spec
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("tensorflow")
+
+STEPS, EVERY = 300, 50
+
+
+def tf_spec(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpufleet.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "framework": "tensorflow",
+            "nodes": 2,
+            "workload": {"name": "digits", "steps": STEPS, "batchSize": 32, "logEvery": 50},
+            "checkpoint": {"everySteps": EVERY, "keep": 2},
+            "maxRestarts": 2,
+        },
+    }
+
+
+def run(workdir: Path, name: str, *extra: str) -> subprocess.Popen[str]:
+    spec = write_spec(workdir, tf_spec(name), f"{name}.yaml")
+    return subprocess.Popen(gpufleet_cmd("run", str(spec), "-o", "json", *extra), cwd=workdir,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+
+
+def summary(proc: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
+    out, err = proc.communicate(timeout=240)
+    return proc.returncode, json.loads(out), err
+
+
+def checkpoint_done(workdir: Path, name: str, step: int) -> bool:
+    root = workdir / ".gpufleet" / "runs" / name / "checkpoints"
+    return any(root.glob(f"step_{step:09d}-*/COMPLETE.json"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    workdir = tmp_path_factory.mktemp("tf-uninterrupted")
+    code, result, err = summary(run(workdir, "tf-whole"))
+    assert code == 0, err[-3000:]
+    result["workdir"] = workdir
+    return result
+
+
+def test_two_workers_train_digits_to_the_expected_accuracy(uninterrupted: dict[str, Any]) -> None:
+    assert uninterrupted["status"] == "Succeeded"
+    assert uninterrupted["steps"] == STEPS and uninterrupted["restarts"] == 0
+    assert uninterrupted["accuracy"] >= 0.9, uninterrupted
+    logs = Path(uninterrupted["run_dir"])
+    if not logs.is_absolute():
+        logs = uninterrupted["workdir"] / logs
+    assert sorted(p.name for p in (logs / "logs").iterdir()) == ["node0", "node1"]
+    # Its checkpoints carry gpufleet's markers: the same verifier reads them.
+    checked = subprocess.run(gpufleet_cmd("checkpoints", "verify", str(logs / "checkpoints")),
+                             env=cli_env(), capture_output=True, text=True)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("OK") == 2, checked.stdout
+
+
+def test_a_killed_worker_restarts_the_group_and_the_job_ends_exact(
+    workdir: Path, uninterrupted: dict[str, Any]
+) -> None:
+    proc = run(workdir, "tf-killed")
+    poll_until(lambda: checkpoint_done(workdir, "tf-killed", 100), what="checkpoint 100",
+               alive=proc, timeout=180)  # fmt: skip
+    victims = [p for p in processes_mentioning("gpufleet.frameworks.tf", cwd=workdir)
+               if p.environ().get("RANK") == "1"]  # fmt: skip
+    assert len(victims) == 1, victims
+    victims[0].send_signal(signal.SIGKILL)
+    code, result, err = summary(proc)
+    assert code == 0, err[-3000:]
+    assert result["resumed_from"] is not None and result["resumed_from"] >= 100, result
+    assert result["state_digest"] == uninterrupted["state_digest"]
+
+
+def test_a_preempted_job_exits_75_and_resumes_exact_from_the_agreed_step(
+    workdir: Path, uninterrupted: dict[str, Any]
+) -> None:
+    proc = run(workdir, "tf-preempted")
+    poll_until(lambda: checkpoint_done(workdir, "tf-preempted", EVERY), what="checkpoint 50",
+               alive=proc, timeout=180)  # fmt: skip
+    psutil.Process(proc.pid).send_signal(signal.SIGTERM)
+    code, first, err = summary(proc)
+    assert code == EXIT_PREEMPTED and first["status"] == "Preempted", err[-3000:]
+    stopped = first["steps"]
+    assert EVERY <= stopped < STEPS
+    assert checkpoint_done(workdir, "tf-preempted", stopped)  # both workers stopped there
+    code, second, err = summary(run(workdir, "tf-preempted"))
+    assert code == 0, err[-3000:]
+    assert second["resumed_from"] == stopped
+    assert second["state_digest"] == uninterrupted["state_digest"]

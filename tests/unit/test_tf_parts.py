@@ -1,0 +1,154 @@
+"""The TensorFlow job's parts that need no TensorFlow: the spec's rules for spec.framework,
+TF_CONFIG from the launcher's environment, and the checkpoint directories with their markers
+(real files, written by a stand-in for tf.train.Checkpoint.write)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.errors import CheckpointMismatchError, NoUsableCheckpointError, UserInputError
+from gpufleet.frameworks.tf.checkpoints import PREFIX, TfCheckpoints
+from gpufleet.frameworks.tf.cluster import ClusterConfigError, local_workers, pod_workers, tf_config
+from gpufleet.launch.worker import worker_env, worker_module_args
+from gpufleet.render import render
+from gpufleet.runtime import integrity
+from gpufleet.spec import validate_training_job
+from tests.support.specs import digits_job
+from tests.unit.test_spec import errors_of
+
+
+def tf_job(**spec: Any) -> dict[str, Any]:
+    return digits_job("tf-digits", framework="tensorflow", procsPerNode=1, **spec)
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "text"),
+    [
+        ({"procsPerNode": 2}, "spec.procsPerNode", "runs one worker per node"),
+        ({"workload": {"name": "synthetic"}}, "spec.workload.name", "no TensorFlow version"),
+        ({"parallelism": {"strategy": "fsdp"}}, "spec.parallelism", "is PyTorch's"),
+        ({"nodes": 2, "minNodes": 1}, "spec.minNodes", "fixed cluster (TF_CONFIG)"),
+        ({"onNonFinite": "rollback"}, "spec.onNonFinite", "rollback is the PyTorch"),
+        ({"checkpoint": {"dir": "s3://b/c"}}, "spec.checkpoint.dir", "not an object store"),
+        ({"checkpoint": {"async": True}}, "spec.checkpoint.async", "saves synchronously"),
+        ({"framework": "jax"}, "spec.framework", "'pytorch' or 'tensorflow'"),
+    ],
+)
+def test_what_a_tensorflow_job_cannot_have_is_refused_with_its_path(
+    spec: dict[str, Any], path: str, text: str
+) -> None:
+    doc = tf_job()
+    doc["spec"].update(spec)
+    errs = errors_of(doc)
+    assert text in errs.get(path, ""), errs
+
+
+def test_a_tensorflow_job_runs_its_own_worker_and_pytorch_stays_the_default() -> None:
+    job = validate_training_job(tf_job(nodes=2))
+    assert job.spec.framework == "tensorflow"
+    assert worker_module_args(job)[-2:] == ["-m", "gpufleet.frameworks.tf"]
+    assert worker_env(job, Path("/run"))["GPUFLEET_FRAMEWORK"] == "tensorflow"
+    pytorch = validate_training_job(digits_job())
+    assert pytorch.spec.framework == "pytorch"
+    assert worker_module_args(pytorch)[-2:] == ["-m", "gpufleet.workloads"]
+    assert "GPUFLEET_FRAMEWORK" not in worker_env(pytorch, Path("/run"))
+
+
+def test_no_kubernetes_target_renders_a_tensorflow_job_yet() -> None:
+    """Rendered, each pod would start a worker of its own cluster: refused with the field."""
+    job = validate_training_job(tf_job(nodes=2))
+    with pytest.raises(UserInputError) as info:
+        render(job, "job")
+    assert info.value.errors[0].path == "spec.framework"
+    assert "render to no Kubernetes target yet" in info.value.errors[0].message
+
+
+def test_tf_config_from_the_launchers_addresses_and_the_workers_index() -> None:
+    workers = local_workers([2001, 2002])
+    assert tf_config({"GPUFLEET_TF_WORKERS": workers, "RANK": "1"}) == {
+        "cluster": {"worker": ["127.0.0.1:2001", "127.0.0.1:2002"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    # A pod's completion index wins over torchrun's rank (ranks follow rendezvous order).
+    pods = pod_workers(["j-0.j", "j-1.j"])
+    got = tf_config({"GPUFLEET_TF_WORKERS": pods, "GPUFLEET_TF_INDEX": "0", "RANK": "1"})
+    assert got == {"cluster": {"worker": ["j-0.j:2222", "j-1.j:2222"]},
+                   "task": {"type": "worker", "index": 0}}  # fmt: skip
+    given = {"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}
+    assert tf_config({"TF_CONFIG": json.dumps(given), "GPUFLEET_TF_WORKERS": pods}) == given
+    assert tf_config({"RANK": "0"}) is None  # one worker, no cluster
+
+
+@pytest.mark.parametrize(
+    ("env", "text"),
+    [
+        ({"TF_CONFIG": "{not json"}, "TF_CONFIG is not JSON"),
+        ({"GPUFLEET_TF_WORKERS": "a:1,b:1", "RANK": "2"}, "'2' ("),
+        ({"GPUFLEET_TF_WORKERS": "a:1,b:1"}, "None ("),
+    ],
+)
+def test_a_bad_cluster_environment_says_what_is_wrong(env: dict[str, str], text: str) -> None:
+    with pytest.raises(ClusterConfigError, match=text.replace("(", r"\(")):
+        tf_config(env)
+
+
+def writer(payload: bytes) -> Any:
+    """A stand-in for tf.train.Checkpoint.write: the two files it writes at ``prefix``."""
+
+    def write(prefix: str) -> str:
+        Path(prefix + ".index").write_bytes(b"index" + payload)
+        Path(prefix + ".data-00000-of-00001").write_bytes(payload * 100)
+        return prefix
+
+    return write
+
+
+def store(root: Path, job: str = "a", chief: bool = True, keep: int = 2) -> TfCheckpoints:
+    return TfCheckpoints(str(root), every_steps=10, keep=keep, identity={"job": job},
+                         chief=chief, log=lambda m: print(m, file=sys.stderr))  # fmt: skip
+
+
+def test_saves_are_marked_complete_verified_and_kept_to_keep(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    for step in (10, 20, 30):
+        path = s.save(step, writer(str(step).encode()), world_size=2)
+        marker = json.loads((Path(path) / integrity.MARKER).read_text())
+        assert marker["step"] == step and marker["world_size"] == 2
+        assert set(marker["files"]) == {f"{PREFIX}.index", f"{PREFIX}.data-00000-of-00001"}
+    assert [step for step, _, ok in s.dirs() if ok] == [20, 30]  # keep 2
+    assert s.newest_usable() == 30
+    assert s.prefix_of(30).endswith(f"/{PREFIX}")
+    # A torn save (no marker) is never chosen; a worker that is not the chief writes nothing.
+    (tmp_path / "step_000000040-abcdef").mkdir()
+    assert s.newest_usable() == 30
+    assert store(tmp_path, chief=False).save(40, writer(b"x"), world_size=2) == ""
+    assert [step for step, _, _ in s.dirs()] == [20, 30, 40]
+
+
+def test_a_corrupt_checkpoint_is_set_aside_and_the_previous_one_used(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    s.save(10, writer(b"ten"), world_size=1)
+    newest = Path(s.save(20, writer(b"twenty"), world_size=1))
+    data = newest / f"{PREFIX}.data-00000-of-00001"
+    data.write_bytes(b"X" + data.read_bytes()[1:])  # one byte flipped, same size
+    assert s.newest_usable() == 10
+    assert not newest.exists() and newest.with_name(newest.name + ".corrupt").is_dir()
+    (s.dirs()[0][1] / f"{PREFIX}.index").write_bytes(b"cut")
+    with pytest.raises(NoUsableCheckpointError, match="every complete one is corrupt"):
+        s.newest_usable()
+
+
+def test_another_jobs_checkpoint_is_refused_and_never_purged(tmp_path: Path) -> None:
+    store(tmp_path, job="other").save(10, writer(b"theirs"), world_size=1)
+    mine = store(tmp_path, job="mine", keep=1)
+    with pytest.raises(CheckpointMismatchError, match="belongs to job other, not mine"):
+        mine.newest_usable()
+    mine.save(20, writer(b"a"), world_size=1)
+    mine.save(30, writer(b"b"), world_size=1)
+    owners = [integrity.owner(mine._fs, str(p)) for _, p, _ in mine.dirs()]
+    assert owners == ["other", "mine"]
