@@ -147,11 +147,35 @@ def lab(devcluster: DevCluster) -> Iterator[DevCluster]:
                    timeout=120, interval=1, what="the lab release to be gone")  # fmt: skip
 
 
-def queued_job(name: str, tenant: str, nodes: int, gpus: int, **spec: Any) -> dict[str, Any]:
-    doc = cluster_job(nodes=nodes, procsPerNode=gpus, resources={"gpu": gpus}, queue=tenant,
-                      checkpoint={"dir": "s3://bucket/ckpt"}, volumes=[], **spec)  # fmt: skip
+def queued_job(name: str, tenant: str, nodes: int, gpus: int, target: str | None = None,
+               **spec: Any) -> dict[str, Any]:  # fmt: skip
+    """A queued digits job of ``tenant``, its checkpoints in S3; for a TensorFlow target, on
+    the volume cluster_job names (TensorFlow writes to a filesystem: bound_claim makes it)."""
+    where: dict[str, Any] = {"checkpoint": {"dir": "s3://bucket/ckpt"}, "volumes": []}
+    if target == "tfjob":
+        where = {}
+    doc = cluster_job(target=target, nodes=nodes, procsPerNode=gpus, resources={"gpu": gpus},
+                      queue=tenant, **where, **spec)  # fmt: skip
     doc["metadata"] = {"name": name, "namespace": tenant}
     return doc
+
+
+def bound_claim(cluster: DevCluster, namespace: str, claim: str) -> None:
+    """A PersistentVolumeClaim bound to a static PersistentVolume made for it (kwok's pods
+    mount nothing; the scheduler only wants the claim bound)."""
+    volume = f"{namespace}-{claim}"
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                   "storageClassName": "", "hostPath": {"path": f"/tmp/{namespace}-{claim}"},
+                   "claimRef": {"namespace": namespace, "name": claim}}}  # fmt: skip
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                    "volumeName": volume,
+                    "resources": {"requests": {"storage": "1Gi"}}}}  # fmt: skip
+    cluster.core.create_persistent_volume(pv)
+    cluster.core.create_namespaced_persistent_volume_claim(namespace, pvc)
+    poll_until(lambda: cluster.core.read_namespaced_persistent_volume_claim(claim, namespace)
+               .status.phase == "Bound", what=f"claim {claim} bound", timeout=60)  # fmt: skip
 
 
 def submit_annotated(cluster: DevCluster, doc: dict[str, Any], target: str,
@@ -177,7 +201,7 @@ def rank_and_address(cluster: DevCluster, pod: dict[str, Any], target: str) -> t
     """A pod's index in its job and the stable name other pods reach it by: the Job
     controller's completion index and hostname.subdomain, or the training-operator's replica
     index and the Service it creates for that replica (which must select this very pod)."""
-    if target != "pytorchjob":
+    if target not in ("pytorchjob", "tfjob"):
         index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
         return index, f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}"
     labels = pod["metadata"]["labels"]
@@ -189,7 +213,7 @@ def rank_and_address(cluster: DevCluster, pod: dict[str, Any], target: str) -> t
     return index, service.metadata.name
 
 
-@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob", "trainjob"])
+@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob", "trainjob", "tfjob"])
 def test_a_queued_job_is_admitted_run_and_cancelled_clean(lab: DevCluster, target: str) -> None:
     """Kueue admits the job (for a PyTorchJob, because the cluster turned on the integration
     Kueue's defaults leave off), the controller creates one pod per node with GPU requests on
@@ -198,7 +222,10 @@ def test_a_queued_job_is_admitted_run_and_cancelled_clean(lab: DevCluster, targe
     pods are admitted because gpufleet renders no Master (the operator would add its
     init-pytorch container, which `restricted` refuses, to every Worker)."""
     name, ns = f"queued-{target}", "research"
-    doc = queued_job(name, ns, nodes=2, gpus=2)
+    doc = queued_job(name, ns, nodes=2, gpus=2, target=target)
+    procs = 1 if target == "tfjob" else 2  # a TensorFlow worker uses the node's GPUs
+    if target == "tfjob":
+        bound_claim(lab, ns, doc["spec"]["volumes"][0]["claimName"])
     path = write_spec(lab.root, doc, f"{name}.yaml")
     submit = lab.gpufleet("submit", str(path), "--target", target)
     assert submit.returncode == 0, submit.stderr[-2000:]
@@ -216,10 +243,16 @@ def test_a_queued_job_is_admitted_run_and_cancelled_clean(lab: DevCluster, targe
         assert pod["status"]["phase"] == "Succeeded"
         assert not pod["spec"].get("initContainers"), pod["spec"]["initContainers"]
         args = container["command"]
-        assert "--nnodes=2" in args and "--nproc-per-node=2" in args
+        assert "--nnodes=2" in args and f"--nproc-per-node={procs}" in args
         endpoints |= {a.split("=", 1)[1] for a in args if a.startswith("--rdzv-endpoint=")}
         index, address = rank_and_address(lab, pod, target)
         hosts[index] = address
+        if target == "tfjob":  # the operator's TF_CONFIG: every worker, and this pod's index
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            tf_config = json.loads(env["TF_CONFIG"])
+            assert tf_config["task"] == {"type": "worker", "index": int(index)}, tf_config
+            assert [w.split(".")[0] for w in tf_config["cluster"]["worker"]] == [
+                f"{name}-worker-0", f"{name}-worker-1"]  # fmt: skip
     assert set(hosts) == {"0", "1"}
     # Every pod meets at index 0's stable name, on the rendezvous port.
     (endpoint,) = endpoints
@@ -232,6 +265,10 @@ def test_a_queued_job_is_admitted_run_and_cancelled_clean(lab: DevCluster, targe
                  if s.metadata.name.startswith(name)],
         what="no pod, workload or service of the job", timeout=60, interval=0.5,
     )  # fmt: skip
+    if target == "tfjob":
+        claim = doc["spec"]["volumes"][0]["claimName"]
+        lab.core.delete_namespaced_persistent_volume_claim(claim, ns)
+        lab.core.delete_persistent_volume(f"{ns}-{claim}")
 
 
 def test_a_queued_mpijob_runs_its_launcher_beside_its_workers_and_cancels_clean(
@@ -368,9 +405,12 @@ def every_client_object(ns: str) -> list[Obj]:
     from gpufleet.render import SERVING_TARGETS, TARGETS, render, render_spec
     from gpufleet.spec import validate_spec, validate_training_job
 
-    job = validate_training_job(queued_job("every", ns, nodes=2, gpus=1,
-                                           metrics={"port": 9090, "podMonitor": True}))  # fmt: skip
-    objects = [o for target in TARGETS if target != "trainjob" for o in render(job, target)]
+    objects = []
+    for target in TARGETS:
+        if target != "trainjob":
+            doc = queued_job("every", ns, nodes=2, gpus=1, target=target,
+                             metrics={"port": 9090, "podMonitor": True})  # fmt: skip
+            objects += render(validate_training_job(doc), target)
     # A TrainJob cannot declare the metrics port (render/checks.py)
     objects += render(validate_training_job(queued_job("every", ns, nodes=2, gpus=1)), "trainjob")
     # `gpufleet logs` of a job whose pods are gone: a reader pod, created and deleted
@@ -412,9 +452,9 @@ def test_a_tenant_member_may_do_what_the_client_does_in_its_namespace_only(lab: 
     serving with HPA or KEDA, KServe): allowed to research's members in research, refused in
     product; the other tenant's pods cannot be read."""
     kinds = {(o["apiVersion"], o["kind"]): o for o in every_client_object("research")}
-    assert {k for _, k in kinds} >= {"Job", "JobSet", "PyTorchJob", "TrainJob", "MPIJob", "Pod",
-        "PodMonitor", "Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler",
-        "ScaledObject", "InferenceService"}  # fmt: skip
+    assert {k for _, k in kinds} >= {"Job", "JobSet", "PyTorchJob", "TFJob", "TrainJob", "MPIJob",
+        "Pod", "PodMonitor", "Deployment", "Service", "PodDisruptionBudget",
+        "HorizontalPodAutoscaler", "ScaledObject", "InferenceService"}  # fmt: skip
     missing = [f"{verb} {kind}" for (_, kind), obj in sorted(kinds.items())
                for verb in ("create", "get", "list", "delete")
                if not allowed(lab, "bob", "research", "research", verb, obj)]  # fmt: skip

@@ -311,7 +311,7 @@ def test_every_metrics_pod_is_scraped_exactly_once(target: str, own: bool) -> No
 
     chart = [o for o in template(CHART / "ci" / "lab-3node-a30-values.yaml")
              if o["kind"] == "PodMonitor"]  # fmt: skip
-    doc = cluster_job(metrics={"port": 9200, "podMonitor": own})
+    doc = cluster_job(target=target, metrics={"port": 9200, "podMonitor": own})
     doc["metadata"]["namespace"] = "research"  # a tenant of the lab values
     objects = render(validate_training_job(doc), target)
     monitors = chart + [o for o in objects if o["kind"] == "PodMonitor"]

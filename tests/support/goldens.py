@@ -14,12 +14,13 @@ from pathlib import Path
 
 import yaml
 
-from gpufleet.render import SERVING_TARGETS, TARGETS, render_spec
+from gpufleet.render import FRAMEWORK_TARGETS, SERVING_TARGETS, render_spec
 from gpufleet.spec import validate_spec
 from tests.support.paths import REPO
 
 GOLDEN = REPO / "tests" / "golden"
 TRAINING_SPEC = GOLDEN / "digits-cluster.spec.yaml"
+TF_SPEC = GOLDEN / "tf-digits-cluster.spec.yaml"
 SERVING_SPEC = REPO / "examples" / "digits-serving.yaml"
 
 
@@ -43,7 +44,14 @@ def _rendered(spec_file: Path, target: str) -> Callable[[], str]:
 
 # golden file -> how to produce its text
 GOLDENS: dict[Path, Callable[[], str]] = {
-    **{GOLDEN / f"digits-cluster.{t}.yaml": _rendered(TRAINING_SPEC, t) for t in TARGETS},
+    **{
+        GOLDEN / f"digits-cluster.{t}.yaml": _rendered(TRAINING_SPEC, t)
+        for t in FRAMEWORK_TARGETS["pytorch"]
+    },
+    **{
+        GOLDEN / f"tf-digits-cluster.{t}.yaml": _rendered(TF_SPEC, t)
+        for t in FRAMEWORK_TARGETS["tensorflow"]
+    },
     **{GOLDEN / f"digits-serving.{t}.yaml": _rendered(SERVING_SPEC, t) for t in SERVING_TARGETS},
 }
 

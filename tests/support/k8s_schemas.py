@@ -31,6 +31,7 @@ KINDS = (
     ("keda.sh", "ScaledObject", "v1alpha1"),
     ("kubeflow.org", "MPIJob", "v2beta1"),
     ("kubeflow.org", "PyTorchJob", "v1"),
+    ("kubeflow.org", "TFJob", "v1"),
     ("kueue.x-k8s.io", "ClusterQueue", "v1beta2"),
     ("kueue.x-k8s.io", "LocalQueue", "v1beta2"),
     ("kueue.x-k8s.io", "ResourceFlavor", "v1beta2"),

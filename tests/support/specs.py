@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from gpufleet.render import FRAMEWORK_TARGETS
+
 
 def digits_job(name: str = "digits-test", **spec: Any) -> dict[str, Any]:
     """A small digits TrainingJob document; ``spec`` keys override (camelCase)."""
@@ -30,15 +32,25 @@ def digits_job(name: str = "digits-test", **spec: Any) -> dict[str, Any]:
     return doc
 
 
-def cluster_job(**spec: Any) -> dict[str, Any]:
-    """A digits job named "train" that can run on a cluster (image, checkpoints on a volume)."""
+def cluster_job(target: str | None = None, **spec: Any) -> dict[str, Any]:
+    """A digits job named "train" that can run on a cluster (image, checkpoints on a volume);
+    with ``target``, of a framework that target runs (a TensorFlow job for tfjob: one
+    process per node, nothing PyTorch's alone), so a test of every target renders each one."""
     base: dict[str, Any] = {
         "image": "ghcr.io/example/gpufleet:0.1.0",
         "checkpoint": {"dir": "/ckpt/run", "everySteps": 50},
         "volumes": [{"name": "ckpt", "mountPath": "/ckpt", "claimName": "team-ckpt"}],
     }
     base.update(spec)
-    return digits_job("train", **base)
+    doc = digits_job("train", **base)
+    if target is not None and target not in FRAMEWORK_TARGETS["pytorch"]:
+        s = doc["spec"]
+        s.update(framework="tensorflow", procsPerNode=1)
+        for key in ("parallelism", "minNodes"):
+            s.pop(key, None)
+        if isinstance(s.get("checkpoint"), dict):
+            s["checkpoint"].pop("async", None)
+    return doc
 
 
 def write_spec(directory: Path, doc: dict[str, Any], filename: str = "job.yaml") -> Path:

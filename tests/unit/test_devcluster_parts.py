@@ -89,9 +89,9 @@ def _kueue_manifests(frameworks: list[str]) -> list[dict[str, Any]]:
 
 
 def test_kueue_gets_the_integration_of_each_controller_that_runs() -> None:
-    """A queued PyTorchJob stays suspended unless Kueue's kubeflow.org/pytorchjob integration
-    is on (its default configuration leaves it off): on when the training-operator runs, not
-    otherwise, and never twice."""
+    """A queued PyTorchJob or TFJob stays suspended unless Kueue's kubeflow.org/pytorchjob or
+    kubeflow.org/tfjob integration is on (its default configuration leaves both off): on when
+    the training-operator runs, not otherwise, and never twice."""
     from gpufleet.devcluster.addons import JOBSET, KUEUE, TRAINING_OPERATOR, kueue_frameworks
 
     docs = _kueue_manifests(["batch/job", "jobset.x-k8s.io/jobset"])
@@ -100,12 +100,14 @@ def test_kueue_gets_the_integration_of_each_controller_that_runs() -> None:
         "batch/job",
         "jobset.x-k8s.io/jobset",
         "kubeflow.org/pytorchjob",
+        "kubeflow.org/tfjob",
     ]
     without = kueue_frameworks(docs, [KUEUE, JOBSET])["integrations"]
     assert without["frameworks"] == ["batch/job", "jobset.x-k8s.io/jobset"]
     already = _kueue_manifests(["kubeflow.org/pytorchjob"])
     assert kueue_frameworks(already, [TRAINING_OPERATOR])["integrations"]["frameworks"] == [
-        "kubeflow.org/pytorchjob"
+        "kubeflow.org/pytorchjob",
+        "kubeflow.org/tfjob",
     ]
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gpufleet.cli.common import internal_error
 from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
 from gpufleet.kube import LABEL_JOB
-from gpufleet.render import TARGETS, render_spec
+from gpufleet.render import TARGETS, render_spec, targets_for
 from gpufleet.spec import load_spec, validate_training_job
 from gpufleet.spec.loader import MAX_SPEC_BYTES, MAX_SPEC_NODES, parse_yaml
 from tests.support.cli import gpufleet_cmd
@@ -201,11 +201,10 @@ def test_labels_are_kubernetes_labels_and_never_gpufleets_own(
 
 
 def test_user_labels_reach_objects_but_never_selectors() -> None:
-    doc = cluster_job()
-    doc["metadata"]["labels"] = {"app.kubernetes.io/version": "1.2", "example.com/team": "a"}
-    job = validate_training_job(doc)
     for target in TARGETS:
-        for obj in render_spec(job, target):
+        doc = cluster_job(target=target)
+        doc["metadata"]["labels"] = {"app.kubernetes.io/version": "1.2", "example.com/team": "a"}
+        for obj in render_spec(validate_training_job(doc), target):
             assert obj["metadata"]["labels"]["example.com/team"] == "a"
             assert obj["metadata"]["labels"][LABEL_JOB] == "train"
             for selector in _selectors(obj):
@@ -255,7 +254,7 @@ def check_hostile(tmp_path: Path, text: str) -> None:
         assert exc.errors and all(e.message for e in exc.errors)
         str(exc)
         return
-    for target in TARGETS if spec.kind == "TrainingJob" else ():
+    for target in targets_for(spec) if spec.kind == "TrainingJob" else ():
         try:
             render_spec(spec, target)
         except UserInputError as exc:

@@ -83,7 +83,9 @@ def test_a_place_that_cannot_keep_them_is_one_line_not_an_error(
 def test_the_reader_pod_mounts_the_jobs_checkpoints_under_restricted(target: str) -> None:
     volume = {"name": "ckpt", "mountPath": "/ckpt", "claimName": "team-ckpt"}
     job = validate_training_job(
-        cluster_job(volumes=[volume], checkpoint={"dir": "/ckpt/x"}, resources={"gpu": 2})
+        cluster_job(
+            target=target, volumes=[volume], checkpoint={"dir": "/ckpt/x"}, resources={"gpu": 2}
+        )
     )
     rendered = next(o for o in render(job, target) if o["kind"] not in ("Service",))
     pod = reader_pod(rendered)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
 from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
-from gpufleet.render import TARGETS, check_restricted, pod_specs_in, render
+from gpufleet.render import FRAMEWORK_TARGETS, TARGETS, check_restricted, pod_specs_in, render
 from gpufleet.render.checks import TRAINJOB_GRACE_PERIOD
 from gpufleet.spec import validate_training_job
 from tests.support.k8s_schemas import validate_strictly
@@ -188,7 +188,7 @@ def test_volcano_without_restarts_ends_at_the_first_failure() -> None:
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_gpu_product_pins_gpu_pods(target: str) -> None:
     job = validate_training_job(
-        cluster_job(resources={"gpu": 2, "gpuProduct": "NVIDIA-A30"}, procsPerNode=2)
+        cluster_job(target=target, resources={"gpu": 2, "gpuProduct": "NVIDIA-A30"}, procsPerNode=2)
     )
     (*_, obj) = render(job, target)
     gpu_pods = [
@@ -209,7 +209,9 @@ def test_every_pod_leaves_a_lost_node_after_the_specs_node_loss_timeout(
 ) -> None:
     """Not Kubernetes' 300 s: a training job cannot step without the pod on a lost node."""
     extra = {} if timeout is None else {"nodeLossTimeout": timeout}
-    job = validate_training_job(cluster_job(resources={"gpu": 2}, procsPerNode=2, **extra))
+    job = validate_training_job(
+        cluster_job(target=target, resources={"gpu": 2}, procsPerNode=2, **extra)
+    )
     (*_, obj) = render(job, target)
     pods = [pod for _, pod in pod_specs_in(obj)]
     assert pods
@@ -238,10 +240,14 @@ def test_read_only_is_written_only_when_true(target: str) -> None:
     """Kubernetes' Go types omit `readOnly: false`: a controller that round-trips an object
     drops it, and where a field must not change (Kubeflow Trainer's rule on a TrainJob's
     runtime patch) Kueue's update was refused and the job never started."""
-    writable = validate_training_job(cluster_job())
+    writable = validate_training_job(
+        cluster_job(
+            target=target,
+        )
+    )
     data = {"name": "data", "mountPath": "/data", "claimName": "data", "readOnly": True}
     ckpt = {"name": "ckpt", "mountPath": "/ckpt", "claimName": "team-ckpt"}
-    read_only = validate_training_job(cluster_job(volumes=[ckpt, data]))
+    read_only = validate_training_job(cluster_job(target=target, volumes=[ckpt, data]))
     for obj in render(writable, target):
         assert not written_false(obj, "readOnly"), written_false(obj, "readOnly")
     text = str(render(read_only, target))
@@ -261,7 +267,9 @@ def test_read_only_is_written_only_when_true(target: str) -> None:
 def test_specs_that_cannot_run_on_kubernetes(
     spec: dict[str, Any], want_path: str, target: str
 ) -> None:
-    doc = cluster_job(**spec)
+    if target not in FRAMEWORK_TARGETS["pytorch"] and "procsPerNode" in spec:
+        pytest.skip("a TensorFlow job runs one process per node")
+    doc = cluster_job(target=target, **spec)
     doc["spec"] = {k: v for k, v in doc["spec"].items() if v is not None}
     with pytest.raises(UserInputError) as info:
         render(validate_training_job(doc), target)
@@ -327,9 +335,12 @@ def test_any_cluster_ready_spec_renders_valid_objects(
     if queue:
         spec["queue"] = queue
     job = validate_training_job(cluster_job(**spec))
-    targets = [t for t in TARGETS if t != "trainjob" or grace <= TRAINJOB_GRACE_PERIOD]
+    pytorch = FRAMEWORK_TARGETS["pytorch"]
+    targets = [t for t in pytorch if t != "trainjob" or grace <= TRAINJOB_GRACE_PERIOD]
     assert_valid([obj for target in targets for obj in render(job, target)])
-    if len(targets) < len(TARGETS):  # a TrainJob's pods get the runtime's 30 s
+    tf = validate_training_job(cluster_job(target="tfjob", **spec))
+    assert_valid([obj for t in FRAMEWORK_TARGETS["tensorflow"] for obj in render(tf, t)])
+    if len(targets) < len(pytorch):  # a TrainJob's pods get the runtime's 30 s
         with pytest.raises(UserInputError) as refused:
             render(job, "trainjob")
         assert [e.path for e in refused.value.errors] == ["spec.preemption.gracePeriod"]
@@ -344,7 +355,7 @@ def test_each_target_refuses_a_name_its_controller_cannot_extend(target: str) ->
 
     limit = name_limit(target, 3)
     assert 40 <= limit < 63
-    doc = cluster_job(nodes=3)
+    doc = cluster_job(target=target, nodes=3)
     doc["metadata"] = {"name": "a" * limit}
     assert render(validate_training_job(doc), target)
     doc["metadata"] = {"name": "a" * (limit + 1)}
@@ -391,7 +402,7 @@ def test_the_pod_monitor_finds_a_named_port_on_every_target(target: str) -> None
     one and refuses the spec, above)."""
     from tests.support.specs import pod_templates
 
-    doc = cluster_job(nodes=2, metrics={"port": 9090, "podMonitor": True})
+    doc = cluster_job(target=target, nodes=2, metrics={"port": 9090, "podMonitor": True})
     objects = render(validate_training_job(doc), target)
     (monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
     selector = monitor["spec"]["selector"]["matchLabels"]

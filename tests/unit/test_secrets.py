@@ -35,7 +35,9 @@ def containers(obj: Any) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_references_render_as_value_from_on_every_target(target: str) -> None:
-    job = validate_training_job(cluster_job(env={"HF_TOKEN": REF, "MODE": CONFIG, "A": "1"}))
+    job = validate_training_job(
+        cluster_job(target=target, env={"HF_TOKEN": REF, "MODE": CONFIG, "A": "1"})
+    )
     objects = render_spec(job, target)
     envs = [c["env"] for obj in objects for c in containers(obj) if c.get("env")]
     assert envs, target
@@ -57,7 +59,7 @@ def test_env_from_renders_or_is_refused_with_the_way_around(target: str) -> None
         {"secretRef": {"name": "s3-creds"}},
         {"configMapRef": {"name": "c"}, "prefix": "C_"},
     ]
-    job = validate_training_job(cluster_job(envFrom=env_from))
+    job = validate_training_job(cluster_job(target=target, envFrom=env_from))
     if target in ("mpijob", "trainjob"):
         with pytest.raises(UserInputError) as info:
             render_spec(job, target)
@@ -137,7 +139,7 @@ def test_a_missing_reference_names_the_field_and_both_places(tmp_path: Path) -> 
 
 def test_a_rendered_job_never_holds_a_resolvable_value(tmp_path: Path) -> None:
     """The value a local run would read is nowhere in the rendered objects."""
-    job = validate_training_job(cluster_job(env={"HF_TOKEN": REF}))
     objects_dir(tmp_path, {"secrets/hf/token": "s3cr3t-value"})
     for target in TARGETS:
+        job = validate_training_job(cluster_job(target=target, env={"HF_TOKEN": REF}))
         assert "s3cr3t-value" not in yaml.safe_dump_all(render_spec(job, target))

@@ -15,10 +15,10 @@ from gpufleet.errors import CheckpointMismatchError, NoUsableCheckpointError, Us
 from gpufleet.frameworks.tf.checkpoints import PREFIX, TfCheckpoints
 from gpufleet.frameworks.tf.cluster import ClusterConfigError, local_workers, pod_workers, tf_config
 from gpufleet.launch.worker import worker_env, worker_module_args
-from gpufleet.render import render
+from gpufleet.render import check_restricted, pod_specs_in, render
 from gpufleet.runtime import integrity
 from gpufleet.spec import validate_training_job
-from tests.support.specs import digits_job
+from tests.support.specs import cluster_job, digits_job, pod_templates
 from tests.unit.test_spec import errors_of
 
 
@@ -59,13 +59,47 @@ def test_a_tensorflow_job_runs_its_own_worker_and_pytorch_stays_the_default() ->
     assert "GPUFLEET_FRAMEWORK" not in worker_env(pytorch, Path("/run"))
 
 
-def test_no_kubernetes_target_renders_a_tensorflow_job_yet() -> None:
-    """Rendered, each pod would start a worker of its own cluster: refused with the field."""
-    job = validate_training_job(tf_job(nodes=2))
+@pytest.mark.parametrize("target", ["pytorchjob", "trainjob", "mpijob", "volcano"])
+def test_a_tensorflow_job_is_refused_by_the_targets_that_run_pytorch(target: str) -> None:
+    job = validate_training_job(cluster_job(target="tfjob", nodes=2))
     with pytest.raises(UserInputError) as info:
-        render(job, "job")
-    assert info.value.errors[0].path == "spec.framework"
-    assert "render to no Kubernetes target yet" in info.value.errors[0].message
+        render(job, target)
+    (error,) = info.value.errors
+    assert error.path == "spec.framework"
+    assert f"target {target} runs PyTorch workers" in error.message
+    assert "renders to job, jobset, tfjob" in error.message
+    with pytest.raises(UserInputError, match="target tfjob runs TensorFlow workers"):
+        render(validate_training_job(cluster_job(nodes=2)), "tfjob")
+
+
+@pytest.mark.parametrize(
+    ("target", "hosts"),
+    [
+        ("job", ["train-0.train:2222", "train-1.train:2222"]),
+        ("jobset", ["train-worker-0-0.train:2222", "train-worker-0-1.train:2222"]),
+        ("tfjob", None),  # the operator's own TF_CONFIG
+    ],
+)
+def test_each_tensorflow_target_tells_its_workers_where_every_worker_is(
+    target: str, hosts: list[str] | None
+) -> None:
+    job = validate_training_job(cluster_job(target="tfjob", nodes=2))
+    objects = render(job, target)
+    assert all(check_restricted(pod) == [] for obj in objects for _, pod in pod_specs_in(obj))
+    (template,) = [t for obj in objects for t in pod_templates(obj)]
+    (container,) = template["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GPUFLEET_FRAMEWORK"] == "tensorflow"
+    assert env.get("GPUFLEET_TF_WORKERS") == (",".join(hosts) if hosts else None)
+    assert container["command"][-2:] == ["-m", "gpufleet.frameworks.tf"]
+    assert "--nproc-per-node=1" in container["command"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    if target == "tfjob":
+        (tfjob,) = objects
+        worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
+        assert worker["replicas"] == 2 and container["name"] == "tensorflow"
+        assert ports["tfjob-port"] == 2222 and ports["rdzv"] == 29400
+        assert "--rdzv-endpoint=train-worker-0:29400" in container["command"]
 
 
 def test_tf_config_from_the_launchers_addresses_and_the_workers_index() -> None:

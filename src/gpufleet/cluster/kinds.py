@@ -31,6 +31,7 @@ JOB_KINDS = [
     Kind("batch", "v1", "jobs", "Job"),
     Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
+    Kind("kubeflow.org", "v1", "tfjobs", "TFJob"),
     Kind("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
     Kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
     Kind("batch.volcano.sh", "v1alpha1", "jobs", "Job"),

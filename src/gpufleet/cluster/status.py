@@ -165,8 +165,8 @@ def _cq_usage(cluster_queue: Obj) -> list[str]:
 
 # Kinds gpufleet renders whose Kueue integration Kueue's own default configuration leaves
 # out (config/components/manager/controller_manager_config.yaml of Kueue v0.19.2: pytorchjob
-# is commented out; batch/job, jobset, mpijob and trainjob are on).
-KUEUE_OFF_BY_DEFAULT = {"PyTorchJob": "kubeflow.org/pytorchjob"}
+# and tfjob are commented out; batch/job, jobset, mpijob and trainjob are on).
+KUEUE_OFF_BY_DEFAULT = {"PyTorchJob": "kubeflow.org/pytorchjob", "TFJob": "kubeflow.org/tfjob"}
 
 
 def kueue_reasons(

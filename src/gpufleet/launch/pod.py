@@ -46,7 +46,12 @@ from typing import Any
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 from gpufleet.launch.fatal import no_restart_after_fatal, read_fatal
 from gpufleet.launch.keptlogs import keep, kept_name
-from gpufleet.runtime.context import ENV_CHECKPOINT_DIR, ENV_METRICS_DIR, ENV_RUN_DIR
+from gpufleet.runtime.context import (
+    ENV_CHECKPOINT_DIR,
+    ENV_FRAMEWORK,
+    ENV_METRICS_DIR,
+    ENV_RUN_DIR,
+)
 from gpufleet.runtime.rundir import RunDir
 
 # torch's switch that stops the agents sharing their rendezvous TCPStore with the workers.
@@ -226,7 +231,8 @@ def _run(args: Any) -> None:
         run(args)  # what we do not render: torchrun's own handling, workers as commands
         return
     config, cmd, cmd_args = config_from_args(args)
-    entry, entry_args, start_method = entrypoint([str(cmd), *cmd_args])
+    pytorch = os.environ.get(ENV_FRAMEWORK, "pytorch") == "pytorch"  # else: not forked
+    entry, entry_args, start_method = entrypoint([str(cmd), *cmd_args], fork=pytorch)
     if start_method:
         config.start_method = start_method
     try:

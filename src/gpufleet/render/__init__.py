@@ -19,6 +19,7 @@ from gpufleet.render.mpijob import render_mpijob
 from gpufleet.render.podsecurity import check_restricted, pod_specs_in
 from gpufleet.render.pytorchjob import render_pytorchjob
 from gpufleet.render.serving import render_kserve, render_triton
+from gpufleet.render.tfjob import render_tfjob
 from gpufleet.render.trainjob import render_trainjob
 from gpufleet.render.volcano import render_volcano
 from gpufleet.spec import TrainingJob
@@ -31,6 +32,12 @@ TARGETS: dict[str, Callable[[TrainingJob], list[Obj]]] = {
     "trainjob": render_trainjob,
     "mpijob": render_mpijob,
     "volcano": render_volcano,
+    "tfjob": render_tfjob,
+}
+# The targets each framework's workers run on (spec.framework), its default first.
+FRAMEWORK_TARGETS: dict[str, tuple[str, ...]] = {
+    "pytorch": ("job", "jobset", "pytorchjob", "trainjob", "mpijob", "volcano"),
+    "tensorflow": ("job", "jobset", "tfjob"),
 }
 
 
@@ -41,19 +48,20 @@ SERVING_TARGETS: dict[str, Callable[[InferenceService], list[Obj]]] = {
 
 
 def targets_for(spec: TrainingJob | InferenceService) -> list[str]:
-    """The targets a spec of this kind renders to, the default first."""
-    return list(SERVING_TARGETS if isinstance(spec, InferenceService) else TARGETS)
+    """The targets a spec of this kind (and framework) renders to, the default first."""
+    if isinstance(spec, InferenceService):
+        return list(SERVING_TARGETS)
+    return list(FRAMEWORK_TARGETS[spec.spec.framework])
 
 
 def render(job: TrainingJob, target: str = "job") -> list[Obj]:
     """Kubernetes objects for ``job`` on ``target``; UserInputError if it cannot run there.
     With ``spec.metrics.podMonitor``, a PodMonitor for the job's pods comes last."""
-    if job.spec.framework != "pytorch":
-        # Each target's pods would start PyTorch's launcher; a TensorFlow worker needs its
-        # TF_CONFIG from the pod's index and the job's Service (issue 30 brings job, jobset and
-        # tfjob). Refused rather than rendered into pods that would each train alone.
-        message = (f"{job.spec.framework} jobs run here (gpufleet run) but render to no "
-                   f"Kubernetes target yet (asked: {target})")  # fmt: skip
+    allowed = FRAMEWORK_TARGETS[job.spec.framework]
+    if target not in allowed:
+        runs = "TensorFlow" if target == "tfjob" else "PyTorch"
+        message = (f"is {job.spec.framework}, but target {target} runs {runs} workers; "
+                   f"a {job.spec.framework} job renders to {', '.join(allowed)}")  # fmt: skip
         raise UserInputError([FieldError("spec.framework", message)])
     return TARGETS[target](job) + pod_monitor(job)
 
@@ -67,6 +75,7 @@ def render_spec(spec: TrainingJob | InferenceService, target: str | None = None)
 
 
 __all__ = [
+    "FRAMEWORK_TARGETS",
     "SERVING_TARGETS",
     "TARGETS",
     "Obj",

@@ -11,14 +11,15 @@ from gpufleet.spec import TrainingJob
 # The API server shortens a generateName to fit, so only names set in full count: the Job
 # controller's pod hostname <job>-<index>; JobSet's webhook checks <jobset>-<replicatedJob>-
 # <jobIndex>-<podIndex>-<5 random> itself (so does Trainer's JobSet, replicated job "node");
-# Kubeflow names PyTorchJob and MPIJob pods <job>-worker-<i>, the MPI launcher Job <job>-launcher;
-# Volcano <job>-<task>-<i>.
+# Kubeflow names PyTorchJob, TFJob and MPIJob pods <job>-worker-<i>, the MPI launcher Job
+# <job>-launcher; Volcano <job>-<task>-<i>.
 def _derived_names(name: str, target: str, nodes: int) -> list[str]:
     last = str(nodes - 1)
     return {
         "job": [f"{name}-{last}"],
         "jobset": [f"{name}-worker-0-{last}-xxxxx"],
         "pytorchjob": [f"{name}-worker-{last}"],
+        "tfjob": [f"{name}-worker-{last}"],
         "trainjob": [f"{name}-node-0-{last}-xxxxx"],
         "mpijob": [f"{name}-launcher", f"{name}-worker-{last}"],
         "volcano": [f"{name}-worker-{last}"],

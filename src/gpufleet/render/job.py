@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_WORKER, Obj
 from gpufleet.render.checks import require_cluster_ready
-from gpufleet.render.jobparts import indexed_job_spec, queued_labels
+from gpufleet.render.jobparts import indexed_job_spec, queued_labels, tf_workers
 from gpufleet.render.meta import labels, metadata
 from gpufleet.render.podspec import RDZV_PORT, WorkerPod, pod_spec
 from gpufleet.spec import TrainingJob
@@ -31,7 +31,8 @@ def render_indexed_job(job: TrainingJob) -> list[Obj]:
             "ports": [{"name": "rdzv", "port": RDZV_PORT, "targetPort": RDZV_PORT}],
         },
     }
-    pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-0.{name}"))
+    hosts = [f"{name}-{i}.{name}" for i in range(job.spec.nodes)]
+    pod = pod_spec(job, WorkerPod(rdzv_host=hosts[0], env=tf_workers(job, hosts)))
     pod["subdomain"] = name
     spec = indexed_job_spec(job, pod, backoff_limit=job.spec.max_restarts, on_preempted="Ignore")
     if job.spec.queue:

@@ -10,6 +10,7 @@ from gpufleet.errors import (
     EXIT_PREEMPTED,
     EXIT_STORAGE,
 )
+from gpufleet.frameworks.tf.cluster import ENV_TF_WORKERS, pod_workers
 from gpufleet.kube import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, Obj
 from gpufleet.render.meta import labels
 from gpufleet.render.podspec import pod_metadata
@@ -71,3 +72,12 @@ def indexed_job_spec(job: TrainingJob, pod: Obj, *, backoff_limit: int, on_preem
         },
         "template": {"metadata": pod_metadata(job, "worker"), "spec": pod},
     }
+
+
+def tf_workers(job: TrainingJob, hosts: list[str]) -> tuple[tuple[str, str], ...]:
+    """For a TensorFlow job (spec.framework), every worker's address by index, pod ``i`` at
+    ``hosts[i]`` (the worker shim builds TF_CONFIG from it and the pod's completion index);
+    nothing for a PyTorch job."""
+    if job.spec.framework != "tensorflow":
+        return ()
+    return ((ENV_TF_WORKERS, pod_workers(hosts)),)

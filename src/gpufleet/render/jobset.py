@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from gpufleet.kube import Obj
 from gpufleet.render.checks import require_cluster_ready
-from gpufleet.render.jobparts import FATAL_RULE_MESSAGE, indexed_job_spec, queued_labels
+from gpufleet.render.jobparts import (
+    FATAL_RULE_MESSAGE,
+    indexed_job_spec,
+    queued_labels,
+    tf_workers,
+)
 from gpufleet.render.meta import metadata
 from gpufleet.render.podspec import WorkerPod, pod_spec
 from gpufleet.spec import TrainingJob
@@ -25,7 +30,8 @@ def render_jobset(job: TrainingJob) -> list[Obj]:
     require_cluster_ready(job, "jobset")
     name = job.metadata.name
     s = job.spec
-    pod = pod_spec(job, WorkerPod(rdzv_host=f"{name}-{REPLICATED_JOB}-0-0.{name}"))
+    hosts = [f"{name}-{REPLICATED_JOB}-0-{i}.{name}" for i in range(s.nodes)]
+    pod = pod_spec(job, WorkerPod(rdzv_host=hosts[0], env=tf_workers(job, hosts)))
     # The child Job fails on a preemption; the JobSet's rule below restarts the set for free.
     child = indexed_job_spec(job, pod, backoff_limit=0, on_preempted="FailJob")
     jobset: Obj = {

@@ -57,6 +57,8 @@ class WorkerPod:
     command: list[str] | None = None
     # False for pods that only coordinate (the MPI launcher): no GPUs, no data volumes.
     worker: bool = True
+    # Variables the target adds to every worker's (a TensorFlow job's worker addresses).
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def scrape_annotations(port: int) -> dict[str, str]:
@@ -204,7 +206,10 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
         "image": s.image,
         "imagePullPolicy": "IfNotPresent",
         "command": where.command or torchrun_command(job, where),
-        "env": container_env(job),
+        "env": sorted(
+            container_env(job) + [{"name": k, "value": v} for k, v in where.env],
+            key=lambda e: e["name"],
+        ),
         "ports": [{"name": "rdzv", "containerPort": RDZV_PORT}]
         + (
             [{"name": METRICS_PORT_NAME, "containerPort": s.metrics.port}]

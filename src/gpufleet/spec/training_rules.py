@@ -16,8 +16,8 @@ FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 FRAMEWORK_HELP = (
     "What the workers run on. pytorch: torchrun's workers (a command, or any built-in "
     "workload). tensorflow: one worker per node with tf.distribute.MultiWorkerMirroredStrategy "
-    "and its TF_CONFIG (a command, or workload digits in Keras); runs with gpufleet run, no "
-    "Kubernetes target yet."
+    "and its TF_CONFIG (a command, or workload digits in Keras); targets job, jobset and "
+    "tfjob."
 )
 # Built-in workloads that have a TensorFlow version (gpufleet.frameworks.tf).
 TF_WORKLOADS = ("digits",)

@@ -65,10 +65,10 @@ class Addon:
     # $TMPDIR/k8s-webhook-server/serving-certs (it has no flag for the directory).
     tmpdir_certs: bool = False
     skip_crds: tuple[str, ...] = ()
-    # The Kueue integration (``integrations.frameworks``) for this controller's kinds: Kueue's
+    # The Kueue integrations (``integrations.frameworks``) for this controller's kinds: Kueue's
     # default configuration leaves some off (kubeflow.org/pytorchjob), a queued job of that
     # kind would stay suspended; the local cluster turns it on when the controller runs.
-    kueue_framework: str = ""
+    kueue_frameworks: tuple[str, ...] = ()
     # Ports it binds on every interface whatever its flags say (an upstream constant): checked
     # free before it starts, so a second cluster on the machine fails saying which.
     fixed_ports: tuple[int, ...] = ()

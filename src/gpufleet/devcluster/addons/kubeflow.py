@@ -48,7 +48,7 @@ TRAINING_OPERATOR = Addon(
     env=(("MY_POD_NAMESPACE", "kubeflow"),),
     tmpdir_certs=True,
     skip_crds=("mpijobs.kubeflow.org",),
-    kueue_framework="kubeflow.org/pytorchjob",
+    kueue_frameworks=("kubeflow.org/pytorchjob", "kubeflow.org/tfjob"),
 )
 
 MPI_OPERATOR = Addon(
@@ -68,7 +68,7 @@ MPI_OPERATOR = Addon(
     # (it works only while leading).
     ready=Ready.LEASE,
     ready_lease="mpi-operator",
-    kueue_framework="kubeflow.org/mpijob",
+    kueue_frameworks=("kubeflow.org/mpijob",),
     # cmd/mpi-operator/app/server.go: healthCheckPort = 8080, on every interface (/healthz only).
     fixed_ports=(8080,),
 )
@@ -106,7 +106,7 @@ TRAINER = Addon(
         },
     },
     tmpdir_certs=True,  # the training-operator's rotation (pkg/util/cert), same fixed check path
-    kueue_framework="trainer.kubeflow.org/trainjob",
+    kueue_frameworks=("trainer.kubeflow.org/trainjob",),
     requires=("jobset",),
     after_ready="trainer-runtimes",
 )

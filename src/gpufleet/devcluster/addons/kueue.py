@@ -44,8 +44,7 @@ def kueue_frameworks(docs: list[Obj], running: list[Addon]) -> dict[str, Any]:
     integrations = copy.deepcopy(module_config(docs).get("integrations", {}))
     frameworks = list(integrations.get("frameworks", []))
     for addon in running:
-        if addon.kueue_framework and addon.kueue_framework not in frameworks:
-            frameworks.append(addon.kueue_framework)
+        frameworks += [f for f in addon.kueue_frameworks if f not in frameworks]
     return {"integrations": {**integrations, "frameworks": frameworks}}
 
 

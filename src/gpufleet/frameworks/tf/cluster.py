@@ -3,8 +3,9 @@
 Kubeflow's TFJob sets TF_CONFIG in each pod itself; it is used as given. Elsewhere gpufleet
 builds it: the launcher names every worker's address in GPUFLEET_TF_WORKERS (here: one free
 port on 127.0.0.1 each; in an Indexed Job or a JobSet: each pod's name under the job's headless
-Service, on TF_PORT) and the worker is the task of index GPUFLEET_TF_INDEX (a pod's completion
-index), else its torchrun rank (here every address is this machine's, so any order will do).
+Service, on TF_PORT) and the worker is the task of index GPUFLEET_TF_INDEX, else the pod's
+completion index (JOB_COMPLETION_INDEX, which the Job controller sets in an Indexed Job's pods),
+else its torchrun rank (here every address is this machine's, so any order will do).
 Imports no TensorFlow: the launcher and the renderers use it too.
 """
 
@@ -37,10 +38,11 @@ def tf_config(env: Mapping[str, str]) -> dict[str, Any] | None:
     workers = [w for w in env.get(ENV_TF_WORKERS, "").split(",") if w]
     if not workers:
         return None
-    raw = env.get(ENV_TF_INDEX) or env.get("RANK")
+    raw = env.get(ENV_TF_INDEX) or env.get("JOB_COMPLETION_INDEX") or env.get("RANK")
     if raw is None or not raw.isdigit() or int(raw) >= len(workers):
         raise ClusterConfigError(
-            f"worker index {raw!r} ({ENV_TF_INDEX}, else RANK) is not one of the "
+            f"worker index {raw!r} ({ENV_TF_INDEX}, else JOB_COMPLETION_INDEX, else RANK) is "
+            "not one of the "
             f"{len(workers)} workers of {ENV_TF_WORKERS}"
         )
     return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": int(raw)}}
