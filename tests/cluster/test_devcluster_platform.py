@@ -223,9 +223,21 @@ def test_a_queued_job_is_admitted_run_and_cancelled_clean(lab: DevCluster, targe
     init-pytorch container, which `restricted` refuses, to every Worker)."""
     name, ns = f"queued-{target}", "research"
     doc = queued_job(name, ns, nodes=2, gpus=2, target=target)
-    procs = 1 if target == "tfjob" else 2  # a TensorFlow worker uses the node's GPUs
     if target == "tfjob":
         bound_claim(lab, ns, doc["spec"]["volumes"][0]["claimName"])
+    try:
+        check_queued_job(lab, doc, target)
+    finally:
+        if target == "tfjob":
+            claim = doc["spec"]["volumes"][0]["claimName"]
+            lab.core.delete_namespaced_persistent_volume_claim(claim, ns)
+            lab.core.delete_persistent_volume(f"{ns}-{claim}")
+
+
+def check_queued_job(lab: DevCluster, doc: dict[str, Any], target: str) -> None:
+    """Submit ``doc`` for ``target``; admitted, run by the controller, cancelled clean."""
+    name, ns = doc["metadata"]["name"], doc["metadata"]["namespace"]
+    procs = 1 if target == "tfjob" else 2  # a TensorFlow worker uses the node's GPUs
     path = write_spec(lab.root, doc, f"{name}.yaml")
     submit = lab.gpufleet("submit", str(path), "--target", target)
     assert submit.returncode == 0, submit.stderr[-2000:]
@@ -265,10 +277,6 @@ def test_a_queued_job_is_admitted_run_and_cancelled_clean(lab: DevCluster, targe
                  if s.metadata.name.startswith(name)],
         what="no pod, workload or service of the job", timeout=60, interval=0.5,
     )  # fmt: skip
-    if target == "tfjob":
-        claim = doc["spec"]["volumes"][0]["claimName"]
-        lab.core.delete_namespaced_persistent_volume_claim(claim, ns)
-        lab.core.delete_persistent_volume(f"{ns}-{claim}")
 
 
 def test_a_queued_mpijob_runs_its_launcher_beside_its_workers_and_cancels_clean(

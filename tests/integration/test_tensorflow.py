@@ -85,7 +85,7 @@ def test_a_killed_worker_restarts_the_group_and_the_job_ends_exact(
     workdir: Path, uninterrupted: dict[str, Any]
 ) -> None:
     proc = run(workdir, "tf-killed")
-    poll_until(lambda: checkpoint_done(workdir, "tf-killed", 100), what="checkpoint 100",
+    poll_until(lambda: checkpoint_done(workdir, "tf-killed", EVERY), what="checkpoint 50",
                alive=proc, timeout=180)  # fmt: skip
     victims = [p for p in processes_mentioning("gpufleet.frameworks.tf", cwd=workdir)
                if p.environ().get("RANK") == "1"]  # fmt: skip
@@ -93,7 +93,7 @@ def test_a_killed_worker_restarts_the_group_and_the_job_ends_exact(
     victims[0].send_signal(signal.SIGKILL)
     code, result, err = summary(proc)
     assert code == 0, err[-3000:]
-    assert result["resumed_from"] is not None and result["resumed_from"] >= 100, result
+    assert result["resumed_from"] is not None and result["resumed_from"] >= EVERY, result
     assert result["state_digest"] == uninterrupted["state_digest"]
 
 
@@ -113,3 +113,36 @@ def test_a_preempted_job_exits_75_and_resumes_exact_from_the_agreed_step(
     assert code == 0, err[-3000:]
     assert second["resumed_from"] == stopped
     assert second["state_digest"] == uninterrupted["state_digest"]
+
+
+def test_a_corrupt_checkpoint_is_set_aside_and_another_jobs_is_refused(
+    workdir: Path, uninterrupted: dict[str, Any]
+) -> None:
+    """A flipped byte in the newest TensorFlow checkpoint: the next run sets it aside, resumes
+    from the one before and still ends exact. Another job pointed at the same directory is
+    refused with exit 2 before it trains."""
+    shared = workdir / "ckpt"
+    doc = tf_spec("tf-corrupt")
+    doc["spec"]["checkpoint"]["dir"] = str(shared)
+    spec = write_spec(workdir, doc, "corrupt.yaml")
+    cmd = gpufleet_cmd("run", str(spec), "-o", "json")
+    first = subprocess.run(cmd, cwd=workdir, env=cli_env(), capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (newest,) = shared.glob(f"step_{STEPS:09d}-*")
+    (data,) = newest.glob("ckpt.data-*")
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    again = subprocess.run(cmd, cwd=workdir, env=cli_env(), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    result = json.loads(again.stdout)
+    assert result["resumed_from"] == STEPS - EVERY, result
+    assert result["state_digest"] == uninterrupted["state_digest"]
+    assert f"checkpoint step {STEPS} is corrupt" in again.stdout + again.stderr
+    assert list(shared.glob(f"step_{STEPS:09d}-*.corrupt"))
+    other = tf_spec("tf-intruder")
+    other["spec"]["checkpoint"]["dir"] = str(shared)
+    cmd = gpufleet_cmd("run", str(write_spec(workdir, other, "o.yaml")))
+    intruder = subprocess.run(cmd, cwd=workdir, env=cli_env(), capture_output=True, text=True)
+    assert intruder.returncode == 2, intruder.stderr[-3000:]
+    assert "belongs to job tf-corrupt, not tf-intruder" in intruder.stderr

@@ -12,12 +12,15 @@ from typing import Any
 import pytest
 
 from gpufleet.errors import CheckpointMismatchError, NoUsableCheckpointError, UserInputError
+from gpufleet.frameworks.tf import checkpoints as ckpt
 from gpufleet.frameworks.tf.checkpoints import PREFIX, TfCheckpoints
 from gpufleet.frameworks.tf.cluster import ClusterConfigError, local_workers, pod_workers, tf_config
-from gpufleet.launch.worker import worker_env, worker_module_args
-from gpufleet.render import check_restricted, pod_specs_in, render
+from gpufleet.launch.worker import FRAMEWORK_MODULES, worker_env, worker_module_args
+from gpufleet.render import FRAMEWORK_TARGETS, TARGETS, check_restricted, pod_specs_in, render
 from gpufleet.runtime import integrity
+from gpufleet.runtime.context import DEFAULT_FRAMEWORK
 from gpufleet.spec import validate_training_job
+from gpufleet.spec.training_rules import FRAMEWORKS
 from tests.support.specs import cluster_job, digits_job, pod_templates
 from tests.unit.test_spec import errors_of
 
@@ -66,9 +69,9 @@ def test_a_tensorflow_job_is_refused_by_the_targets_that_run_pytorch(target: str
         render(job, target)
     (error,) = info.value.errors
     assert error.path == "spec.framework"
-    assert f"target {target} runs PyTorch workers" in error.message
+    assert f"target {target} runs pytorch workers" in error.message
     assert "renders to job, jobset, tfjob" in error.message
-    with pytest.raises(UserInputError, match="target tfjob runs TensorFlow workers"):
+    with pytest.raises(UserInputError, match="target tfjob runs tensorflow workers"):
         render(validate_training_job(cluster_job(nodes=2)), "tfjob")
 
 
@@ -108,13 +111,20 @@ def test_tf_config_from_the_launchers_addresses_and_the_workers_index() -> None:
         "cluster": {"worker": ["127.0.0.1:2001", "127.0.0.1:2002"]},
         "task": {"type": "worker", "index": 1},
     }
-    # A pod's completion index wins over torchrun's rank (ranks follow rendezvous order).
+    # A pod's completion index wins over torchrun's rank (ranks follow rendezvous order), and
+    # the launcher's own index over both.
     pods = pod_workers(["j-0.j", "j-1.j"])
-    got = tf_config({"GPUFLEET_TF_WORKERS": pods, "GPUFLEET_TF_INDEX": "0", "RANK": "1"})
+    got = tf_config({"GPUFLEET_TF_WORKERS": pods, "JOB_COMPLETION_INDEX": "0", "RANK": "1"})
     assert got == {"cluster": {"worker": ["j-0.j:2222", "j-1.j:2222"]},
                    "task": {"type": "worker", "index": 0}}  # fmt: skip
+    got = tf_config({"GPUFLEET_TF_WORKERS": pods, "GPUFLEET_TF_INDEX": "1",
+                     "JOB_COMPLETION_INDEX": "0", "RANK": "0"})  # fmt: skip
+    assert got is not None and got["task"]["index"] == 1
+    # A TFJob's TF_CONFIG is used as given; one around `gpufleet run` is not this job's.
     given = {"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}
-    assert tf_config({"TF_CONFIG": json.dumps(given), "GPUFLEET_TF_WORKERS": pods}) == given
+    assert tf_config({"TF_CONFIG": json.dumps(given)}) == given
+    mine = tf_config({"TF_CONFIG": json.dumps(given), "GPUFLEET_TF_WORKERS": pods, "RANK": "1"})
+    assert mine is not None and mine["cluster"]["worker"] == ["j-0.j:2222", "j-1.j:2222"]
     assert tf_config({"RANK": "0"}) is None  # one worker, no cluster
 
 
@@ -147,42 +157,82 @@ def store(root: Path, job: str = "a", chief: bool = True, keep: int = 2) -> TfCh
                          chief=chief, log=lambda m: print(m, file=sys.stderr))  # fmt: skip
 
 
+def save(s: TfCheckpoints, step: int, payload: bytes, world: int = 1) -> Path:
+    """What every worker does at a save, here the chief alone: a new directory, written."""
+    path = s.new_dir(step)
+    s.write(path, step, writer(payload), world_size=world)
+    return path
+
+
 def test_saves_are_marked_complete_verified_and_kept_to_keep(tmp_path: Path) -> None:
     s = store(tmp_path)
     for step in (10, 20, 30):
-        path = s.save(step, writer(str(step).encode()), world_size=2)
-        marker = json.loads((Path(path) / integrity.MARKER).read_text())
+        path = save(s, step, str(step).encode(), world=2)
+        marker = json.loads((path / integrity.MARKER).read_text())
         assert marker["step"] == step and marker["world_size"] == 2
         assert set(marker["files"]) == {f"{PREFIX}.index", f"{PREFIX}.data-00000-of-00001"}
     assert [step for step, _, ok in s.dirs() if ok] == [20, 30]  # keep 2
-    assert s.newest_usable() == 30
-    assert s.prefix_of(30).endswith(f"/{PREFIX}")
-    # A torn save (no marker) is never chosen; a worker that is not the chief writes nothing.
-    (tmp_path / "step_000000040-abcdef").mkdir()
-    assert s.newest_usable() == 30
-    assert store(tmp_path, chief=False).save(40, writer(b"x"), world_size=2) == ""
-    assert [step for step, _, _ in s.dirs()] == [20, 30, 40]
+    assert s.newest_usable(2) == path
+    # A torn save (no marker) is never chosen; a worker that is not the chief writes only a
+    # temporary copy, never into the step directory.
+    torn = tmp_path / "step_000000040-abcdef"
+    torn.mkdir()
+    assert s.newest_usable(2) == path
+    store(tmp_path, chief=False).write(torn, 40, writer(b"x"), world_size=2)
+    assert list(torn.iterdir()) == []
+    # Another number of workers: their global batch, refused with both counts.
+    with pytest.raises(CheckpointMismatchError, match="written by 2 workers, this job has 3"):
+        s.newest_usable(3)
+
+
+@pytest.mark.parametrize("step", [0, 1, 50, 2**24 + 1, 999_999_999])
+def test_the_chiefs_verdict_survives_the_float32_sum(step: int) -> None:
+    """The directory name travels as float32 numbers the other workers add zeros to: exact for
+    every step a step directory's name holds (9 digits) and every 6-hex suffix."""
+    import numpy as np
+
+    name = f"step_{step:09d}-fe01a9"
+    values = np.asarray(ckpt.encode(ckpt.FOUND, name), dtype=np.float32)
+    summed = values + np.zeros_like(values) + np.zeros_like(values)  # three workers
+    assert ckpt.decode([int(v) for v in summed]) == (ckpt.FOUND, name)
+    none = np.asarray(ckpt.encode(ckpt.NONE, None), dtype=np.float32)
+    assert ckpt.decode([int(v) for v in none]) == (ckpt.NONE, None)
+    assert ckpt.decode([int(v) for v in ckpt.encode(ckpt.REFUSED, None)])[0] == ckpt.REFUSED
 
 
 def test_a_corrupt_checkpoint_is_set_aside_and_the_previous_one_used(tmp_path: Path) -> None:
     s = store(tmp_path)
-    s.save(10, writer(b"ten"), world_size=1)
-    newest = Path(s.save(20, writer(b"twenty"), world_size=1))
+    older = save(s, 10, b"ten")
+    newest = save(s, 20, b"twenty")
     data = newest / f"{PREFIX}.data-00000-of-00001"
     data.write_bytes(b"X" + data.read_bytes()[1:])  # one byte flipped, same size
-    assert s.newest_usable() == 10
+    assert s.newest_usable(1) == older
     assert not newest.exists() and newest.with_name(newest.name + ".corrupt").is_dir()
-    (s.dirs()[0][1] / f"{PREFIX}.index").write_bytes(b"cut")
+    (older / f"{PREFIX}.index").write_bytes(b"cut")
     with pytest.raises(NoUsableCheckpointError, match="every complete one is corrupt"):
-        s.newest_usable()
+        s.newest_usable(1)
 
 
-def test_another_jobs_checkpoint_is_refused_and_never_purged(tmp_path: Path) -> None:
-    store(tmp_path, job="other").save(10, writer(b"theirs"), world_size=1)
+def test_another_jobs_or_models_checkpoint_is_refused_and_never_purged(tmp_path: Path) -> None:
+    save(store(tmp_path, job="other"), 10, b"theirs")
     mine = store(tmp_path, job="mine", keep=1)
     with pytest.raises(CheckpointMismatchError, match="belongs to job other, not mine"):
-        mine.newest_usable()
-    mine.save(20, writer(b"a"), world_size=1)
-    mine.save(30, writer(b"b"), world_size=1)
+        mine.newest_usable(1)
+    save(mine, 20, b"a")
+    save(mine, 30, b"b")
     owners = [integrity.owner(mine._fs, str(p)) for _, p, _ in mine.dirs()]
     assert owners == ["other", "mine"]
+    # The same job name, another model (a PyTorch job's checkpoints, say): refused.
+    torch_like = TfCheckpoints(str(tmp_path / "m"), every_steps=10, keep=2, chief=True,
+                               identity={"job": "j", "model": "aaaa"}, log=print)  # fmt: skip
+    save(torch_like, 10, b"t")
+    tf_like = TfCheckpoints(str(tmp_path / "m"), every_steps=10, keep=2, chief=True,
+                            identity={"job": "j", "model": "bbbb"}, log=print)  # fmt: skip
+    with pytest.raises(CheckpointMismatchError, match="written by another model"):
+        tf_like.newest_usable(1)
+
+
+def test_every_framework_has_its_targets_and_a_worker() -> None:
+    assert set(FRAMEWORK_TARGETS) == set(FRAMEWORKS)
+    assert set(FRAMEWORK_MODULES) == set(FRAMEWORKS) - {DEFAULT_FRAMEWORK}
+    assert all(TARGETS.keys() >= set(targets) for targets in FRAMEWORK_TARGETS.values())

@@ -29,7 +29,7 @@ from gpufleet.errors import (
     UserInputError,
 )
 from gpufleet.extras import install_hint, missing
-from gpufleet.frameworks.tf.cluster import ENV_TF_WORKERS, local_workers
+from gpufleet.frameworks.tf.cluster import ENV_TF_INDEX, ENV_TF_WORKERS, local_workers
 from gpufleet.launch.fatal import read_fatal
 from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
@@ -43,7 +43,8 @@ from gpufleet.launch.worker import (
     worker_module_args,
 )
 from gpufleet.launch.worker import worker_env as shared_worker_env
-from gpufleet.net import free_port
+from gpufleet.net import free_ports
+from gpufleet.runtime.context import DEFAULT_FRAMEWORK
 from gpufleet.runtime.files import read_json, write_json_atomic
 from gpufleet.runtime.rundir import ARCHIVE_DIR, RunDir
 from gpufleet.spec import TrainingJob
@@ -84,12 +85,20 @@ def worker_env(job: TrainingJob, run_dir: Path) -> dict[str, str]:
     """Variables added to torchrun's worker environment on this machine: the pods' (gpufleet.
     launch.worker.worker_env) for the absolute ``run_dir``, and this process's
     OMP_NUM_THREADS when set. References: NodeConfig.secret_env, resolved apart."""
-    env = shared_worker_env(
+    return shared_worker_env(
         job, run_dir.resolve(), omp_threads=os.environ.get("OMP_NUM_THREADS", "1")
     )
-    if job.spec.framework == "tensorflow":  # each worker's gRPC server: a free port here
-        env[ENV_TF_WORKERS] = local_workers([free_port() for _ in range(job.spec.world_size)])
-    return env
+
+
+def node_envs(job: TrainingJob, run_dir: Path, ports: list[int]) -> list[dict[str, str]]:
+    """Each node's worker environment (worker_env): for a TensorFlow job also every worker's
+    address (one of ``ports`` each, its gRPC server) and this node's worker's index in them
+    (one worker per node), which win over a TF_CONFIG or completion index around us."""
+    env = worker_env(job, run_dir)
+    if job.spec.framework != "tensorflow":
+        return [env] * job.spec.nodes
+    env[ENV_TF_WORKERS] = local_workers(ports[: job.spec.nodes])
+    return [{**env, ENV_TF_INDEX: str(i)} for i in range(job.spec.nodes)]
 
 
 @contextmanager
@@ -226,8 +235,10 @@ def _run_locked(
     started = time.time()
     s = job.spec
     run_id = f"{job.metadata.name}-{uuid.uuid4().hex[:8]}"
-    endpoint = f"127.0.0.1:{free_port()}"
-    env = worker_env(job, run_dir)  # once: every node's workers must name the same addresses
+    # Chosen together (free_ports): the rendezvous and, for TensorFlow, each worker's server.
+    ports = free_ports(1 + (s.nodes if s.framework == "tensorflow" else 0))
+    endpoint = f"127.0.0.1:{ports[0]}"
+    envs = node_envs(job, run_dir, ports[1:])
     configs = [
         NodeConfig(
             run_id=run_id,
@@ -239,9 +250,9 @@ def _run_locked(
             shutdown_timeout=s.preemption.grace_period,
             log_dir=str(files.node_logs(i)),
             argv=worker_argv(job),
-            env=env,
+            env=envs[i],
             secret_env=secret_env,
-            fork=s.framework == "pytorch",
+            fork=s.framework == DEFAULT_FRAMEWORK,
         )
         for i in range(s.nodes)
     ]

@@ -47,6 +47,7 @@ from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 from gpufleet.launch.fatal import no_restart_after_fatal, read_fatal
 from gpufleet.launch.keptlogs import keep, kept_name
 from gpufleet.runtime.context import (
+    DEFAULT_FRAMEWORK,
     ENV_CHECKPOINT_DIR,
     ENV_FRAMEWORK,
     ENV_METRICS_DIR,
@@ -231,7 +232,7 @@ def _run(args: Any) -> None:
         run(args)  # what we do not render: torchrun's own handling, workers as commands
         return
     config, cmd, cmd_args = config_from_args(args)
-    pytorch = os.environ.get(ENV_FRAMEWORK, "pytorch") == "pytorch"  # else: not forked
+    pytorch = os.environ.get(ENV_FRAMEWORK, DEFAULT_FRAMEWORK) == DEFAULT_FRAMEWORK  # else: spawned
     entry, entry_args, start_method = entrypoint([str(cmd), *cmd_args], fork=pytorch)
     if start_method:
         config.start_method = start_method

@@ -26,7 +26,12 @@ from gpufleet.launch.orphans import (
     name_process,
     release_forkserver,
 )
-from gpufleet.runtime.context import ENV_FRAMEWORK, ENV_OUTPUT_HANG_TIMEOUT, ENV_RUN_DIR
+from gpufleet.runtime.context import (
+    DEFAULT_FRAMEWORK,
+    ENV_FRAMEWORK,
+    ENV_OUTPUT_HANG_TIMEOUT,
+    ENV_RUN_DIR,
+)
 
 # A forked worker's process name: gpufleet-rank<RANK> (at most 15 bytes are kept).
 WORKER_NAME = "gpufleet-rank"
@@ -162,18 +167,17 @@ def worker(*argv: str) -> None:
 
 
 def _shim(argv: list[str]) -> None:
-    if os.environ.get(ENV_FRAMEWORK, "pytorch") != "pytorch":
-        _framework_worker(argv)
-        return
-    # Imported after die_with_parent: importing torch takes seconds, time in which an agent
-    # SIGKILLed would leave this process behind.
-    from torch.distributed.elastic.multiprocessing.errors import record
-
     timeout = float(os.environ.get(ENV_OUTPUT_HANG_TIMEOUT, "0"))
     if timeout > 0:  # a command job with a hangTimeout: its output or heartbeat is progress
         from gpufleet.runtime.watchdog import watch_output
 
         watch_output(timeout, rank=int(os.environ.get("RANK", "0")))
+    if os.environ.get(ENV_FRAMEWORK, DEFAULT_FRAMEWORK) != DEFAULT_FRAMEWORK:
+        _framework_worker(argv)
+        return
+    # Imported after die_with_parent: importing torch takes seconds, time in which an agent
+    # SIGKILLed would leave this process behind.
+    from torch.distributed.elastic.multiprocessing.errors import record
 
     with _safe_group_teardown():
         record(_run)(argv)

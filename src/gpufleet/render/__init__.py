@@ -59,7 +59,7 @@ def render(job: TrainingJob, target: str = "job") -> list[Obj]:
     With ``spec.metrics.podMonitor``, a PodMonitor for the job's pods comes last."""
     allowed = FRAMEWORK_TARGETS[job.spec.framework]
     if target not in allowed:
-        runs = "TensorFlow" if target == "tfjob" else "PyTorch"
+        runs = " or ".join(f for f, targets in FRAMEWORK_TARGETS.items() if target in targets)
         message = (f"is {job.spec.framework}, but target {target} runs {runs} workers; "
                    f"a {job.spec.framework} job renders to {', '.join(allowed)}")  # fmt: skip
         raise UserInputError([FieldError("spec.framework", message)])

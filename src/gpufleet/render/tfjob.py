@@ -8,7 +8,7 @@ from gpufleet.kube import METRICS_PORT_NAME, Obj
 from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import kubeflow_run_policy, queued_labels
 from gpufleet.render.meta import metadata
-from gpufleet.render.podspec import RDZV_PORT, WorkerPod, pod_metadata, pod_spec
+from gpufleet.render.podspec import WorkerPod, pod_metadata, pod_spec
 from gpufleet.spec import TrainingJob
 
 
@@ -36,7 +36,6 @@ def render_tfjob(job: TrainingJob) -> list[Obj]:
         {"name": "tfjob-port", "containerPort": TF_PORT},
         *(p for p in pod["containers"][0]["ports"] if p["name"] in ("rdzv", METRICS_PORT_NAME)),
     ]
-    assert any(p["containerPort"] == RDZV_PORT for p in pod["containers"][0]["ports"])
     template = {"metadata": pod_metadata(job, "worker"), "spec": pod}
     return [
         {

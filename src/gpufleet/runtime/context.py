@@ -10,6 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 # The run directory's file names live in gpufleet.runtime.rundir; these two are re-exported.
 from gpufleet.runtime.rundir import CHECKPOINTS_DIR as CHECKPOINTS_DIR
@@ -29,6 +30,7 @@ ENV_OUTPUT_HANG_TIMEOUT = "GPUFLEET_OUTPUT_HANG_TIMEOUT"
 ENV_WORKLOAD = "GPUFLEET_WORKLOAD"
 # spec.framework when not pytorch (the worker shim then imports no torch: gpufleet.frameworks).
 ENV_FRAMEWORK = "GPUFLEET_FRAMEWORK"
+DEFAULT_FRAMEWORK: Final = "pytorch"  # spec.framework's default: workers torchrun forks
 # spec.parallelism as JSON (ParallelismSettings): the Trainer's strategy, precision and so on.
 ENV_PARALLELISM = "GPUFLEET_PARALLELISM"
 # A directory: when set, every Trainer rank appends the sample ids of each step to
@@ -45,6 +47,11 @@ ENV_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 # Where what is derived once per machine is kept (the built-in digits data as arrays, so that a
 # worker need not import scikit-learn); unset: $XDG_CACHE_HOME/gpufleet, else ~/.cache/gpufleet.
 ENV_CACHE_DIR = "GPUFLEET_CACHE_DIR"
+
+
+def restart_count() -> int:
+    """How many times the launcher (torchrun's elastic agent) restarted this worker group."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def cache_dir() -> Path:
@@ -125,7 +132,7 @@ class JobContext:
     metrics_dir: str | None = None
     parallelism: ParallelismSettings = PARALLELISM_DEFAULTS
     sample_log: Path | None = None
-    framework: str = "pytorch"
+    framework: str = DEFAULT_FRAMEWORK
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> JobContext:
@@ -151,7 +158,7 @@ class JobContext:
             metrics_dir=e.get(ENV_METRICS_DIR) or None,
             parallelism=ParallelismSettings.from_json(json.loads(e.get(ENV_PARALLELISM, "{}"))),
             sample_log=Path(e[ENV_SAMPLE_LOG]) if e.get(ENV_SAMPLE_LOG) else None,
-            framework=e.get(ENV_FRAMEWORK, "pytorch"),
+            framework=e.get(ENV_FRAMEWORK, DEFAULT_FRAMEWORK),
         )
 
     @property
@@ -183,6 +190,6 @@ class JobContext:
             env[ENV_PARALLELISM] = json.dumps(self.parallelism.to_json(), sort_keys=True)
         if self.sample_log is not None:
             env[ENV_SAMPLE_LOG] = str(self.sample_log)
-        if self.framework != "pytorch":
+        if self.framework != DEFAULT_FRAMEWORK:
             env[ENV_FRAMEWORK] = self.framework
         return env

@@ -4,7 +4,6 @@ preemption checkpoint (file names: gpufleet.runtime.rundir)."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from gpufleet.runtime.context import restart_count
 from gpufleet.runtime.distributed import DistInfo
 from gpufleet.runtime.files import write_json_atomic
 from gpufleet.runtime.metrics import JobMetrics
@@ -40,11 +40,6 @@ class TrainResult:
         out = dict(self.__dict__)
         out.pop("step_seconds")
         return out
-
-
-def restart_count() -> int:
-    """How many times the elastic agent has restarted this worker group."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def throughput(seconds: list[float], global_batch: int) -> float:

@@ -19,14 +19,14 @@ from torch.utils.data import Dataset
 from gpufleet.errors import EXIT_PREEMPTED, NonFiniteError
 from gpufleet.runtime import faults
 from gpufleet.runtime.checkpoint import Checkpointer, CheckpointRef, model_fingerprint
-from gpufleet.runtime.context import JobContext, ParallelismSettings
+from gpufleet.runtime.context import JobContext, ParallelismSettings, restart_count
 from gpufleet.runtime.data import to_device
 from gpufleet.runtime.distributed import DistInfo, control_group, init_distributed
 from gpufleet.runtime.metrics import JobMetrics
 from gpufleet.runtime.nonfinite import NonFinitePolicy
 from gpufleet.runtime.parallel import full_state_digest, local_tensor, make_parallel, state_bytes
 from gpufleet.runtime.preemption import PreemptionGuard
-from gpufleet.runtime.reporting import Reporter, TrainResult, restart_count, throughput
+from gpufleet.runtime.reporting import Reporter, TrainResult, throughput
 from gpufleet.runtime.resume import JobState, Progress, global_batch_loader, resized_note
 from gpufleet.runtime.rng import seed_everything
 from gpufleet.runtime.samplelog import SampleLog, open_for_rank

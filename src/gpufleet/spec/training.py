@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 
 from gpufleet.runtime.context import (
     CHECKPOINT_DEFAULTS,
+    DEFAULT_FRAMEWORK,
     MAX_ROLLBACKS,
     PARALLELISM_DEFAULTS,
     CheckpointSettings,
@@ -166,7 +167,7 @@ _LAUNCHER = re.compile(r"^(python|pypy|ipython)[0-9.]*$|^(torchrun|bash|sh|env|u
 class TrainingJobSpec(CrossFieldModel):
     """What to run, how wide, and how it survives failures."""
 
-    framework: Framework = Field(default="pytorch", description=FRAMEWORK_HELP)
+    framework: Framework = Field(default=DEFAULT_FRAMEWORK, description=FRAMEWORK_HELP)
     command: list[str] | None = Field(
         default=None,
         description=(

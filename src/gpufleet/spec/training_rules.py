@@ -9,8 +9,9 @@ from typing import Any, Literal, get_args
 from gpufleet.spec.validation import Problem, raw_int
 from gpufleet.spec.workloads import WORKLOAD_KINDS
 
-# The frameworks a job's workers may use: the one list (spec.framework, the renderers' refusals,
-# the local launcher's choice of worker). pytorch is the default.
+# The frameworks a job's workers may use (spec.framework; the default: DEFAULT_FRAMEWORK). Each
+# has its targets in gpufleet.render.FRAMEWORK_TARGETS and, but PyTorch, its worker in
+# gpufleet.frameworks (tests/unit/test_tf_parts.py holds the three together).
 Framework = Literal["pytorch", "tensorflow"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 FRAMEWORK_HELP = (

@@ -10,11 +10,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from gpufleet.workloads.digits_data import MOMENTUM, digits_split
 from gpufleet.workloads.digits_data import digits_arrays as digits_arrays
-from gpufleet.workloads.digits_data import digits_split
-
-# The training recipe (digits_recipe), shared by the workload and `gpufleet bench training`.
-OPTIMIZER, MOMENTUM, LR_SCHEDULE = "sgd", 0.9, "cosine"
 
 
 def digits_datasets(seed: int = 0) -> tuple[TensorDataset, TensorDataset]:

@@ -17,6 +17,9 @@ from gpufleet.runtime.context import cache_dir
 from gpufleet.runtime.files import write_bytes_atomic
 
 TEST_FRACTION = 0.2
+# The training recipe of every digits workload (PyTorch's digits_recipe, TensorFlow's in Keras)
+# and of `gpufleet bench training`: SGD with momentum, cosine decay to zero.
+OPTIMIZER, MOMENTUM, LR_SCHEDULE = "sgd", 0.9, "cosine"
 Arrays = tuple[npt.NDArray[Any], npt.NDArray[Any]]
 
 

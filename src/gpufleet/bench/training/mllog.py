@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.bench.training.config import BENCHMARK, TARGET_ACCURACY
-from gpufleet.workloads.digits import LR_SCHEDULE, OPTIMIZER
+from gpufleet.workloads.digits_data import LR_SCHEDULE, OPTIMIZER
 
 
 def mllogger(path: Path | None, index: int) -> Any:

@@ -26,11 +26,30 @@ from typing import Any
 
 import fsspec
 
-from gpufleet.errors import CheckpointError, NoUsableCheckpointError
+from gpufleet.errors import CheckpointError, CheckpointMismatchError, NoUsableCheckpointError
 from gpufleet.runtime import integrity
 from gpufleet.runtime.files import write_json_atomic
 
 PREFIX = "ckpt"  # tf.train.Checkpoint's file prefix inside a step directory
+
+# What the chief tells the other workers of a checkpoint (tf.distribute all-reduces by sum or
+# mean only, so the others add zeros): a verdict and the step directory's name, as numbers a
+# float32 holds exactly (below 2**24): the step in two 16-bit halves, the 6-hex suffix.
+NONE, FOUND, NO_USABLE, REFUSED, FAILED = 0, 1, 2, 3, 4
+
+
+def encode(verdict: int, name: str | None) -> list[float]:
+    """``verdict`` and the step directory ``name`` (or None) as the numbers to agree on."""
+    match = integrity.STEP_DIR.match(name or "")
+    step, suffix = (int(match.group(1)), int(match.group(2), 16)) if match else (0, 0)
+    return [float(verdict), float(step >> 16), float(step & 0xFFFF), float(suffix)]
+
+
+def decode(values: list[int]) -> tuple[int, str | None]:
+    """The verdict and directory name ``encode`` made, after the sum."""
+    verdict, high, low, suffix = values
+    name = f"step_{(high << 16) | low:09d}-{suffix:06x}" if verdict == FOUND else None
+    return verdict, name
 
 
 class TfCheckpoints:
@@ -71,10 +90,11 @@ class TfCheckpoints:
                 out.append((int(match.group(1)), path, (path / integrity.MARKER).exists()))
         return sorted(out)
 
-    def newest_usable(self) -> int | None:
-        """The chief's verdict: the step of the newest complete checkpoint whose files match
-        their checksums. Corrupt ones are set aside on the way; raises NoUsableCheckpointError
-        when every complete one is corrupt, CheckpointMismatchError when it is another job's."""
+    def newest_usable(self, world_size: int) -> Path | None:
+        """The chief's verdict: the newest complete checkpoint whose files match their
+        checksums. Corrupt ones are set aside on the way; raises NoUsableCheckpointError when
+        every complete one is corrupt, CheckpointMismatchError when it is another job's or
+        model's, or was written by another number of workers (the global batch is theirs)."""
         set_aside = []
         for step, path, complete in reversed(self.dirs()):
             if not complete:
@@ -93,7 +113,15 @@ class TfCheckpoints:
                           "previous one")  # fmt: skip
                 continue
             integrity.check_identity(self.identity, marker, root=str(self.root), step=step)
-            return step
+            written = marker.get("world_size")
+            if written not in (None, world_size):
+                raise CheckpointMismatchError(
+                    f"the newest checkpoint in {self.root} (step {step}) was written by "
+                    f"{written} workers, this job has {world_size}: a TensorFlow job resumes on "
+                    f"its own number of workers (set spec.nodes to {written}), or run with "
+                    "--fresh to start over"
+                )
+            return path
         if set_aside:
             raise NoUsableCheckpointError(
                 f"no usable checkpoint in {self.root}: every complete one is corrupt (set aside: "
@@ -101,18 +129,19 @@ class TfCheckpoints:
             )
         return None
 
-    def prefix_of(self, step: int) -> str:
-        """The tf.train.Checkpoint prefix of the complete checkpoint of ``step`` (the one the
-        chief chose: the newest name among that step's complete directories)."""
-        found = [path for s, path, complete in self.dirs() if s == step and complete]
-        if not found:
-            raise CheckpointError(f"no complete checkpoint of step {step} in {self.root}")
-        return str(found[-1] / PREFIX)
+    def new_dir(self, step: int) -> Path:
+        """The chief: a new, empty step directory for ``step`` (its name is then agreed)."""
+        for _ in range(8):
+            path = self.root / f"step_{step:09d}-{secrets.token_hex(3)}"
+            if not path.exists():
+                path.mkdir(parents=True)
+                return path
+        raise CheckpointError(f"no unused checkpoint directory name for step {step} in {self.root}")
 
-    def save(self, step: int, write: Callable[[str], Any], *, world_size: int) -> str:
-        """Every worker calls this at the same step: ``write(prefix)`` saves the state (the
-        chief's into a new step directory, the others' into a temporary one); the chief then
-        commits the marker and drops old checkpoints. Returns the step directory (chief) or ''."""
+    def write(self, path: Path, step: int, write: Callable[[str], Any], *, world_size: int) -> None:
+        """Every worker calls this at the same step with the agreed ``path``: ``write(prefix)``
+        saves the state (the chief's into ``path``, the others' into a temporary directory);
+        the chief then commits the marker and drops old checkpoints."""
         started = time.perf_counter()
         if not self.chief:
             scratch = tempfile.mkdtemp(prefix="gpufleet-tf-ckpt-")
@@ -120,8 +149,7 @@ class TfCheckpoints:
                 write(str(Path(scratch) / PREFIX))
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
-            return ""
-        path = self._new_dir(step)
+            return
         write(str(path / PREFIX))
         files = integrity.file_digests(self._fs, str(path))
         marker = {"step": step, "world_size": world_size,
@@ -129,15 +157,6 @@ class TfCheckpoints:
                   "files": files, "format": "tf.train.Checkpoint"}  # fmt: skip
         write_json_atomic(path / integrity.MARKER, marker)
         self._purge(step)
-        return str(path)
-
-    def _new_dir(self, step: int) -> Path:
-        for _ in range(8):
-            path = self.root / f"step_{step:09d}-{secrets.token_hex(3)}"
-            if not path.exists():
-                path.mkdir(parents=True)
-                return path
-        raise CheckpointError(f"no unused checkpoint directory name for step {step} in {self.root}")
 
     def _purge(self, newest: int) -> None:
         """Keep the newest ``keep`` complete checkpoints of this job (never another job's);

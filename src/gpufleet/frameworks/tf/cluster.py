@@ -26,16 +26,17 @@ class ClusterConfigError(ValueError):
 
 
 def tf_config(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """This worker's TF_CONFIG: the environment's own, else one built from GPUFLEET_TF_WORKERS
-    and the worker's index; None for a single worker with neither (no cluster to join)."""
+    """This worker's TF_CONFIG: one built from GPUFLEET_TF_WORKERS and the worker's index when
+    gpufleet named the workers (a TF_CONFIG around ``gpufleet run`` is not this job's), else
+    the environment's own (a TFJob's); None for a single worker with neither."""
+    workers = [w for w in env.get(ENV_TF_WORKERS, "").split(",") if w]
     given = env.get(ENV_TF_CONFIG)
-    if given:
+    if given and not workers:
         try:
             config: dict[str, Any] = json.loads(given)
         except ValueError as exc:
             raise ClusterConfigError(f"{ENV_TF_CONFIG} is not JSON: {exc}") from None
         return config
-    workers = [w for w in env.get(ENV_TF_WORKERS, "").split(",") if w]
     if not workers:
         return None
     raw = env.get(ENV_TF_INDEX) or env.get("JOB_COMPLETION_INDEX") or env.get("RANK")

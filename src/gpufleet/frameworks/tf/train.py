@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import signal
 import threading
 import time
@@ -27,15 +26,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.errors import EXIT_PREEMPTED, NonFiniteError
+from gpufleet.errors import (
+    EXIT_PREEMPTED,
+    CheckpointError,
+    CheckpointMismatchError,
+    GpufleetError,
+    NonFiniteError,
+    NoUsableCheckpointError,
+)
+from gpufleet.frameworks.tf import checkpoints as ckpt
 from gpufleet.frameworks.tf.checkpoints import TfCheckpoints
-from gpufleet.runtime.context import JobContext
+from gpufleet.launch.fatal import write_fatal
+from gpufleet.runtime.context import JobContext, restart_count
 from gpufleet.runtime.files import write_json_atomic
 from gpufleet.runtime.rundir import RunDir
 from gpufleet.spec import DigitsWorkload
-from gpufleet.workloads.digits_data import digits_split
-
-MOMENTUM = 0.9  # the PyTorch recipe's (gpufleet.workloads.digits): SGD, cosine decay to zero
+from gpufleet.workloads.digits_data import MOMENTUM, digits_split
 
 
 def log(message: str) -> None:
@@ -91,6 +97,15 @@ def weights_digest(model: Any) -> str:
     return h.hexdigest()
 
 
+def model_fingerprint(model: Any) -> str:
+    """16 hex digits over every weight's path, shape and dtype: a checkpoint written by another
+    model (a PyTorch job's of the same name included) is refused, not half loaded."""
+    h = hashlib.sha256()
+    for variable in sorted(model.weights, key=lambda v: v.path):
+        h.update(f"{variable.path}:{tuple(variable.shape)}:{variable.dtype}\n".encode())
+    return h.hexdigest()[:16]
+
+
 class DigitsRun:
     """One worker's share of the digits training (every worker builds one)."""
 
@@ -120,11 +135,12 @@ class DigitsRun:
             self.optimizer = tf.keras.optimizers.SGD(schedule, momentum=MOMENTUM)
             self.optimizer.build(self.model.trainable_variables)
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
+        fingerprint = model_fingerprint(self.model)
         self.store = TfCheckpoints(
             context.checkpoint.root(context.run_dir),
             every_steps=context.checkpoint.every_steps,
             keep=context.checkpoint.keep,
-            identity={"job": context.name, "workload": "digits-tensorflow"},
+            identity={"job": context.name, "workload": "digits-tensorflow", "model": fingerprint},
             chief=self.chief,
             log=log,
         )
@@ -156,41 +172,61 @@ class DigitsRun:
         compiled: Callable[..., Any] = tf.function(step)  # one graph, traced at the first step
         return compiled
 
-    def from_chief(self, value: int) -> int:
-        """The chief's ``value`` on every worker (a collective: all workers call it; the
-        others add zero, tf.distribute reducing by sum or mean only)."""
-        tf, mine = self.tf, float(value if self.chief else 0)
-        reduced = self.strategy.run(
+    def from_chief(self, values: list[float]) -> list[int]:
+        """The chief's ``values`` on every worker (a collective: all workers call it; the
+        others add zeros)."""
+        tf, mine = self.tf, values if self.chief else [0.0] * len(values)
+        reduced = self.strategy.run(  # the tensor made in the replica: see _compile_step
             lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.constant(mine))
         )
-        return int(self.strategy.experimental_local_results(reduced)[0].numpy())
+        return [int(v) for v in self.strategy.experimental_local_results(reduced)[0].numpy()]
 
     def restore(self) -> int | None:
-        """Load the newest usable checkpoint (the chief decides which; every worker loads it);
-        the step it holds, or None when starting fresh."""
+        """Load the newest usable checkpoint: the chief decides which and names its directory
+        to the others (no worker lists the directory itself); the step, or None when fresh.
+        A verdict against resuming ends every worker with the chief's error and exit code."""
+        verdict, name = ckpt.NONE, None
         error: Exception | None = None
-        step = -1
         if self.chief:
             try:
-                step = self.store.newest_usable() or -1
-            except Exception as exc:  # every worker stops on the chief's verdict
-                error, step = exc, -2
-        agreed = self.from_chief(step)
-        if agreed == -2:
-            if error is not None:
-                raise error
-            raise SystemExit("gpufleet: the chief found no usable checkpoint (see its log)")
-        if agreed < 0:
+                found = self.store.newest_usable(self.world)
+                verdict, name = (ckpt.FOUND, found.name) if found else (ckpt.NONE, None)
+            except NoUsableCheckpointError as exc:
+                verdict, error = ckpt.NO_USABLE, exc
+            except CheckpointError as exc:  # another job's or model's, another world size
+                verdict, error = ckpt.REFUSED, exc
+            except Exception as exc:  # storage: the group restarts
+                verdict, error = ckpt.FAILED, exc
+            if isinstance(error, GpufleetError) and error.fatal:
+                # Recorded before the others learn of it: the launcher reports the first
+                # fatal error recorded, and theirs only points here.
+                write_fatal(Path(self.context.run_dir), error.exit_code, str(error), self.index)
+        verdict, name = ckpt.decode(self.from_chief(ckpt.encode(verdict, name)))
+        if error is not None:
+            raise error
+        where = f"{self.store.root} (worker 0's log says why)"
+        if verdict == ckpt.NO_USABLE:
+            raise NoUsableCheckpointError(f"no usable checkpoint in {where}")
+        if verdict == ckpt.REFUSED:
+            raise CheckpointMismatchError(f"the newest checkpoint in {where} cannot be resumed")
+        if verdict == ckpt.FAILED:
+            raise CheckpointError(f"worker 0 could not read the checkpoints in {where}")
+        if name is None:
             return None
-        self.checkpoint.read(self.store.prefix_of(agreed)).assert_consumed()
-        return agreed
+        self.checkpoint.read(str(self.store.root / name / ckpt.PREFIX)).assert_consumed()
+        return int(self.optimizer.iterations.numpy())
 
     def save(self, step: int) -> str:
-        """Checkpoint ``step`` on every worker (collective); the chief's directory."""
-        path = self.store.save(step, self.checkpoint.write, world_size=self.world)
+        """Checkpoint ``step`` on every worker (collective): the chief makes the directory and
+        names it to the others; its path, on every worker."""
+        name = self.store.new_dir(step).name if self.chief else None
+        _, name = ckpt.decode(self.from_chief(ckpt.encode(ckpt.FOUND, name)))
+        assert name is not None  # FOUND always names one
+        path = self.store.root / name
+        self.store.write(path, step, self.checkpoint.write, world_size=self.world)
         if self.chief:
             log(f"gpufleet: checkpoint step {step} -> {path}")
-        return path
+        return str(path)
 
     def fit(self, requested: threading.Event) -> dict[str, Any]:
         """Train to the workload's step count (or to an agreed preemption); the result."""
@@ -262,11 +298,6 @@ class DigitsRun:
             "metrics": {} if preempted else {"accuracy": self.accuracy()},
             "wall_seconds": time.perf_counter() - started,
         }
-
-
-def restart_count() -> int:
-    """How many times the launcher restarted this worker group (torchrun's count)."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def run(context: JobContext, requested: threading.Event) -> int:
