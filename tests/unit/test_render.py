@@ -254,21 +254,27 @@ def test_read_only_is_written_only_when_true(target: str) -> None:
     assert "'readOnly': True" in text
 
 
+CANNOT_RUN: list[tuple[dict[str, Any], str]] = [
+    ({"image": None}, "spec.image"),
+    ({"checkpoint": {}}, "spec.checkpoint.dir"),
+    ({"checkpoint": {"dir": "/elsewhere"}}, "spec.checkpoint.dir"),
+    ({"resources": {"gpu": 3}, "procsPerNode": 2}, "spec.resources.gpu"),
+]
+
+
 @pytest.mark.parametrize(
-    ("spec", "want_path"),
+    ("target", "spec", "want_path"),
     [
-        ({"image": None}, "spec.image"),
-        ({"checkpoint": {}}, "spec.checkpoint.dir"),
-        ({"checkpoint": {"dir": "/elsewhere"}}, "spec.checkpoint.dir"),
-        ({"resources": {"gpu": 3}, "procsPerNode": 2}, "spec.resources.gpu"),
+        (target, spec, path)
+        for target in TARGETS
+        for spec, path in CANNOT_RUN
+        # a TensorFlow job (tfjob) runs one process per node: no GPUs to divide among several
+        if target in FRAMEWORK_TARGETS["pytorch"] or "procsPerNode" not in spec
     ],
 )
-@pytest.mark.parametrize("target", list(TARGETS))
 def test_specs_that_cannot_run_on_kubernetes(
     spec: dict[str, Any], want_path: str, target: str
 ) -> None:
-    if target not in FRAMEWORK_TARGETS["pytorch"] and "procsPerNode" in spec:
-        pytest.skip("a TensorFlow job runs one process per node")
     doc = cluster_job(target=target, **spec)
     doc["spec"] = {k: v for k, v in doc["spec"].items() if v is not None}
     with pytest.raises(UserInputError) as info:

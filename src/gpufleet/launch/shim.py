@@ -197,6 +197,12 @@ def _framework_worker(argv: list[str]) -> None:
     if config is not None:
         os.environ[ENV_TF_CONFIG] = json.dumps(config)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's INFO lines: not in logs
+    # Its thread pools as torch's: OMP_NUM_THREADS, which both launchers set (TensorFlow
+    # otherwise sizes them by the machine's cores, every worker of a node alike).
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads:
+        os.environ.setdefault("TF_NUM_INTRAOP_THREADS", threads)
+        os.environ.setdefault("TF_NUM_INTEROP_THREADS", threads)
     _run(argv)
 
 

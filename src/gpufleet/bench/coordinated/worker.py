@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpufleet.runtime.distributed import ensure_process_group, init_distributed
     from gpufleet.runtime.files import write_json_atomic
     from gpufleet.serve.loadgen import BenchConfig, run_bench
-    from gpufleet.serve.loadgen.run import rerun_rate, say_rerun
+    from gpufleet.serve.loadgen.run import RERUN_FACTOR, rerun_rate, say_rerun
 
     info = init_distributed()
     ensure_process_group()
@@ -81,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
 
     gathered = run(cfg)
     # An Offline node that ran short (rerun_rate) makes every node run again, each expecting
-    # twice its own rate: the second runs still start together, as the first did.
+    # RERUN_FACTOR times its own rate: the second runs still start together, as the first did.
     if any(rerun_rate(cfg, n) for n in gathered):
         own = gathered[info.rank]
-        rate = 2.0 * max(own["samples_per_second"] or 0.0, 1.0)
+        rate = RERUN_FACTOR * max(own["samples_per_second"] or 0.0, 1.0)
         if rerun_rate(cfg, own):
             say_rerun(own, rate)
         gathered = run(replace(cfg, target_qps=rate))

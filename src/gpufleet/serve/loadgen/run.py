@@ -44,18 +44,25 @@ def run_bench(
         target.close()
 
 
+# How much more than the short run's own rate a second Offline run expects. That rate is itself
+# low: a run that ended early is mostly its start. A coordinated run on 2 busy cores once went
+# 3.1 times faster the second time, so twice was too little (its second run ended short too).
+RERUN_FACTOR = 4.0
+
+
 def rerun_rate(cfg: BenchConfig, result: dict[str, Any]) -> float | None:
     """The rate to expect in a second Offline run, when the first (``result``, a
     BenchResult.to_json()) ended before its minimum duration with no failed request while
-    expecting a rate gpufleet measured: twice the rate the run itself reached, as LoadGen's own
-    recommendation says ("Increase expected QPS"). A measurement taken while the host was busy
-    (a shared machine, the other nodes of a coordinated run starting) can be several times too
-    low. None otherwise: a rate the user gave is theirs, and a second run is never repeated."""
+    expecting a rate gpufleet measured: RERUN_FACTOR times the rate the run itself reached, as
+    LoadGen's own recommendation says ("Increase expected QPS"). A measurement taken while the
+    host was busy (a shared machine, the other nodes of a coordinated run starting) can be
+    several times too low. None otherwise: a rate the user gave is theirs, and a second run is
+    never repeated."""
     if cfg.scenario != "Offline" or cfg.target_qps is not None:
         return None
     if result["valid"] or result["errors"] or result["min_duration_met"] is not False:
         return None
-    return 2.0 * max(result["samples_per_second"] or 0.0, 1.0)
+    return RERUN_FACTOR * max(result["samples_per_second"] or 0.0, 1.0)
 
 
 def say_rerun(result: dict[str, Any], rate: float) -> None:
