@@ -65,6 +65,14 @@ def checkpoint_done(workdir: Path, name: str, step: int) -> bool:
     return any(root.glob(f"step_{step:09d}-*/COMPLETE.json"))
 
 
+def run_to_first_checkpoint(workdir: Path, name: str) -> subprocess.Popen[str]:
+    """``gpufleet run`` of the job ``name``, once its first checkpoint is complete."""
+    proc = run(workdir, name)
+    poll_until(lambda: checkpoint_done(workdir, name, EVERY), what=f"checkpoint {EVERY}",
+               alive=proc, timeout=180)  # fmt: skip
+    return proc
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     workdir = tmp_path_factory.mktemp("tf-uninterrupted")
@@ -92,9 +100,7 @@ def test_two_workers_train_digits_to_the_expected_accuracy(uninterrupted: dict[s
 def test_a_killed_worker_restarts_the_group_and_the_job_ends_exact(
     workdir: Path, uninterrupted: dict[str, Any]
 ) -> None:
-    proc = run(workdir, "tf-killed")
-    poll_until(lambda: checkpoint_done(workdir, "tf-killed", EVERY), what="checkpoint 50",
-               alive=proc, timeout=180)  # fmt: skip
+    proc = run_to_first_checkpoint(workdir, "tf-killed")
     victims = [p for p in processes_mentioning("gpufleet.frameworks.tf", cwd=workdir)
                if p.environ().get("RANK") == "1"]  # fmt: skip
     assert len(victims) == 1, victims
@@ -108,9 +114,7 @@ def test_a_killed_worker_restarts_the_group_and_the_job_ends_exact(
 def test_a_preempted_job_exits_75_and_resumes_exact_from_the_agreed_step(
     workdir: Path, uninterrupted: dict[str, Any]
 ) -> None:
-    proc = run(workdir, "tf-preempted")
-    poll_until(lambda: checkpoint_done(workdir, "tf-preempted", EVERY), what="checkpoint 50",
-               alive=proc, timeout=180)  # fmt: skip
+    proc = run_to_first_checkpoint(workdir, "tf-preempted")
     psutil.Process(proc.pid).send_signal(signal.SIGTERM)
     code, first, err = summary(proc)
     assert code == EXIT_PREEMPTED and first["status"] == "Preempted", err[-3000:]
