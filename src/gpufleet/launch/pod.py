@@ -49,9 +49,9 @@ from gpufleet.launch.keptlogs import keep, kept_name
 from gpufleet.runtime.context import (
     DEFAULT_FRAMEWORK,
     ENV_CHECKPOINT_DIR,
-    ENV_FRAMEWORK,
     ENV_METRICS_DIR,
     ENV_RUN_DIR,
+    env_framework,
 )
 from gpufleet.runtime.rundir import RunDir
 
@@ -232,8 +232,8 @@ def _run(args: Any) -> None:
         run(args)  # what we do not render: torchrun's own handling, workers as commands
         return
     config, cmd, cmd_args = config_from_args(args)
-    pytorch = os.environ.get(ENV_FRAMEWORK, DEFAULT_FRAMEWORK) == DEFAULT_FRAMEWORK  # else: spawned
-    entry, entry_args, start_method = entrypoint([str(cmd), *cmd_args], fork=pytorch)
+    fork = env_framework() == DEFAULT_FRAMEWORK  # another framework's workers: started anew
+    entry, entry_args, start_method = entrypoint([str(cmd), *cmd_args], fork=fork)
     if start_method:
         config.start_method = start_method
     try:

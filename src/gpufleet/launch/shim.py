@@ -28,9 +28,9 @@ from gpufleet.launch.orphans import (
 )
 from gpufleet.runtime.context import (
     DEFAULT_FRAMEWORK,
-    ENV_FRAMEWORK,
     ENV_OUTPUT_HANG_TIMEOUT,
     ENV_RUN_DIR,
+    env_framework,
 )
 
 # A forked worker's process name: gpufleet-rank<RANK> (at most 15 bytes are kept).
@@ -172,7 +172,7 @@ def _shim(argv: list[str]) -> None:
         from gpufleet.runtime.watchdog import watch_output
 
         watch_output(timeout, rank=int(os.environ.get("RANK", "0")))
-    if os.environ.get(ENV_FRAMEWORK, DEFAULT_FRAMEWORK) != DEFAULT_FRAMEWORK:
+    if env_framework() != DEFAULT_FRAMEWORK:
         _framework_worker(argv)
         return
     # Imported after die_with_parent: importing torch takes seconds, time in which an agent

@@ -49,6 +49,11 @@ ENV_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 ENV_CACHE_DIR = "GPUFLEET_CACHE_DIR"
 
 
+def env_framework() -> str:
+    """This worker's spec.framework, from its environment (ENV_FRAMEWORK; unset: PyTorch)."""
+    return os.environ.get(ENV_FRAMEWORK, DEFAULT_FRAMEWORK)
+
+
 def restart_count() -> int:
     """How many times the launcher (torchrun's elastic agent) restarted this worker group."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
