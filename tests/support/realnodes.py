@@ -22,7 +22,13 @@ import pytest
 from gpufleet.cluster.keptlogs import READER_LABEL
 from gpufleet.devcluster.build import binaries_dir
 from gpufleet.devcluster.realnodes import metrics
-from gpufleet.devcluster.realnodes.host import FIXED_PATHS, KUBELET_SYSCTLS, hierarchies
+from gpufleet.devcluster.realnodes.host import (
+    FIXED_PATHS,
+    HOST_RECORD,
+    KUBELET_SYSCTLS,
+    hierarchies,
+    undo_orphan,
+)
 from gpufleet.devcluster.realnodes.images import image_cache, names_in
 from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
@@ -66,7 +72,7 @@ def host_snapshot() -> dict[str, object]:
         "netns": ip("netns", "list"),
         "links": links,
         "sysctls": {k: (Path("/proc/sys") / k).read_text() for k in KUBELET_SYSCTLS},
-        "paths": {p: os.path.lexists(p) for p in FIXED_PATHS},
+        "paths": {p: os.path.lexists(p) for p in (*FIXED_PATHS, str(HOST_RECORD))},
     }
 
 
@@ -78,6 +84,8 @@ def session_real_cluster(factory: pytest.TempPathFactory) -> Iterator[devcluster
     devcluster.stop_running()
     # an image build mounts too; the metrics pipeline for the autoscaling test
     extra = ("--real-nodes", str(REAL_NODES), "--metrics-pipeline", *images_args())
+    # What a run killed with its cluster left (HOST_RECORD) is undone first, as `up` would.
+    undo_orphan(Path("/nonexistent"), print)
     before = host_snapshot()
     cluster = devcluster.start(factory.mktemp("realcluster"), nodes=0, gpus=4,
                                values=LAB_VALUES, extra=extra)  # fmt: skip

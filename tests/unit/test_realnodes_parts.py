@@ -138,6 +138,62 @@ def test_iproute2s_netns_mount_is_undone_once_no_namespace_is_named_there(
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+# Run in network and mount namespaces of their own (the host's links, which the real-node tests
+# compare before and after their cluster, never see the test's), HOST_RECORD in a test directory.
+ORPHAN_UNDO = """
+import os, subprocess, sys
+from pathlib import Path
+from gpufleet.devcluster.realnodes import host
+from gpufleet.devcluster.state import State
+from gpufleet.errors import ClusterUpError
+tmp = Path(sys.argv[1])
+host.HOST_RECORD = tmp / "record.json"
+def orphan(name):  # a cluster that made a link and a directory, then was never stopped
+    owner = tmp / name
+    owner.mkdir()
+    changes = host.HostChanges(owner / host.JOURNAL, cluster=str(owner))
+    changes.add_link("gpufleet-t0")
+    subprocess.run(["ip", "link", "add", "gpufleet-t0", "type", "bridge"], check=True)
+    changes.created_paths.append(str(tmp / "made"))
+    (tmp / "made").mkdir()
+    changes.save()
+    return owner
+def link():
+    return subprocess.run(["ip", "link", "show", "gpufleet-t0"], capture_output=True).returncode < 1
+alive = orphan("alive")  # its recorded process still runs: this one
+exe = Path(sys.executable)
+State(pids={exe.name: os.getpid()}, binaries=str(exe.parent)).write(alive)
+try:
+    host.undo_orphan(tmp / "new", print)
+    raise SystemExit("an orphan whose process runs was undone")
+except ClusterUpError as error:
+    assert f"cluster down --dir {alive}" in str(error), error
+assert link() and host.HOST_RECORD.exists()
+host.undo_orphan(alive, print)  # its own directory: `down` undoes it, not this
+assert link()
+host.undo(alive)
+subprocess.run(["rm", "-r", str(alive)], check=True)
+gone = orphan("gone")  # its directory is gone too: only HOST_RECORD remembers
+subprocess.run(["rm", "-r", str(gone)], check=True)
+host.undo_orphan(tmp / "new", print)
+assert not link() and not (tmp / "made").exists() and not host.HOST_RECORD.exists()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="links need root")
+def test_up_undoes_what_a_cluster_never_stopped_left_and_refuses_while_it_runs(
+    tmp_path: Path,
+) -> None:
+    """A cluster whose test run was killed left its bridge, and the next `up` failed ("File
+    exists"): HOST_RECORD outlives its directory and the next `up` undoes it; while any of
+    its processes runs, `up` refuses and names `down`."""
+    argv = ["unshare", "--net", "--mount", "--propagation", "private", "--", sys.executable,
+            "-c", ORPHAN_UNDO, str(tmp_path)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"never stopped left on the host ({tmp_path / 'gone'})" in done.stdout, done.stdout
+
+
 def test_mounts_below_a_root_come_deepest_first() -> None:
     points = mounts_under(["/proc"])
     assert points and all(p == "/proc" or p.startswith("/proc/") for p in points)

@@ -5,6 +5,7 @@ for the training-operator's kinds (``owner_complete_stage``), and gpufleet's own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,7 @@ class KwokNodes:
 
     api_address = "127.0.0.1"  # kwok runs on this host: the API server stays on loopback
 
-    def prepare(self, directory: Path) -> None:
+    def prepare(self, directory: Path, log: Callable[[str], None]) -> None:
         """Nothing on the host: kwok's nodes are API objects."""
 
     def start(self, ctx: NodeContext, processes: Processes, timeout: float) -> None:

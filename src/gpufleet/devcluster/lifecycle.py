@@ -145,7 +145,7 @@ class LocalCluster:
         plan = self.plan(ensure_built(self.log), address)
         try:
             for kind in kinds:
-                kind.prepare(self.dir)
+                kind.prepare(self.dir, self.log)
             self.start(plan, kinds, enabled, fair_sharing, timeout)
         except BaseException:
             plan.state.write(self.dir)

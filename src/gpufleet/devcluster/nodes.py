@@ -110,7 +110,7 @@ class NodeKind(Protocol):
     def api_address(self) -> str:
         """Where the API server must listen for these nodes (kwok: 127.0.0.1)."""
 
-    def prepare(self, directory: Path) -> None:
+    def prepare(self, directory: Path, log: Callable[[str], None]) -> None:
         """Host changes before the control plane starts, recorded so ``down`` undoes them."""
 
     def objects(self) -> list[Obj]:

@@ -1,6 +1,8 @@
 """What real nodes change on the host, recorded before each change is made (``HostChanges``,
-``host-changes.json`` in the cluster's directory) and undone by ``undo``: after ``down``, and
-after a crash of ``up`` or of the nodes, the host is as it was.
+``host-changes.json`` in the cluster's directory, and its copy ``HOST_RECORD`` at a fixed place)
+and undone by ``undo``: after ``down``, and after a crash of ``up`` or of the nodes, the host is
+as it was. A cluster that is never stopped (the program that ran it killed, its directory
+removed with it) is undone by the next ``up`` with real nodes (``undo_orphan``).
 
 The changes: network namespaces and links (network.py), cgroups (each node's root in every
 cgroup v1 hierarchy), mounts (everything mounted under a node's directories: the kubelet's
@@ -18,6 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+from gpufleet.devcluster.state import State
+from gpufleet.errors import ClusterUpError
 
 JOURNAL = "host-changes.json"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -50,6 +56,10 @@ DATA_ROOT = "/var/lib/gpufleet"  # the kubelet's root (pods' emptyDirs) and pod 
 # iproute2's directory of named network namespaces: its first `ip netns add` creates it and
 # makes it a mount point (a shared bind mount of itself), which `ip netns delete` leaves.
 NETNS_DIR = Path("/run/netns")
+# The copy of the real-node cluster's journal at a fixed place: it outlives the cluster's
+# directory (often a test's temporary one), so the next `up` finds what a cluster that was
+# never stopped left. One at a time: the bridge, RUN_ROOT and DATA_ROOT are fixed names.
+HOST_RECORD = Path("/var/lib/gpufleet-host-changes.json")
 
 
 @dataclass
@@ -66,21 +76,26 @@ class HostChanges:
     # What the first `ip netns add` made of NETNS_DIR: "" nothing, "mounted" a mount point of
     # a directory that was there, "created" the directory and its mount.
     netns_dir: str = ""
+    # The cluster's directory, when its journal is also kept as HOST_RECORD (real nodes' `up`).
+    cluster: str = ""
 
     @classmethod
     def load(cls, directory: Path) -> HostChanges | None:
+        """The journal in ``directory``, or HOST_RECORD when it names ``directory``."""
         path = directory / JOURNAL
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
+        data = _read_json(path)
+        if data is None:
+            data = _read_json(HOST_RECORD)
+            if data is None or data.get("cluster") != str(directory):
+                return None
         return cls(path=path, **{k: v for k, v in data.items() if k != "path"})
 
     def save(self) -> None:
-        data = {k: v for k, v in asdict(self).items() if k != "path"}
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.path)
+        data = json.dumps({k: v for k, v in asdict(self).items() if k != "path"}, indent=1)
+        for path in (self.path, HOST_RECORD) if self.cluster else (self.path,):
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(data)
+            tmp.replace(path)
 
     def add_netns(self, name: str) -> None:
         if not self.netns and not _mounted(NETNS_DIR):
@@ -228,8 +243,33 @@ def _mounted(path: Path) -> bool:
     return str(path) in mounts_under([str(path)])
 
 
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def undo_orphan(directory: Path, log: Callable[[str], None]) -> None:
+    """Before real nodes start for the cluster in ``directory``: the changes HOST_RECORD keeps
+    for another cluster undone once none of that cluster's processes runs (it was never
+    stopped: its `up`, its nodes or the program that ran it died, its directory maybe gone);
+    ClusterUpError while one does."""
+    data = _read_json(HOST_RECORD)
+    if data is None or not data.get("cluster") or data["cluster"] == str(directory):
+        return
+    owner = Path(data["cluster"])
+    state = State.read(owner)
+    if state is not None and any(state.alive(name) for name in state.pids):
+        raise ClusterUpError(f"the real nodes of the cluster in {owner} still run: "
+                             f"`gpufleet cluster down --dir {owner}` first")  # fmt: skip
+    log(f"  undoing what a cluster that was never stopped left on the host ({owner})")
+    undo(owner, log)
+
+
 def undo(directory: Path, log: Callable[[str], None] | None = None) -> bool:
-    """Undo every change the journal in ``directory`` records; False when there is none."""
+    """Undo every change the journal of ``directory`` records; False when there is none."""
     changes = HostChanges.load(directory)
     if changes is None:
         return False
@@ -250,6 +290,9 @@ def undo(directory: Path, log: Callable[[str], None] | None = None) -> bool:
         for root in changes.mount_roots:
             shutil.rmtree(root, ignore_errors=True)
     changes.path.unlink(missing_ok=True)
+    record = _read_json(HOST_RECORD)
+    if changes.cluster and record is not None and record.get("cluster") == changes.cluster:
+        HOST_RECORD.unlink(missing_ok=True)
     if log is not None:
         log("  host restored: namespaces, links, cgroups, mounts, sysctls")
     return True

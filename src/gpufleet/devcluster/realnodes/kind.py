@@ -17,7 +17,7 @@ from gpufleet.devcluster.api import wait
 from gpufleet.devcluster.components import Component, _get
 from gpufleet.devcluster.nodes import GPU_TAINT, NodeContext, NodeSpec, node_labels
 from gpufleet.devcluster.processes import Processes
-from gpufleet.devcluster.realnodes import configs, images, network, storage
+from gpufleet.devcluster.realnodes import configs, host, images, network, storage
 from gpufleet.devcluster.realnodes.host import DATA_ROOT, RUN_ROOT, HostChanges
 from gpufleet.devcluster.realnodes.metrics import MetricsPipeline
 from gpufleet.devcluster.realnodes.node import RealNode
@@ -90,11 +90,13 @@ class RealNodes:
         if count > network.MAX_NODES:
             raise ClusterUpError(f"at most {network.MAX_NODES} real nodes")
 
-    def prepare(self, directory: Path) -> None:
+    def prepare(self, directory: Path, log: Callable[[str], None]) -> None:
         """Host changes before the control plane starts (the API server listens on the
-        bridge): the bridge, each node's namespace, directories and cgroups."""
+        bridge): the bridge, each node's namespace, directories and cgroups; first, what a
+        cluster that was never stopped left undone (host.undo_orphan)."""
         require_root()
-        changes = HostChanges(directory / "host-changes.json")
+        host.undo_orphan(directory, log)
+        changes = HostChanges(directory / host.JOURNAL, cluster=str(directory))
         self.volumes_dir = directory / "volumes"
         self._pipeline = MetricsPipeline(directory) if self.metrics else None
         changes.remember_fixed_paths()
