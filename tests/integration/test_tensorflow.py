@@ -104,9 +104,13 @@ def test_a_killed_worker_restarts_the_group_and_the_job_ends_exact(
     victims = [p for p in processes_mentioning("gpufleet.frameworks.tf", cwd=workdir)
                if p.environ().get("RANK") == "1"]  # fmt: skip
     assert len(victims) == 1, victims
+    # Its $TMPDIR is its agent's, where autograph's modules stay when a worker is killed.
+    scratch = Path(victims[0].environ()["TMPDIR"])
+    assert any(scratch.glob("__autograph_generated_file*.py")), list(scratch.iterdir())
     victims[0].send_signal(signal.SIGKILL)
     code, result, err = summary(proc)
     assert code == 0, err[-3000:]
+    assert not scratch.exists(), "the agent's scratch directory outlived it"
     assert result["resumed_from"] is not None and result["resumed_from"] >= EVERY, result
     assert result["state_digest"] == uninterrupted["state_digest"]
 

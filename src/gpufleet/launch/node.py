@@ -8,9 +8,13 @@ For jobs of several local nodes each agent runs in its own process:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -85,7 +89,7 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
         shutdown_timeout=max(1, int(cfg.shutdown_timeout)),
     )
     try:
-        with no_restart_after_fatal(Path(cfg.env[ENV_RUN_DIR])):
+        with no_restart_after_fatal(Path(cfg.env[ENV_RUN_DIR])), _scratch(not cfg.fork):
             try:
                 elastic_launch(config, entrypoint=entry)(*args)
             finally:
@@ -102,6 +106,23 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
     except SignalException as exc:
         return NodeOutcome(exit_code=128 + int(exc.sigval), signal=int(exc.sigval))
     return NodeOutcome(exit_code=EXIT_OK)
+
+
+@contextlib.contextmanager
+def _scratch(own: bool) -> Iterator[None]:
+    """With ``own``: the workers' $TMPDIR is a directory of this agent's, removed when it
+    ends. TensorFlow's autograph writes the modules it generates there and removes them at
+    exit, which a killed worker never reaches (PyTorch's workers keep the machine's: its
+    compilers' caches there are meant to outlive a run)."""
+    if not own:
+        yield
+        return
+    scratch = tempfile.mkdtemp(prefix="gpufleet-workers-")
+    os.environ["TMPDIR"] = scratch
+    try:
+        yield
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main() -> int:
