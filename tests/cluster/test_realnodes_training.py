@@ -44,14 +44,19 @@ def why(cluster: DevCluster, name: str, pods: dict[str, dict[str, Any]]) -> str:
     return f"{seen}\n{status.stdout}{status.stderr}\n{logs.stdout[-3000:]}{logs.stderr[-1000:]}"
 
 
-@pytest.mark.parametrize(("target", "nodes", "procs"),
-                         [("job", 2, 1), ("jobset", 2, 1), ("job", 2, 2), ("pytorchjob", 2, 1),
-                          ("trainjob", 2, 1), ("mpijob", 2, 1), ("volcano", 2, 1)])  # fmt: skip
+@pytest.mark.parametrize(("target", "nodes", "procs", "framework"),
+                         [("job", 2, 1, "pytorch"), ("jobset", 2, 1, "pytorch"),
+                          ("job", 2, 2, "pytorch"), ("pytorchjob", 2, 1, "pytorch"),
+                          ("trainjob", 2, 1, "pytorch"), ("mpijob", 2, 1, "pytorch"),
+                          ("volcano", 2, 1, "pytorch"), ("job", 2, 1, "tensorflow"),
+                          ("tfjob", 2, 1, "tensorflow")])  # fmt: skip
 def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
-    reallab: DevCluster, target: str, nodes: int, procs: int
+    reallab: DevCluster, target: str, nodes: int, procs: int, framework: str
 ) -> None:
-    name = f"digits-{target}-{nodes}x{procs}"
-    path = write_spec(reallab.root, real_job(name, nodes, procs), f"{name}.yaml")
+    """TensorFlow too: its workers meet over the pods' names on port 2222 (GPUFLEET_TF_WORKERS,
+    or the training-operator's TF_CONFIG for a TFJob) and end with the local run's weights."""
+    name = f"{'tf' if framework == 'tensorflow' else 'digits'}-{target}-{nodes}x{procs}"
+    path = write_spec(reallab.root, real_job(name, nodes, procs, framework), f"{name}.yaml")
     submit = reallab.gpufleet("submit", str(path), "--target", target)
     assert submit.returncode == 0, submit.stderr[-2000:]
     phase, pods = reallab.run_to_end(name, TENANT, timeout=300)
@@ -63,7 +68,8 @@ def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
              ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")}
             for p in pods.values()]  # fmt: skip
     assert all(seconds == {30} for seconds in lost), lost
-    assert digests_in_logs(reallab, name) == [local_digest(reallab.root, nodes, procs)]
+    local = local_digest(reallab.root, nodes, procs, framework=framework)
+    assert digests_in_logs(reallab, name) == [local]
     status = reallab.gpufleet("status", name, "-n", TENANT)
     assert status.returncode == 0 and "Succeeded" in status.stdout, status.stdout
     written = list((reallab.dir / "volumes").glob(f"pv-*/{name}/*"))

@@ -206,18 +206,20 @@ WORKLOAD = {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 10}
 # The local runs' digests by (nodes, procs, steps, every): the same world and workload give the
 # same weights whatever the job's name or checkpoint directory, so targets that share a shape
 # share one local run (~20 s each on 2 cores).
-LOCAL_DIGESTS: dict[tuple[int, int, int, int], str] = {}
+LOCAL_DIGESTS: dict[tuple[int, int, int, int, str], str] = {}
 
 
-def local_digest(root: Path, nodes: int, procs: int, steps: int = 40, every: int = 10) -> str:
-    """The state digest of the same job run here by `gpufleet run` (same world, same data)."""
-    key = (nodes, procs, steps, every)
+def local_digest(root: Path, nodes: int, procs: int, steps: int = 40, every: int = 10,
+                 framework: str = "pytorch") -> str:  # fmt: skip
+    """The state digest of the same job run here by `gpufleet run` (same world, same data,
+    same framework)."""
+    key = (nodes, procs, steps, every, framework)
     if key not in LOCAL_DIGESTS:
-        name = f"local-{nodes}x{procs}-{steps}-{every}"
+        name = f"local-{framework}-{nodes}x{procs}-{steps}-{every}"
         workload = {**WORKLOAD, "steps": steps}
         checkpoint = {"dir": str(root / name / "ckpt"), "everySteps": every}
         doc = digits_job(name, workload=workload, nodes=nodes, procsPerNode=procs,
-                         checkpoint=checkpoint)  # fmt: skip
+                         checkpoint=checkpoint, framework=framework)  # fmt: skip
         run = run_cli("run", str(write_spec(root, doc, f"{name}.yaml")), "-o", "json", cwd=root,
                       timeout=300)  # fmt: skip
         assert run.returncode == 0, run.stderr[-3000:]
@@ -225,12 +227,12 @@ def local_digest(root: Path, nodes: int, procs: int, steps: int = 40, every: int
     return LOCAL_DIGESTS[key]
 
 
-def real_job(name: str, nodes: int, procs: int) -> dict[str, Any]:
+def real_job(name: str, nodes: int, procs: int, framework: str = "pytorch") -> dict[str, Any]:
     volume = {"name": "ckpt", "mountPath": "/ckpt", "claimName": CLAIM}
     doc = digits_job(name, workload=WORKLOAD, nodes=nodes, procsPerNode=procs,
                      resources={"gpu": procs}, queue=TENANT, image=project_image()[0],
                      checkpoint={"dir": f"/ckpt/{name}", "everySteps": 10},
-                     volumes=[volume])  # fmt: skip
+                     volumes=[volume], framework=framework)  # fmt: skip
     doc["metadata"]["namespace"] = TENANT
     return doc
 

@@ -1,6 +1,6 @@
 """The digits data set without torch: scikit-learn's 8x8 digits, cached, and the one train/test
-split every framework's digits workload uses (PyTorch's in ``digits``, TensorFlow's in
-``gpufleet.frameworks.tf``)."""
+split every framework's digits workload uses (PyTorch's in ``digits``, TensorFlow's and Ray's in
+``gpufleet.frameworks``), and the global batches of the latter."""
 
 from __future__ import annotations
 
@@ -57,3 +57,14 @@ def digits_split(
     order = np.random.default_rng(seed).permutation(len(labels))
     n_test = int(len(labels) * TEST_FRACTION)
     return images, labels, order[n_test:], order[:n_test]
+
+
+def batch_indices(train: npt.NDArray[Any], seed: int, step: int, global_batch: int) -> Any:
+    """The training indices of (0-based) ``step``'s global batch: epoch ``e`` draws its order
+    from ``seed + e``; a pure function of its arguments, so a resumed run sees the same data."""
+    per_epoch = max(1, len(train) // global_batch)
+    epoch, position = divmod(step, per_epoch)
+    order = np.random.default_rng(seed + epoch).permutation(len(train))
+    if len(order) < global_batch:  # a batch larger than the data set: repeat it
+        order = np.resize(order, global_batch)
+    return train[order[position * global_batch : (position + 1) * global_batch]]

@@ -16,21 +16,9 @@ after (TensorFlow's documented pattern). Imports no TensorFlow: the caller passe
 
 from __future__ import annotations
 
-import secrets
-import shutil
-import tempfile
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
-import fsspec
-
-from gpufleet.errors import CheckpointError, CheckpointMismatchError, NoUsableCheckpointError
+from gpufleet.frameworks.stepdirs import PREFIX as PREFIX  # tf.train.Checkpoint's file prefix
+from gpufleet.frameworks.stepdirs import StepCheckpoints
 from gpufleet.runtime import integrity
-from gpufleet.runtime.files import write_json_atomic
-
-PREFIX = "ckpt"  # tf.train.Checkpoint's file prefix inside a step directory
 
 # What the chief tells the other workers of a checkpoint (tf.distribute all-reduces by sum or
 # mean only, so the others add zeros): a verdict and the step directory's name, as numbers a
@@ -52,123 +40,8 @@ def decode(values: list[int]) -> tuple[int, str | None]:
     return verdict, name
 
 
-class TfCheckpoints:
-    """The step directories under ``root`` (a local directory or a mounted volume)."""
+class TfCheckpoints(StepCheckpoints):
+    """A TensorFlow job's step directories (tf.train.Checkpoint's files)."""
 
-    def __init__(
-        self,
-        root: str,
-        *,
-        every_steps: int,
-        keep: int,
-        identity: dict[str, str],
-        chief: bool,
-        log: Callable[[str], None],
-    ) -> None:
-        self.root = Path(root.removeprefix("file://"))
-        self.every_steps = every_steps
-        self.keep = keep
-        self.identity = identity
-        self.chief = chief
-        self._log = log
-        self._fs = fsspec.filesystem("file")
-        if chief:
-            self.root.mkdir(parents=True, exist_ok=True)
-
-    def should_save(self, step: int, *, final: bool = False, preempted: bool = False) -> bool:
-        """Every ``every_steps`` steps, the last step and the step all workers stop at."""
-        return preempted or final or step % self.every_steps == 0
-
-    def dirs(self) -> list[tuple[int, Path, bool]]:
-        """Every step directory as (step, path, complete), oldest first."""
-        if not self.root.is_dir():
-            return []
-        out = []
-        for path in self.root.iterdir():
-            match = integrity.STEP_DIR.match(path.name)
-            if match and path.is_dir():
-                out.append((int(match.group(1)), path, (path / integrity.MARKER).exists()))
-        return sorted(out)
-
-    def newest_usable(self, world_size: int) -> Path | None:
-        """The chief's verdict: the newest complete checkpoint whose files match their
-        checksums. Corrupt ones are set aside on the way; raises NoUsableCheckpointError when
-        every complete one is corrupt, CheckpointMismatchError when it is another job's or
-        model's, or was written by another number of workers (the global batch is theirs)."""
-        set_aside = []
-        for step, path, complete in reversed(self.dirs()):
-            if not complete:
-                continue
-            try:
-                marker = integrity.read_marker(self._fs, str(path))
-                problems = integrity.verify(self._fs, str(path), marker)
-            except (ValueError, KeyError, TypeError) as exc:
-                marker = {}
-                problems = [integrity.Mismatch(integrity.MARKER, "a JSON marker", str(exc))]
-            if problems:
-                aside = integrity.set_aside(self._fs, str(path))
-                set_aside.append(aside)
-                self._log(f"gpufleet: WARNING checkpoint step {step} is corrupt ("
-                          f"{'; '.join(map(str, problems))}); set aside as {aside}, trying the "
-                          "previous one")  # fmt: skip
-                continue
-            integrity.check_identity(self.identity, marker, root=str(self.root), step=step)
-            written = marker.get("world_size")
-            if written not in (None, world_size):
-                raise CheckpointMismatchError(
-                    f"the newest checkpoint in {self.root} (step {step}) was written by "
-                    f"{written} workers, this job has {world_size}: a TensorFlow job resumes on "
-                    f"its own number of workers (set spec.nodes to {written}), or run with "
-                    "--fresh to start over"
-                )
-            return path
-        if set_aside:
-            raise NoUsableCheckpointError(
-                f"no usable checkpoint in {self.root}: every complete one is corrupt (set aside: "
-                f"{', '.join(set_aside)}); run with --fresh to start over from step 0"
-            )
-        return None
-
-    def new_dir(self, step: int) -> Path:
-        """The chief: a new, empty step directory for ``step`` (its name is then agreed)."""
-        for _ in range(8):
-            path = self.root / f"step_{step:09d}-{secrets.token_hex(3)}"
-            if not path.exists():
-                path.mkdir(parents=True)
-                return path
-        raise CheckpointError(f"no unused checkpoint directory name for step {step} in {self.root}")
-
-    def write(self, path: Path, step: int, write: Callable[[str], Any], *, world_size: int) -> None:
-        """Every worker calls this at the same step with the agreed ``path``: ``write(prefix)``
-        saves the state (the chief's into ``path``, the others' into a temporary directory);
-        the chief then commits the marker and drops old checkpoints."""
-        started = time.perf_counter()
-        if not self.chief:
-            scratch = tempfile.mkdtemp(prefix="gpufleet-tf-ckpt-")
-            try:
-                write(str(Path(scratch) / PREFIX))
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-            return
-        write(str(path / PREFIX))
-        files = integrity.file_digests(self._fs, str(path))
-        marker = {"step": step, "world_size": world_size,
-                  "seconds": time.perf_counter() - started, "identity": self.identity,
-                  "files": files, "format": "tf.train.Checkpoint"}  # fmt: skip
-        write_json_atomic(path / integrity.MARKER, marker)
-        self._purge(step)
-
-    def _purge(self, newest: int) -> None:
-        """Keep the newest ``keep`` complete checkpoints of this job (never another job's);
-        torn directories at or below the newest commit can never complete and go too."""
-        dirs = self.dirs()
-        job = self.identity.get("job")
-        complete = [p for _, p, ok in dirs
-                    if ok and integrity.owner(self._fs, str(p)) in (None, job)]  # fmt: skip
-        doomed = complete[: max(0, len(complete) - self.keep)]
-        doomed += [p for s, p, ok in dirs if not ok and s <= newest]
-        for path in doomed:
-            try:
-                shutil.rmtree(path)
-            except OSError as exc:  # a failed delete must not fail training; retried next time
-                self._log(f"gpufleet: could not delete old checkpoint {path}: {exc}")
+    framework = "TensorFlow"
+    format = "tf.train.Checkpoint"

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from gpufleet.errors import (
     EXIT_PREEMPTED,
@@ -41,7 +40,7 @@ from gpufleet.runtime.context import JobContext, restart_count
 from gpufleet.runtime.files import write_json_atomic
 from gpufleet.runtime.rundir import RunDir
 from gpufleet.spec import DigitsWorkload
-from gpufleet.workloads.digits_data import MOMENTUM, digits_split
+from gpufleet.workloads.digits_data import MOMENTUM, batch_indices, digits_split
 
 
 def log(message: str) -> None:
@@ -71,17 +70,6 @@ def digits_model(tf: Any) -> Any:
         layers.Dense(32, activation="relu"),
         layers.Dense(10),
     ])  # fmt: skip
-
-
-def batch_indices(train: npt.NDArray[Any], seed: int, step: int, global_batch: int) -> Any:
-    """The training indices of (0-based) ``step``'s global batch: epoch ``e`` draws its order
-    from ``seed + e``; a pure function of its arguments, so a resumed run sees the same data."""
-    per_epoch = max(1, len(train) // global_batch)
-    epoch, position = divmod(step, per_epoch)
-    order = np.random.default_rng(seed + epoch).permutation(len(train))
-    if len(order) < global_batch:  # a batch larger than the data set: repeat it
-        order = np.resize(order, global_batch)
-    return train[order[position * global_batch : (position + 1) * global_batch]]
 
 
 def weights_digest(model: Any) -> str:

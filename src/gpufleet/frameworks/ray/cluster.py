@@ -1,0 +1,137 @@
+"""A Ray cluster on this machine for `gpufleet run` of a Ray job: a head and one Ray node per
+node of the spec, each Ray's own `ray start --block` in a process group of its own, so it and
+everything it starts (GCS, raylet, agents, workers) end by its PID, never by name (`ray stop`
+ends every Ray process of the machine, other users' too).
+
+Ray binds its GCS, raylets and agents to every interface and rewrites 127.0.0.1 to the host's
+address (it has no setting for either): the cluster turns on Ray's token authentication with a
+token made for the run, passed in the environment only, so no other program reaches it.
+Every port is chosen here (free_ports), as several Ray nodes on one host need distinct ones."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpufleet.errors import GpufleetError
+from gpufleet.net import free_ports
+
+# The ports one Ray node listens on, by `ray start`'s option.
+NODE_PORTS = (
+    "node-manager-port",
+    "object-manager-port",
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "metrics-export-port",
+    "runtime-env-agent-port",
+)
+WORKER_PORTS = 8  # a node's worker processes (train workers, the controller, Ray's own)
+OBJECT_STORE_BYTES = 100 * 1024 * 1024  # small: the digits job moves no objects
+START_TIMEOUT_S = 90.0
+STOP_GRACE_S = 10.0
+STARTED = "Ray runtime started."  # what `ray start` prints once its node is up
+
+
+class RayClusterError(GpufleetError):
+    """A node of the local Ray cluster did not start (its log's last lines attached)."""
+
+
+def ray_env(token: str) -> dict[str, str]:
+    """What every process of the cluster and its driver share: the token, no usage stats."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@dataclass
+class LocalRayCluster:
+    """``nodes`` Ray nodes of ``cpus`` CPUs each, and a head that runs no work (0 CPUs)."""
+
+    nodes: int
+    cpus: int
+    log_dir: Path
+    token: str = field(default_factory=lambda: secrets.token_hex(32))
+    address: str = ""
+    _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _temp: Path | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The driver's environment additions: the head's address and the token."""
+        return {"RAY_ADDRESS": self.address, **ray_env(self.token)}
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        """The head, then each node once the one before is up (Ray numbers a node's files by
+        the nodes it sees: two starting at once collide)."""
+        # Short: Ray makes unix sockets below it, whose paths have at most 107 bytes.
+        self._temp = Path(tempfile.mkdtemp(prefix="gfray-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        gcs, *ports = free_ports(1 + (1 + self.nodes) * (len(NODE_PORTS) + WORKER_PORTS))
+        self.address = f"127.0.0.1:{gcs}"
+        for index in range(1 + self.nodes):
+            mine = ports[index * (len(NODE_PORTS) + WORKER_PORTS) :]
+            named = [f"--{name}={port}" for name, port in zip(NODE_PORTS, mine, strict=False)]
+            workers = ",".join(map(str, mine[len(NODE_PORTS) : len(NODE_PORTS) + WORKER_PORTS]))
+            if index == 0:
+                role = ["--head", f"--port={gcs}", "--num-cpus=0", "--include-dashboard=false",
+                        f"--temp-dir={self._temp}"]  # fmt: skip
+            else:
+                role = [f"--address={self.address}", f"--num-cpus={self.cpus}"]
+            name = "head" if index == 0 else f"node{index - 1}"
+            self._start_node(name, [*role, *named, f"--worker-port-list={workers}"], timeout)
+
+    def _start_node(self, name: str, args: list[str], timeout: float) -> None:
+        log = self.log_dir / f"ray-{name}.log"
+        argv = [str(Path(sys.executable).with_name("ray")), "start", "--block",
+                "--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}",
+                *args]  # fmt: skip
+        with log.open("wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **ray_env(self.token)},
+                                    start_new_session=True)  # fmt: skip
+        self._procs.append(proc)
+        deadline = time.monotonic() + timeout
+        while STARTED not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+                why = f"exited {proc.returncode}" if proc.poll() is not None else "timed out"
+                raise RayClusterError(f"Ray node {name} did not start ({why}; {log}):\n{tail}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Every node's process group, newest first: SIGTERM, SIGKILL after STOP_GRACE_S
+        (Ray's head can take longer than that to end on its own); then its files."""
+        for proc in reversed(self._procs):
+            _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in reversed(self._procs):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            _signal_group(proc.pid, signal.SIGKILL)  # what the node started lives on in it
+            proc.wait()
+        self._procs.clear()
+        if self._temp is not None:
+            shutil.rmtree(self._temp, ignore_errors=True)
+
+    def __enter__(self) -> LocalRayCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
