@@ -33,13 +33,13 @@ def tf_job(**spec: Any) -> dict[str, Any]:
     ("spec", "path", "text"),
     [
         ({"procsPerNode": 2}, "spec.procsPerNode", "runs one worker per node"),
-        ({"workload": {"name": "synthetic"}}, "spec.workload.name", "no TensorFlow version"),
+        ({"workload": {"name": "synthetic"}}, "spec.workload.name", "no tensorflow version"),
         ({"parallelism": {"strategy": "fsdp"}}, "spec.parallelism", "is PyTorch's"),
-        ({"nodes": 2, "minNodes": 1}, "spec.minNodes", "fixed cluster (TF_CONFIG)"),
+        ({"nodes": 2, "minNodes": 1}, "spec.minNodes", "fixed number of workers"),
         ({"onNonFinite": "rollback"}, "spec.onNonFinite", "rollback is the PyTorch"),
         ({"checkpoint": {"dir": "s3://b/c"}}, "spec.checkpoint.dir", "not an object store"),
         ({"checkpoint": {"async": True}}, "spec.checkpoint.async", "saves synchronously"),
-        ({"framework": "jax"}, "spec.framework", "'pytorch' or 'tensorflow'"),
+        ({"framework": "jax"}, "spec.framework", "'pytorch', 'tensorflow' or 'ray'"),
     ],
 )
 def test_what_a_tensorflow_job_cannot_have_is_refused_with_its_path(

@@ -1,5 +1,9 @@
 """Workers of the frameworks other than PyTorch (spec.framework): ``tf`` (TensorFlow with
-MultiWorkerMirroredStrategy). Each is started by the same launchers as a PyTorch worker (the
+MultiWorkerMirroredStrategy), ``ray`` (a Ray cluster and its driver, Ray Train's workers). Each
+is started by the same launchers as a PyTorch worker (the
 elastic agent here, the pod launcher in a pod, or the framework's own operator) and writes the
 same run-directory files (gpufleet.runtime.rundir), so ``gpufleet run`` and ``status`` read
 them alike. Importing these packages imports neither torch nor the framework."""
+
+# The package each framework's workers import, also the name of the extra that installs it.
+FRAMEWORK_PACKAGES = {"tensorflow": "tensorflow", "ray": "ray"}

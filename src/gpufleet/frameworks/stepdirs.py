@@ -110,14 +110,19 @@ class StepCheckpoints:
             )
         return None
 
+    def new_name(self, step: int) -> str:
+        """A step directory name for ``step`` that is not taken under ``root``."""
+        for _ in range(8):
+            name = f"step_{step:09d}-{secrets.token_hex(3)}"
+            if not (self.root / name).exists():
+                return name
+        raise CheckpointError(f"no unused checkpoint directory name for step {step} in {self.root}")
+
     def new_dir(self, step: int) -> Path:
         """The chief: a new, empty step directory for ``step`` (its name is then agreed)."""
-        for _ in range(8):
-            path = self.root / f"step_{step:09d}-{secrets.token_hex(3)}"
-            if not path.exists():
-                path.mkdir(parents=True)
-                return path
-        raise CheckpointError(f"no unused checkpoint directory name for step {step} in {self.root}")
+        path = self.root / self.new_name(step)
+        path.mkdir(parents=True)
+        return path
 
     def write(self, path: Path, step: int, write: Callable[[str], Any], *, world_size: int) -> None:
         """Every worker calls this at the same step with the agreed ``path``: ``write(prefix)``
@@ -133,7 +138,7 @@ class StepCheckpoints:
             return
         write(str(path / PREFIX))
         self.mark(path, step, world_size=world_size, seconds=time.perf_counter() - started)
-        self._purge(step)
+        self.purge(step)
 
     def mark(self, path: Path, step: int, *, world_size: int, seconds: float) -> None:
         """Commit ``path``: gpufleet's marker, with the SHA-256 of every file in it and the
@@ -143,7 +148,7 @@ class StepCheckpoints:
                   "identity": self.identity, "files": files, "format": self.format}  # fmt: skip
         write_json_atomic(path / integrity.MARKER, marker)
 
-    def _purge(self, newest: int) -> None:
+    def purge(self, newest: int) -> None:
         """Keep the newest ``keep`` complete checkpoints of this job (never another job's);
         torn directories at or below the newest commit can never complete and go too."""
         dirs = self.dirs()

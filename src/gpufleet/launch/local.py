@@ -29,8 +29,10 @@ from gpufleet.errors import (
     UserInputError,
 )
 from gpufleet.extras import install_hint, missing
+from gpufleet.frameworks import FRAMEWORK_PACKAGES
 from gpufleet.frameworks.tf.cluster import ENV_TF_INDEX, ENV_TF_WORKERS, local_workers
 from gpufleet.launch.fatal import read_fatal
+from gpufleet.launch.fresh import set_checkpoints_aside
 from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
@@ -144,8 +146,9 @@ def check_script(job: TrainingJob) -> None:
 def check_framework(job: TrainingJob) -> None:
     """A framework other than PyTorch must be installed here (its extra), or exit 2 with the
     install command before any worker starts (each would fail on import, and be restarted)."""
-    if job.spec.framework == "tensorflow" and importlib.util.find_spec("tensorflow") is None:
-        raise missing("tensorflow", "tensorflow", "spec.framework tensorflow")
+    package = FRAMEWORK_PACKAGES.get(job.spec.framework)  # its extra has its name too
+    if package and importlib.util.find_spec(package) is None:
+        raise missing(package, package, f"spec.framework {job.spec.framework}")
 
 
 def check_checkpoint_storage(job: TrainingJob) -> None:
@@ -185,41 +188,6 @@ def run_local(
         return _run_locked(job, run_root, fresh, echo, secret_env)
 
 
-def set_checkpoints_aside(job: TrainingJob, echo: Callable[[str], None]) -> None:
-    """``--fresh`` with a checkpoint directory outside the run directory: move this job's
-    checkpoints there into ``.archive/`` (never deleted; another job's stay), so the run
-    really starts over. A remote directory is refused: moving objects is not ours to do."""
-    import fsspec
-
-    from gpufleet.runtime import integrity
-
-    uri = job.spec.checkpoint.dir
-    assert uri
-    if "://" in uri and not uri.startswith("file://"):
-        message = (
-            f"--fresh cannot move checkpoints in {uri} aside; delete them (e.g. `aws s3 rm "
-            f"--recursive {uri}`) or point spec.checkpoint.dir somewhere new, then run again"
-        )
-        raise UserInputError([FieldError("spec.checkpoint.dir", message)])
-    root = Path(uri.removeprefix("file://"))
-    if not root.is_dir():
-        return
-    archive = root / ".archive" / f"{job.metadata.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    moved = 0
-    fs = fsspec.filesystem("file")
-    for step_dir in sorted(root.iterdir()):
-        if not integrity.STEP_DIR.match(step_dir.name):
-            continue
-        # Torn, or written before identities: unattributed, moved with ours.
-        if integrity.owner(fs, str(step_dir)) not in (None, job.metadata.name):
-            continue
-        archive.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(step_dir), str(archive / step_dir.name))
-        moved += 1
-    if moved:
-        echo(f"gpufleet: --fresh moved {moved} checkpoint(s) of {job.metadata.name} to {archive}")
-
-
 def _run_locked(
     job: TrainingJob,
     run_root: Path,
@@ -257,7 +225,14 @@ def _run_locked(
         for i in range(s.nodes)
     ]
     with serve_metrics(job, run_dir):
-        outcomes = [launch_node(configs[0])] if s.nodes == 1 else _launch_node_processes(configs)
+        if s.framework == "ray":  # a Ray cluster and its driver, not torchrun's agents
+            from gpufleet.frameworks.ray.local import run_ray  # it imports this module
+
+            outcomes = [run_ray(job, run_dir, worker_argv(job), envs[0], secret_env)]
+        elif s.nodes == 1:
+            outcomes = [launch_node(configs[0])]
+        else:
+            outcomes = _launch_node_processes(configs)
     summary = _summarize(job, run_dir, outcomes, started)
     state["launches"].append(
         {"started": started, "status": summary.status, "restarts": summary.restarts}
@@ -317,6 +292,8 @@ def _summarize(
 
 
 def _failure_message(job: TrainingJob, node_log_dir: Path, o: NodeOutcome) -> str:
+    if o.failed_rank is None and o.failed_message:  # a driver's (Ray): its own message
+        return o.failed_message
     rank = o.failed_rank
     code = o.failed_exitcode
     what = f"exit code {code}"
@@ -338,7 +315,7 @@ def _failure_message(job: TrainingJob, node_log_dir: Path, o: NodeOutcome) -> st
 
 
 @contextmanager
-def _forward_signals(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+def forward_signals(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
     def forward(signum: int, _frame: object) -> None:
         for p in procs:
             if p.poll() is None:
@@ -357,7 +334,7 @@ def _launch_node_processes(configs: list[NodeConfig]) -> list[NodeOutcome]:
     tmp = Path(tempfile.mkdtemp(prefix="gpufleet-nodes-"))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        with _forward_signals(procs):
+        with forward_signals(procs):
             for cfg in configs:
                 cfg_file = tmp / f"node{cfg.node_rank}.json"
                 # Secret values go by the node process's environment, never into a file.

@@ -186,9 +186,13 @@ def _shim(argv: list[str]) -> None:
 def _framework_worker(argv: list[str]) -> None:
     """A worker of another framework (spec.framework): no torch in it. A TensorFlow worker
     gets its TF_CONFIG here (gpufleet.frameworks.tf.cluster), so a user's script reads it as
-    under Kubeflow's TFJob; a bad one is one line and exit 2."""
+    under Kubeflow's TFJob; a bad one is one line and exit 2. A Ray job's driver runs as it
+    is (Ray sets up its workers)."""
     from gpufleet.frameworks.tf.cluster import ENV_TF_CONFIG, ClusterConfigError, tf_config
 
+    if env_framework() != "tensorflow":
+        _run(argv)
+        return
     try:
         config = tf_config(os.environ)
     except ClusterConfigError as exc:

@@ -17,8 +17,9 @@ DEFAULT_RUN_ROOT = Path(".gpufleet/runs")  # where local runs keep logs, results
 
 SHIM_MODULE = "gpufleet.launch.shim"
 WORKLOAD_MODULE = "gpufleet.workloads"
-# The built-in workloads' worker of each framework other than PyTorch's (spec.framework).
-FRAMEWORK_MODULES = {"tensorflow": "gpufleet.frameworks.tf"}
+# The built-in workloads' worker of each framework other than PyTorch's (spec.framework): a
+# Ray job's is its driver.
+FRAMEWORK_MODULES = {"tensorflow": "gpufleet.frameworks.tf", "ray": "gpufleet.frameworks.ray"}
 
 
 def worker_module_args(job: TrainingJob) -> list[str]:

@@ -38,6 +38,7 @@ TARGETS: dict[str, Callable[[TrainingJob], list[Obj]]] = {
 FRAMEWORK_TARGETS: dict[str, tuple[str, ...]] = {
     "pytorch": ("job", "jobset", "pytorchjob", "trainjob", "mpijob", "volcano"),
     "tensorflow": ("job", "jobset", "tfjob"),
+    "ray": (),  # gpufleet run only: --target rayjob is not built yet
 }
 
 
@@ -58,6 +59,10 @@ def render(job: TrainingJob, target: str = "job") -> list[Obj]:
     """Kubernetes objects for ``job`` on ``target``; UserInputError if it cannot run there.
     With ``spec.metrics.podMonitor``, a PodMonitor for the job's pods comes last."""
     allowed = FRAMEWORK_TARGETS[job.spec.framework]
+    if not allowed:
+        message = (f"is {job.spec.framework}, which runs with `gpufleet run` only for now "
+                   "(no Kubernetes target renders it yet)")  # fmt: skip
+        raise UserInputError([FieldError("spec.framework", message)])
     if target not in allowed:
         runs = " or ".join(f for f, targets in FRAMEWORK_TARGETS.items() if target in targets)
         message = (f"is {job.spec.framework}, but target {target} runs {runs} workers; "
@@ -68,7 +73,7 @@ def render(job: TrainingJob, target: str = "job") -> list[Obj]:
 
 def render_spec(spec: TrainingJob | InferenceService, target: str | None = None) -> list[Obj]:
     """Objects for a spec of any kind on ``target`` (default: the kind's first target)."""
-    target = target or targets_for(spec)[0]
+    target = target or next(iter(targets_for(spec)), "job")  # render() refuses none
     if isinstance(spec, InferenceService):
         return SERVING_TARGETS[target](spec)
     return render(spec, target)

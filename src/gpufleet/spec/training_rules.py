@@ -12,16 +12,22 @@ from gpufleet.spec.workloads import WORKLOAD_KINDS
 # The frameworks a job's workers may use (spec.framework; the default: DEFAULT_FRAMEWORK). Each
 # has its targets in gpufleet.render.FRAMEWORK_TARGETS and, but PyTorch, its worker in
 # gpufleet.frameworks (tests/unit/test_tf_parts.py holds the three together).
-Framework = Literal["pytorch", "tensorflow"]
+Framework = Literal["pytorch", "tensorflow", "ray"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 FRAMEWORK_HELP = (
     "What the workers run on. pytorch: torchrun's workers (a command, or any built-in "
     "workload). tensorflow: one worker per node with tf.distribute.MultiWorkerMirroredStrategy "
     "and its TF_CONFIG (a command, or workload digits in Keras); targets job, jobset and "
-    "tfjob."
+    "tfjob. ray: a Ray cluster of spec.nodes nodes and a driver (a command, or workload digits "
+    "with Ray Train's TorchTrainer); gpufleet run only, for now."
 )
-# Built-in workloads that have a TensorFlow version (gpufleet.frameworks.tf).
-TF_WORKLOADS = ("digits",)
+# Built-in workloads each other framework has a version of (gpufleet.frameworks.<name>).
+FRAMEWORK_WORKLOADS: dict[str, tuple[str, ...]] = {"tensorflow": ("digits",), "ray": ("digits",)}
+# How each other framework spreads a model over its workers (why spec.parallelism is refused).
+_REPLICATES = {
+    "tensorflow": "replicates the model on every GPU (MultiWorkerMirroredStrategy)",
+    "ray": "replicates the model on every worker (Ray Train's DDP)",
+}
 
 
 def parallelism_problems(data: dict[str, Any], has_command: bool) -> list[Problem]:
@@ -56,45 +62,48 @@ def _non_default(raw: dict[str, Any], defaults: dict[str, Any]) -> bool:
 
 
 def framework_problems(data: dict[str, Any]) -> list[Problem]:
-    """What a TensorFlow job cannot have: each field PyTorch's runtime alone implements."""
-    if data.get("framework") != "tensorflow":
+    """What a TensorFlow or Ray job cannot have: each field PyTorch's runtime alone implements."""
+    framework = data.get("framework")
+    if framework not in FRAMEWORK_WORKLOADS:
         return []
     from gpufleet.spec.training import Parallelism
 
-    tf = "spec.framework tensorflow"
+    label = f"spec.framework {framework}"
     problems: list[Problem] = []
     procs = raw_int(data, "procsPerNode", default=1, minimum=1)
-    if procs and procs != 1:
-        problems.append((("procsPerNode",), f"is {procs}, but {tf} runs one worker per node "
+    if framework == "tensorflow" and procs and procs != 1:
+        problems.append((("procsPerNode",), f"is {procs}, but {label} runs one worker per node "
                          "(MultiWorkerMirroredStrategy uses all of a node's GPUs in it): set "
                          "1"))  # fmt: skip
     workload = data.get("workload")
     name = workload.get("name") if isinstance(workload, dict) else None
-    if name in WORKLOAD_KINDS and name not in TF_WORKLOADS:
-        problems.append((("workload", "name"), f"{name!r} has no TensorFlow version; {tf} "
-                         f"has: {', '.join(TF_WORKLOADS)}"))  # fmt: skip
+    if name in WORKLOAD_KINDS and name not in FRAMEWORK_WORKLOADS[framework]:
+        problems.append((("workload", "name"), f"{name!r} has no {framework} version; {label} "
+                         f"has: {', '.join(FRAMEWORK_WORKLOADS[framework])}"))  # fmt: skip
     raw = data.get("parallelism")
     if isinstance(raw, dict) and _non_default(raw, Parallelism().model_dump(by_alias=True)):
         problems.append((("parallelism",), f"is PyTorch's (DDP/FSDP2, bf16, accumulation); "
-                         f"{tf} replicates the model on every GPU: remove it"))  # fmt: skip
+                         f"{label} {_REPLICATES[framework]}: remove it"))  # fmt: skip
     if data.get("minNodes") is not None:
-        problems.append((("minNodes",), f"elastic world sizes are torchrun's; {tf} runs on "
-                         "a fixed cluster (TF_CONFIG): remove it"))  # fmt: skip
+        problems.append((("minNodes",), f"elastic world sizes are torchrun's; {label} runs on "
+                         "a fixed number of workers: remove it"))  # fmt: skip
     if data.get("onNonFinite") == "rollback":
-        problems.append((("onNonFinite",), f"rollback is the PyTorch Trainer's; {tf} stops "
+        problems.append((("onNonFinite",), f"rollback is the PyTorch Trainer's; {label} stops "
                          "at a NaN/Inf loss (fail)"))  # fmt: skip
+    return problems + _checkpoint_problems(data, label)
+
+
+def _checkpoint_problems(data: dict[str, Any], label: str) -> list[Problem]:
     checkpoint = data.get("checkpoint")
     checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
     uri = checkpoint.get("dir")
+    problems: list[Problem] = []
     if isinstance(uri, str) and "://" in uri and not uri.startswith("file://"):
-        problems.append(
-            (
-                ("checkpoint", "dir"),
-                f"{tf} writes checkpoints to a filesystem "
-                "(a local directory or a mounted volume), not an object store",
-            )
-        )
+        problems.append((("checkpoint", "dir"), f"{label} writes checkpoints to a filesystem "
+                         "(a local directory or a mounted volume), not an object "
+                         "store"))  # fmt: skip
     if checkpoint.get("async") is True:
-        problems.append((("checkpoint", "async"), f"asynchronous saves are "
-                         f"torch.distributed.checkpoint's; {tf} saves synchronously"))  # fmt: skip
+        problems.append((("checkpoint", "async"), "asynchronous saves are "
+                         f"torch.distributed.checkpoint's; {label} saves "
+                         "synchronously"))  # fmt: skip
     return problems

@@ -37,7 +37,7 @@ NODE_PORTS = (
 WORKER_PORTS = 8  # a node's worker processes (train workers, the controller, Ray's own)
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # small: the digits job moves no objects
 START_TIMEOUT_S = 90.0
-STOP_GRACE_S = 10.0
+STOP_GRACE_S = 3.0  # then SIGKILL: a local cluster keeps no state worth a graceful end
 STARTED = "Ray runtime started."  # what `ray start` prints once its node is up
 
 
@@ -46,8 +46,10 @@ class RayClusterError(GpufleetError):
 
 
 def ray_env(token: str) -> dict[str, str]:
-    """What every process of the cluster and its driver share: the token, no usage stats."""
-    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0"}
+    """What every process of the cluster and its driver share: the token, no usage stats, and
+    a Train worker's print() printed once (Ray Train also logs it by default: twice)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}  # fmt: skip
 
 
 @dataclass
@@ -73,17 +75,22 @@ class LocalRayCluster:
         # Short: Ray makes unix sockets below it, whose paths have at most 107 bytes.
         self._temp = Path(tempfile.mkdtemp(prefix="gfray-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        gcs, *ports = free_ports(1 + (1 + self.nodes) * (len(NODE_PORTS) + WORKER_PORTS))
+        gcs, dashboard, *ports = free_ports(2 + (1 + self.nodes) * (len(NODE_PORTS) + WORKER_PORTS))
         self.address = f"127.0.0.1:{gcs}"
         for index in range(1 + self.nodes):
             mine = ports[index * (len(NODE_PORTS) + WORKER_PORTS) :]
             named = [f"--{name}={port}" for name, port in zip(NODE_PORTS, mine, strict=False)]
             workers = ",".join(map(str, mine[len(NODE_PORTS) : len(NODE_PORTS) + WORKER_PORTS]))
             if index == 0:
-                role = ["--head", f"--port={gcs}", "--num-cpus=0", "--include-dashboard=false",
+                # The dashboard serves Ray's state API, which Ray Train's controller asks.
+                role = ["--head", f"--port={gcs}", "--num-cpus=0", "--include-dashboard=true",
+                        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
                         f"--temp-dir={self._temp}"]  # fmt: skip
             else:
-                role = [f"--address={self.address}", f"--num-cpus={self.cpus}"]
+                # The nodes share the head's session directory: the head's log monitor
+                # alone sends the workers' output to the driver (each would send it again).
+                role = [f"--address={self.address}", f"--num-cpus={self.cpus}",
+                        "--include-log-monitor=false"]  # fmt: skip
             name = "head" if index == 0 else f"node{index - 1}"
             self._start_node(name, [*role, *named, f"--worker-port-list={workers}"], timeout)
 
@@ -107,7 +114,7 @@ class LocalRayCluster:
 
     def stop(self) -> None:
         """Every node's process group, newest first: SIGTERM, SIGKILL after STOP_GRACE_S
-        (Ray's head can take longer than that to end on its own); then its files."""
+        (Ray's head does not end on SIGTERM alone); then its files."""
         for proc in reversed(self._procs):
             _signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S

@@ -1,0 +1,8 @@
+"""The Ray framework (spec.framework ray): ``gpufleet run`` starts a Ray cluster on this machine
+(``cluster``: a head and one Ray node per spec node, `ray start` processes) and runs the job's
+driver against it: a command, or ``python -m gpufleet.frameworks.ray`` (``driver``), which
+trains the digits workload with Ray Train's TorchTrainer (``train``: each worker's loop)."""
+
+# What the launcher tells the driver (besides RAY_ADDRESS and the job's GPUFLEET_* context).
+ENV_RAY_WORKERS = "GPUFLEET_RAY_WORKERS"  # Ray Train workers: spec.nodes x spec.procsPerNode
+ENV_RAY_MAX_FAILURES = "GPUFLEET_RAY_MAX_FAILURES"  # spec.maxRestarts: Ray's FailureConfig

@@ -1,0 +1,131 @@
+"""Ray jobs here (spec.framework ray): `gpufleet run` starts a Ray cluster of `ray start`
+processes (a head and two nodes) and runs the digits workload with Ray Train's TorchTrainer.
+Exactness as docs/frameworks.md defines it for Ray: a run whose Train worker is killed, which
+Ray restarts from the last checkpoint, ends with the uninterrupted run's weights, bit for bit;
+a corrupt checkpoint is set aside and the one before it resumed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.support.cli import cli_env, gpufleet_cmd
+from tests.support.procs import poll_until
+from tests.support.specs import write_spec
+
+# Looked for, never imported: Ray runs in the job's processes only.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None,
+        reason="needs the ray extra: pip install 'gpufleet[ray]'",
+    ),
+]
+
+STEPS, EVERY = 300, 50
+
+
+def ray_spec(name: str, steps: int = STEPS) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpufleet.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "framework": "ray",
+            "nodes": 2,
+            "workload": {"name": "digits", "steps": steps, "batchSize": 32, "logEvery": 50},
+            "checkpoint": {"everySteps": EVERY, "keep": 2},
+            "maxRestarts": 2,
+        },
+    }
+
+
+def run(workdir: Path, name: str, steps: int = STEPS) -> subprocess.Popen[str]:
+    spec = write_spec(workdir, ray_spec(name, steps), f"{name}.yaml")
+    return subprocess.Popen(gpufleet_cmd("run", str(spec), "-o", "json"), cwd=workdir,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+
+
+def summary(proc: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, json.loads(out), err
+
+
+def checkpoints(workdir: Path, name: str) -> Path:
+    return workdir / ".gpufleet" / "runs" / name / "checkpoints"
+
+
+def checkpoint_done(workdir: Path, name: str, step: int) -> bool:
+    return any(checkpoints(workdir, name).glob(f"step_{step:09d}-*/COMPLETE.json"))
+
+
+def train_workers(launcher: int) -> list[psutil.Process]:
+    """The Ray Train workers of the run ``launcher`` started (its Ray nodes' descendants)."""
+    found = []
+    for proc in psutil.Process(launcher).children(recursive=True):
+        try:
+            if "RayTrainWorker" in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    workdir = tmp_path_factory.mktemp("ray-uninterrupted")
+    code, result, err = summary(run(workdir, "ray-whole"))
+    assert code == 0, err[-3000:]
+    result["workdir"] = workdir
+    return result
+
+
+def test_two_ray_nodes_train_digits_to_the_expected_accuracy(uninterrupted: dict[str, Any]) -> None:
+    assert uninterrupted["status"] == "Succeeded"
+    assert uninterrupted["steps"] == STEPS and uninterrupted["restarts"] == 0
+    assert uninterrupted["accuracy"] >= 0.9, uninterrupted
+    root = checkpoints(uninterrupted["workdir"], "ray-whole")
+    # Ray kept spec.checkpoint.keep of them, each with gpufleet's marker.
+    assert len(list(root.glob("step_*"))) == 2, sorted(p.name for p in root.iterdir())
+    checked = subprocess.run(gpufleet_cmd("checkpoints", "verify", str(root)), env=cli_env(),
+                             capture_output=True, text=True)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("OK") == 2, checked.stdout
+
+
+def test_a_killed_train_worker_is_restarted_by_ray_and_the_job_ends_exact(
+    workdir: Path, uninterrupted: dict[str, Any]
+) -> None:
+    proc = run(workdir, "ray-killed")
+    poll_until(lambda: checkpoint_done(workdir, "ray-killed", EVERY), what=f"checkpoint {EVERY}",
+               alive=proc, timeout=240)  # fmt: skip
+    workers = train_workers(proc.pid)
+    assert len(workers) == 2, workers
+    workers[-1].send_signal(signal.SIGKILL)
+    code, result, err = summary(proc)
+    assert code == 0, err[-3000:]
+    assert result["restarts"] >= 1, result
+    assert result["resumed_from"] is not None and result["resumed_from"] >= EVERY, result
+    assert result["state_digest"] == uninterrupted["state_digest"]
+
+
+def test_a_corrupt_checkpoint_is_set_aside_and_the_one_before_resumed(workdir: Path) -> None:
+    code, _, err = summary(run(workdir, "ray-corrupt", steps=2 * EVERY))
+    assert code == 0, err[-3000:]
+    (newest,) = checkpoints(workdir, "ray-corrupt").glob(f"step_{2 * EVERY:09d}-*")
+    state = newest / "state.pt"
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte flipped, the size kept
+    state.write_bytes(bytes(data))
+    code, second, err = summary(run(workdir, "ray-corrupt", steps=3 * EVERY))
+    assert code == 0, err[-3000:]
+    assert second["resumed_from"] == EVERY, second
+    assert "is corrupt" in err and newest.name in err, err[-3000:]
