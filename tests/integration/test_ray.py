@@ -129,3 +129,38 @@ def test_a_corrupt_checkpoint_is_set_aside_and_the_one_before_resumed(workdir: P
     assert code == 0, err[-3000:]
     assert second["resumed_from"] == EVERY, second
     assert "is corrupt" in err and newest.name in err, err[-3000:]
+
+
+RAY_SCRIPT = """
+import os, sys
+import ray
+ray.init()  # RAY_ADDRESS: the job's cluster
+
+@ray.remote(num_cpus=1)
+def square(x):
+    return x * x
+
+print("sum", sum(ray.get([square.remote(i) for i in range(10)])))
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_command_is_the_driver_of_the_jobs_ray_cluster(workdir: Path, code: int) -> None:
+    """A user's Ray script runs once, as the driver; its failure is the job's, with its
+    last lines."""
+    (workdir / "script.py").write_text(RAY_SCRIPT)
+    command = {"framework": "ray", "nodes": 2, "command": ["script.py", str(code)]}
+    doc = {"apiVersion": "gpufleet.dev/v1alpha1", "kind": "TrainingJob",
+           "metadata": {"name": f"ray-cmd-{code}"}, "spec": command}  # fmt: skip
+    spec = write_spec(workdir, doc, "cmd.yaml")
+    done = subprocess.run(gpufleet_cmd("run", str(spec), "-o", "json"), cwd=workdir,
+                          env=cli_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = json.loads(done.stdout)
+    assert "sum 285" in done.stderr + done.stdout, done.stderr[-3000:]
+    if code == 0:
+        assert done.returncode == 0 and result["status"] == "Succeeded", done.stderr[-3000:]
+    else:
+        assert done.returncode == 1 and result["status"] == "Failed", result
+        assert "Ray driver ended with exit code 3" in result["message"], result
+        assert "sum 285" in result["message"], result
