@@ -35,6 +35,7 @@ traceback)::
     ├── ServingError              Triton died or its models never became ready (gpufleet serve)
     ├── JobLockedError            another run of the same job holds its directory (gpufleet run)
     ├── ClusterError              the cluster said no (gpufleet.cluster)
+    ├── RayClusterError           a Ray job's local Ray cluster did not start (gpufleet run)
     └── ClusterUpError            a local control plane's component did not start or get ready
 """
 
@@ -147,6 +148,10 @@ class JobLockedError(GpufleetError):
 
 class ClusterError(GpufleetError):
     """The cluster said no (forbidden, conflict, unreachable): exit 1 with its words."""
+
+
+class RayClusterError(GpufleetError):
+    """A node of a Ray job's local Ray cluster did not start (its log's last lines attached)."""
 
 
 class ClusterUpError(GpufleetError):

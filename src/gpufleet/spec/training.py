@@ -368,7 +368,7 @@ class TrainingJobSpec(CrossFieldModel):
 
 
 class TrainingJob(SpecModel):
-    """A distributed training job (kind TrainingJob): PyTorch, TensorFlow or Ray (spec.framework)."""
+    """A distributed training job (kind TrainingJob): PyTorch, TensorFlow, Ray (spec.framework)."""
 
     api_version: Literal["gpufleet.dev/v1alpha1"] = Field(description="Always " + API_VERSION)
     kind: Literal["TrainingJob"] = Field(description="Always TrainingJob.")

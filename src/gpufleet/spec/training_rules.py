@@ -64,7 +64,7 @@ def _non_default(raw: dict[str, Any], defaults: dict[str, Any]) -> bool:
 def framework_problems(data: dict[str, Any]) -> list[Problem]:
     """What a TensorFlow or Ray job cannot have: each field PyTorch's runtime alone implements."""
     framework = data.get("framework")
-    if framework not in FRAMEWORK_WORKLOADS:
+    if not isinstance(framework, str) or framework not in FRAMEWORK_WORKLOADS:
         return []
     from gpufleet.spec.training import Parallelism
 

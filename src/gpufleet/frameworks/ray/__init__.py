@@ -3,6 +3,8 @@
 driver against it: a command, or ``python -m gpufleet.frameworks.ray`` (``driver``), which
 trains the digits workload with Ray Train's TorchTrainer (``train``: each worker's loop)."""
 
+__all__ = ["ENV_RAY_MAX_FAILURES", "ENV_RAY_WORKERS"]
+
 # What the launcher tells the driver (besides RAY_ADDRESS and the job's GPUFLEET_* context).
 ENV_RAY_WORKERS = "GPUFLEET_RAY_WORKERS"  # Ray Train workers: spec.nodes x spec.procsPerNode
 ENV_RAY_MAX_FAILURES = "GPUFLEET_RAY_MAX_FAILURES"  # spec.maxRestarts: Ray's FailureConfig

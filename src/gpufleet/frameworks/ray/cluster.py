@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufleet.errors import GpufleetError
+from gpufleet.errors import RayClusterError
 from gpufleet.net import free_ports
 
 # The ports one Ray node listens on, by `ray start`'s option.
@@ -39,10 +39,6 @@ OBJECT_STORE_BYTES = 100 * 1024 * 1024  # small: the digits job moves no objects
 START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 3.0  # then SIGKILL: a local cluster keeps no state worth a graceful end
 STARTED = "Ray runtime started."  # what `ray start` prints once its node is up
-
-
-class RayClusterError(GpufleetError):
-    """A node of the local Ray cluster did not start (its log's last lines attached)."""
 
 
 def ray_env(token: str) -> dict[str, str]:
