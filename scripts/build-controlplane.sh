@@ -2,8 +2,8 @@
 # Build the local control plane's components from the pinned Go module in controlplane/ into
 # .tools/controlplane/ (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # kube-proxy, kwok, Kueue, JobSet, the MPI operator, the Kubeflow Trainer, and CoreDNS from
-# controlplane/coredns/main.go); the Kubeflow training-operator and Volcano from modules of their
-# own, controlplane/<name>/, because their Kubernetes libraries are older; and a real node's
+# controlplane/coredns/main.go); the Kubeflow training-operator, Volcano and KubeRay from modules
+# of their own, controlplane/<name>/, because their Kubernetes libraries are older; and a real node's
 # containerd, runc and CNI plugins from theirs, kube-router (network policies), Prometheus and
 # Prometheus Adapter (custom metrics for autoscalers) from their own. A binary newer than its go.mod, go.sum
 # and own source is kept; Go's build cache makes a rebuild after a pin change incremental.
@@ -46,6 +46,8 @@ declare -A PKGS=(
   # the metrics pipeline's (issue 29): custom.metrics.k8s.io from Prometheus, for the HPA
   [prometheus-adapter]=sigs.k8s.io/prometheus-adapter/cmd/adapter
   [prometheus]=github.com/prometheus/prometheus/cmd/prometheus
+  # Ray on Kubernetes (issue 30): the KubeRay operator (RayCluster, RayJob)
+  [kuberay]=github.com/ray-project/kuberay/ray-operator
 )
 # name -> its Go module's directory, where it is not controlplane/ itself
 declare -A MODULES=(
@@ -64,6 +66,7 @@ declare -A MODULES=(
   [kube-router]=controlplane/kube-router
   [prometheus-adapter]=controlplane/prometheus-adapter
   [prometheus]=controlplane/prometheus
+  [kuberay]=controlplane/kuberay
 )
 # name -> the project's own Go source it is built from, where it has one
 declare -A SOURCES=([coredns]=controlplane/coredns/main.go)
@@ -92,7 +95,7 @@ declare -A VERSION_LDFLAGS=(
 )
 ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset
        training-operator mpi-operator trainer vc-webhook-manager vc-controller-manager vc-scheduler
-       kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc
+       kuberay kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc
        cni-bridge cni-loopback cni-host-local cni-portmap coredns kube-router prometheus
        prometheus-adapter pause)
 names=("$@")
@@ -192,11 +195,12 @@ declare -A KUSTOMIZE=(
   [jobset]="controlplane sigs.k8s.io/jobset config/default"
   [training-operator]="controlplane/training-operator github.com/kubeflow/training-operator manifests/overlays/standalone"
   [mpi-operator]="controlplane github.com/kubeflow/mpi-operator manifests/overlays/standalone"
+  [kuberay]="controlplane/kuberay github.com/ray-project/kuberay/ray-operator config/default"
 )
 manifests="$DEST/manifests"
 mkdir -p "$manifests"
 kubectl_bin=$(command -v kubectl || echo .tools/bin/kubectl)
-for name in kueue jobset training-operator mpi-operator; do
+for name in kueue jobset training-operator mpi-operator kuberay; do
   read -r module path kustomization <<<"${KUSTOMIZE[$name]}"
   out="$manifests/$name.yaml"
   if [ -s "$out" ] && [ "$out" -nt "$module/go.mod" ] && [ "$out" -nt "$module/go.sum" ]; then

@@ -149,10 +149,11 @@ def lab(devcluster: DevCluster) -> Iterator[DevCluster]:
 
 def queued_job(name: str, tenant: str, nodes: int, gpus: int, target: str | None = None,
                **spec: Any) -> dict[str, Any]:  # fmt: skip
-    """A queued digits job of ``tenant``, its checkpoints in S3; for a TensorFlow target, on
-    the volume cluster_job names (TensorFlow writes to a filesystem: bound_claim makes it)."""
+    """A queued digits job of ``tenant``, its checkpoints in S3; for a TensorFlow or Ray
+    target, on the volume cluster_job names (they write to a filesystem: bound_claim makes
+    it)."""
     where: dict[str, Any] = {"checkpoint": {"dir": "s3://bucket/ckpt"}, "volumes": []}
-    if target == "tfjob":
+    if target in ("tfjob", "rayjob"):
         where = {}
     doc = cluster_job(target=target, nodes=nodes, procsPerNode=gpus, resources={"gpu": gpus},
                       queue=tenant, **where, **spec)  # fmt: skip

@@ -21,6 +21,7 @@ from tests.support.paths import REPO
 GOLDEN = REPO / "tests" / "golden"
 TRAINING_SPEC = GOLDEN / "digits-cluster.spec.yaml"
 TF_SPEC = GOLDEN / "tf-digits-cluster.spec.yaml"
+RAY_SPEC = GOLDEN / "ray-digits-cluster.spec.yaml"
 SERVING_SPEC = REPO / "examples" / "digits-serving.yaml"
 
 
@@ -51,6 +52,10 @@ GOLDENS: dict[Path, Callable[[], str]] = {
     **{
         GOLDEN / f"tf-digits-cluster.{t}.yaml": _rendered(TF_SPEC, t)
         for t in FRAMEWORK_TARGETS["tensorflow"]
+    },
+    **{
+        GOLDEN / f"ray-digits-cluster.{t}.yaml": _rendered(RAY_SPEC, t)
+        for t in FRAMEWORK_TARGETS["ray"]
     },
     **{GOLDEN / f"digits-serving.{t}.yaml": _rendered(SERVING_SPEC, t) for t in SERVING_TARGETS},
 }

@@ -40,6 +40,7 @@ KINDS = (
     ("monitoring.coreos.com", "PodMonitor", "v1"),
     ("monitoring.coreos.com", "PrometheusRule", "v1"),
     ("monitoring.coreos.com", "ServiceMonitor", "v1"),
+    ("ray.io", "RayJob", "v1"),
     ("scheduling.volcano.sh", "Queue", "v1beta1"),
     ("serving.kserve.io", "InferenceService", "v1beta1"),
     ("trainer.kubeflow.org", "TrainJob", "v1alpha1"),

@@ -34,8 +34,9 @@ def digits_job(name: str = "digits-test", **spec: Any) -> dict[str, Any]:
 
 def cluster_job(target: str | None = None, **spec: Any) -> dict[str, Any]:
     """A digits job named "train" that can run on a cluster (image, checkpoints on a volume);
-    with ``target``, of a framework that target runs (a TensorFlow job for tfjob: one
-    process per node, nothing PyTorch's alone), so a test of every target renders each one."""
+    with ``target``, of a framework that target runs (a TensorFlow job for tfjob, a Ray job
+    for rayjob: one process per node, nothing PyTorch's alone), so a test of every target
+    renders each one."""
     base: dict[str, Any] = {
         "image": "ghcr.io/example/gpufleet:0.1.0",
         "checkpoint": {"dir": "/ckpt/run", "everySteps": 50},
@@ -45,11 +46,14 @@ def cluster_job(target: str | None = None, **spec: Any) -> dict[str, Any]:
     doc = digits_job("train", **base)
     if target is not None and target not in FRAMEWORK_TARGETS["pytorch"]:
         s = doc["spec"]
-        s.update(framework="tensorflow", procsPerNode=1)
+        framework = next(f for f, targets in FRAMEWORK_TARGETS.items() if target in targets)
+        s.update(framework=framework, procsPerNode=1)
         for key in ("parallelism", "minNodes"):
             s.pop(key, None)
         if isinstance(s.get("checkpoint"), dict):
             s["checkpoint"].pop("async", None)
+        if framework == "ray" and isinstance(s.get("metrics"), dict):
+            s["metrics"].pop("port", None)  # Ray's own metrics (training_rules)
     return doc
 
 

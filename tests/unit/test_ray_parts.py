@@ -1,6 +1,6 @@
 """The Ray job's parts that need no Ray cluster: the spec's rules for spec.framework ray, its
-driver and environment, the refusal to render it, and its checkpoints' marker (Ray Train's run
-is tests/integration/test_ray.py)."""
+driver and environment, its RayJob, and its checkpoints' marker (Ray Train's run is
+tests/integration/test_ray.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-from gpufleet.errors import UserInputError
 from gpufleet.frameworks.ray.cluster import ray_env
 from gpufleet.frameworks.ray.driver import absolute
 from gpufleet.frameworks.ray.train import RayCheckpoints
 from gpufleet.launch.worker import job_context, worker_module_args
-from gpufleet.render import render_spec
+from gpufleet.render import check_restricted, pod_specs_in, render_spec
 from gpufleet.runtime import integrity
 from gpufleet.spec import validate_training_job
 from tests.support.cli import run_cli
@@ -61,14 +60,41 @@ def test_the_cluster_authenticates_with_a_token_and_keeps_it_out_of_files() -> N
     assert env["RAY_USAGE_STATS_ENABLED"] == "0"
 
 
-def test_a_ray_job_renders_to_no_target_yet(tmp_path: Path) -> None:
-    job = validate_training_job(ray_job())
-    with pytest.raises(UserInputError, match="runs with `gpufleet run` only"):
-        render_spec(job)
+def test_a_ray_job_renders_to_a_rayjob_only(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, ray_job(), "ray.yaml")
     done = run_cli("render", str(spec), "--target", "job", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
-    assert "spec.framework" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert (
+        "spec.framework: is ray, but target job runs pytorch or tensorflow workers; a ray "
+        "job renders to rayjob" in done.stderr
+    ), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_rayjob_is_one_fixed_cluster_whose_head_runs_the_driver() -> None:
+    """Kueue's ray.io/rayjob needs a fixed worker group and the cluster deleted at the end;
+    HTTPMode adds no submitter pod; every pod passes restricted; the head asks no GPU."""
+    from tests.support.specs import cluster_job
+
+    doc = cluster_job(target="rayjob", nodes=3, resources={"gpu": 2})
+    doc["spec"]["procsPerNode"] = 2  # Ray Train workers share a node
+    (rayjob,) = render_spec(validate_training_job(doc), "rayjob")
+    spec = rayjob["spec"]
+    assert spec["submissionMode"] == "HTTPMode" and spec["shutdownAfterJobFinishes"] is True
+    assert spec["entrypoint"] == "python -m gpufleet.launch.shim -m gpufleet.frameworks.ray"
+    (group,) = spec["rayClusterSpec"]["workerGroupSpecs"]
+    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 3
+    assert group["rayStartParams"] == {"num-cpus": "2", "num-gpus": "2"}
+    assert "enableInTreeAutoscaling" not in spec["rayClusterSpec"]
+    head = spec["rayClusterSpec"]["headGroupSpec"]
+    assert head["rayStartParams"] == {"num-cpus": "0"}
+    assert [e for _, pod in pod_specs_in(rayjob) for e in check_restricted(pod)] == []
+    (container,) = head["template"]["spec"]["containers"]
+    assert "command" not in container and container["resources"] == {}  # KubeRay's ray start
+    assert {"name": "dashboard", "containerPort": 8265} in container["ports"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GPUFLEET_RAY_WORKERS"] == "6" and env["GPUFLEET_RAY_USE_GPU"] == "1"
+    assert env["RAY_USAGE_STATS_ENABLED"] == "0"
 
 
 def test_a_ray_checkpoint_marked_in_scratch_verifies_where_ray_copies_it(tmp_path: Path) -> None:

@@ -191,9 +191,10 @@ def test_gpu_product_pins_gpu_pods(target: str) -> None:
         cluster_job(target=target, resources={"gpu": 2, "gpuProduct": "NVIDIA-A30"}, procsPerNode=2)
     )
     (*_, obj) = render(job, target)
-    gpu_pods = [
-        pod for _, pod in pod_specs_in(obj) if "launcher" not in pod["containers"][0]["name"]
-    ]
+    # Not the pods that only coordinate: the MPI launcher, the Ray head (the driver).
+    coordinators = {"launcher", "head"}
+    gpu_pods = [pod for _, pod in pod_specs_in(obj)
+                if not coordinators & set(pod["containers"][0]["name"].split("-"))]  # fmt: skip
     assert gpu_pods
     for pod in gpu_pods:
         assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A30"}
@@ -220,6 +221,8 @@ def test_every_pod_leaves_a_lost_node_after_the_specs_node_loss_timeout(
         assert set(lost) == {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
         assert all(t["operator"] == "Exists" for t in lost.values())
         assert {t["tolerationSeconds"] for t in lost.values()} == {seconds}
+        if pod["containers"][0]["name"] == "ray-head":  # no GPUs: Ray's services, the driver
+            continue
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
             "tolerations"
         ]
@@ -401,11 +404,11 @@ def test_a_trainjob_refuses_what_its_runtime_patches_cannot_carry() -> None:
     assert set(pod["containers"][0]) <= {"name", "securityContext", "volumeMounts", "env"}
 
 
-@pytest.mark.parametrize("target", [t for t in TARGETS if t != "trainjob"])
+@pytest.mark.parametrize("target", [t for t in TARGETS if t not in ("trainjob", "rayjob")])
 def test_the_pod_monitor_finds_a_named_port_on_every_target(target: str) -> None:
     """spec.metrics.podMonitor: every pod the PodMonitor selects has a container port of the
     name it scrapes (PyTorchJob replaced the port list and lost it; a TrainJob cannot declare
-    one and refuses the spec, above)."""
+    one and refuses the spec, above; a Ray job refuses it: Ray exports its own)."""
     from tests.support.specs import pod_templates
 
     doc = cluster_job(target=target, nodes=2, metrics={"port": 9090, "podMonitor": True})

@@ -35,6 +35,7 @@ JOB_KINDS = [
     Kind("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
     Kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
     Kind("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
+    Kind("ray.io", "v1", "rayjobs", "RayJob"),
 ]
 WORKLOADS = Kind("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
 LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")

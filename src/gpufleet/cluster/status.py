@@ -35,6 +35,17 @@ _VOLCANO = {
     "Completing": "Running",
     "Terminating": "Failed",
 }
+# A RayJob's jobDeploymentStatus (KubeRay); "Complete" is the job's end, whose jobStatus says how.
+_RAYJOB = {
+    "Failed": "Failed",
+    "ValidationFailed": "Failed",
+    "Running": "Running",
+    "Initializing": "Pending",
+    "Waiting": "Pending",
+    "Retrying": "Restarting",
+    "Suspending": "Suspended",
+    "Suspended": "Suspended",
+}
 _WAITING_PROBLEMS = {
     "ImagePullBackOff",
     "ErrImagePull",
@@ -134,6 +145,13 @@ def job_phase(job: Obj) -> tuple[str | None, str]:
         state = (job.get("status") or {}).get("state") or {}
         phase = _VOLCANO.get(state.get("phase", ""))
         return phase, state.get("message") or state.get("reason") or ""
+    if job.get("apiVersion", "").startswith("ray.io/"):
+        status = job.get("status") or {}
+        deployment = status.get("jobDeploymentStatus", "")
+        if deployment == "Complete":
+            ok = status.get("jobStatus") == "SUCCEEDED"
+            return ("Succeeded" if ok else "Failed"), status.get("message") or ""
+        return _RAYJOB.get(deployment), status.get("message") or status.get("reason") or ""
     true = _true_conditions(job)
     for table in (_TERMINAL, _ACTIVE):
         for cond in reversed(true):  # the newest condition wins

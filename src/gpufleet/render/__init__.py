@@ -18,6 +18,7 @@ from gpufleet.render.monitoring import pod_monitor
 from gpufleet.render.mpijob import render_mpijob
 from gpufleet.render.podsecurity import check_restricted, pod_specs_in
 from gpufleet.render.pytorchjob import render_pytorchjob
+from gpufleet.render.rayjob import render_rayjob
 from gpufleet.render.serving import render_kserve, render_triton
 from gpufleet.render.tfjob import render_tfjob
 from gpufleet.render.trainjob import render_trainjob
@@ -33,12 +34,13 @@ TARGETS: dict[str, Callable[[TrainingJob], list[Obj]]] = {
     "mpijob": render_mpijob,
     "volcano": render_volcano,
     "tfjob": render_tfjob,
+    "rayjob": render_rayjob,
 }
 # The targets each framework's workers run on (spec.framework), its default first.
 FRAMEWORK_TARGETS: dict[str, tuple[str, ...]] = {
     "pytorch": ("job", "jobset", "pytorchjob", "trainjob", "mpijob", "volcano"),
     "tensorflow": ("job", "jobset", "tfjob"),
-    "ray": (),  # gpufleet run only: --target rayjob is not built yet
+    "ray": ("rayjob",),
 }
 
 
@@ -59,10 +61,6 @@ def render(job: TrainingJob, target: str = "job") -> list[Obj]:
     """Kubernetes objects for ``job`` on ``target``; UserInputError if it cannot run there.
     With ``spec.metrics.podMonitor``, a PodMonitor for the job's pods comes last."""
     allowed = FRAMEWORK_TARGETS[job.spec.framework]
-    if not allowed:
-        message = (f"is {job.spec.framework}, which runs with `gpufleet run` only for now "
-                   "(no Kubernetes target renders it yet)")  # fmt: skip
-        raise UserInputError([FieldError("spec.framework", message)])
     if target not in allowed:
         runs = " or ".join(f for f, targets in FRAMEWORK_TARGETS.items() if target in targets)
         message = (f"is {job.spec.framework}, but target {target} runs {runs} workers; "
@@ -73,7 +71,7 @@ def render(job: TrainingJob, target: str = "job") -> list[Obj]:
 
 def render_spec(spec: TrainingJob | InferenceService, target: str | None = None) -> list[Obj]:
     """Objects for a spec of any kind on ``target`` (default: the kind's first target)."""
-    target = target or next(iter(targets_for(spec)), "job")  # render() refuses none
+    target = target or targets_for(spec)[0]
     if isinstance(spec, InferenceService):
         return SERVING_TARGETS[target](spec)
     return render(spec, target)

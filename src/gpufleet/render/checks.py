@@ -23,12 +23,19 @@ def _derived_names(name: str, target: str, nodes: int) -> list[str]:
         "trainjob": [f"{name}-node-0-{last}-xxxxx"],
         "mpijob": [f"{name}-launcher", f"{name}-worker-{last}"],
         "volcano": [f"{name}-worker-{last}"],
+        "rayjob": [f"{name}-xxxxx"],
     }.get(target, [])
+
+
+# A name a controller refuses below 63 characters: KubeRay's RayCluster, <rayjob>-<5 random>, at
+# most MaxRayClusterNameLength (53), so its pods' generated names need no truncating.
+_MAX_DERIVED = {"rayjob": 53}
 
 
 def name_limit(target: str, nodes: int) -> int:
     """The longest job name ``target``'s controller can derive valid names from."""
-    return 63 - max((len(n) for n in _derived_names("", target, nodes)), default=0)
+    longest = max((len(n) for n in _derived_names("", target, nodes)), default=0)
+    return _MAX_DERIVED.get(target, 63) - longest
 
 
 def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldError]:
@@ -37,12 +44,13 @@ def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldErr
     errors = []
     name = job.metadata.name
     longest = max(_derived_names(name, target, s.nodes) if target else [], key=len, default="")
-    if len(longest) > 63:
+    if len(longest) > _MAX_DERIVED.get(target or "", 63):
         errors.append(
             FieldError(
                 "metadata.name",
                 f"{len(name)} characters is too long for target {target} with {s.nodes} "
-                f"node(s): its controller derives the name {longest!r} ({len(longest)} > 63); use "
+                f"node(s): its controller derives the name {longest!r} ({len(longest)} > "
+                f"{_MAX_DERIVED.get(target or '', 63)}); use "
                 f"at most {name_limit(target or '', s.nodes)} characters",
             )
         )

@@ -90,6 +90,11 @@ def framework_problems(data: dict[str, Any]) -> list[Problem]:
     if data.get("onNonFinite") == "rollback":
         problems.append((("onNonFinite",), f"rollback is the PyTorch Trainer's; {label} stops "
                          "at a NaN/Inf loss (fail)"))  # fmt: skip
+    metrics = data.get("metrics")
+    if framework == "ray" and isinstance(metrics, dict) and metrics.get("port"):
+        problems.append((("metrics", "port"), "gpufleet's job metrics come from its launcher, "
+                         f"which {label} does not run; Ray exports its own (ray start's "
+                         "--metrics-export-port, 8080 under KubeRay): remove it"))  # fmt: skip
     return problems + _checkpoint_problems(data, label)
 
 

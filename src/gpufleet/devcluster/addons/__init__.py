@@ -1,7 +1,7 @@
 """The controllers of the local control plane: Kueue, JobSet, the Kubeflow training-operator,
-the MPI operator, the Kubeflow Trainer and Volcano, installed from their own modules' manifests
-(rendered with kustomize by scripts/build-controlplane.sh) as a cluster would get them, their
-managers run as processes beside the API server.
+the MPI operator, the Kubeflow Trainer, Volcano and KubeRay, installed from their own modules'
+manifests (rendered with kustomize by scripts/build-controlplane.sh) as a cluster would get
+them, their managers run as processes beside the API server.
 
 What changes because the managers run beside the API server instead of in pods (what kwokctl
 does for its components), and nothing else:
@@ -27,6 +27,7 @@ manifests is applied, ``process`` how its manager runs.
 from gpufleet.devcluster.addons.base import LOOPBACK, Addon, Certs, Config, Ports, Ready
 from gpufleet.devcluster.addons.jobset import JOBSET
 from gpufleet.devcluster.addons.kubeflow import MPI_OPERATOR, TRAINER, TRAINING_OPERATOR
+from gpufleet.devcluster.addons.kuberay import KUBERAY
 from gpufleet.devcluster.addons.kueue import (
     KUEUE,
     KUEUE_FAIR_SHARING,
@@ -59,7 +60,7 @@ from gpufleet.devcluster.addons.volcano import (
 # In start order: a controller's requirements before it.
 ADDONS = (
     KUEUE, JOBSET, TRAINING_OPERATOR, MPI_OPERATOR, TRAINER,
-    VOLCANO_ADMISSION, VOLCANO_CONTROLLERS, VOLCANO_SCHEDULER,
+    VOLCANO_ADMISSION, VOLCANO_CONTROLLERS, VOLCANO_SCHEDULER, KUBERAY,
 )  # fmt: skip
 # What `--without` names: a project of several processes (Volcano) is left out whole.
 PROJECTS = tuple(dict.fromkeys(a.project for a in ADDONS))
@@ -69,6 +70,7 @@ __all__ = [
     "CRD",
     "FIXED_CERT_CHECK",
     "JOBSET",
+    "KUBERAY",
     "KUEUE",
     "KUEUE_FAIR_SHARING",
     "KUEUE_METRICS",

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.errors import RayClusterError
+from gpufleet.frameworks.ray import RAY_ENV
 from gpufleet.net import free_ports
 
 # The ports one Ray node listens on, by `ray start`'s option.
@@ -42,10 +43,8 @@ STARTED = "Ray runtime started."  # what `ray start` prints once its node is up
 
 
 def ray_env(token: str) -> dict[str, str]:
-    """What every process of the cluster and its driver share: the token, no usage stats, and
-    a Train worker's print() printed once (Ray Train also logs it by default: twice)."""
-    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}  # fmt: skip
+    """What every process of the cluster and its driver share: the token, and RAY_ENV."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, **RAY_ENV}
 
 
 @dataclass

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
-from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_WORKERS
+from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_USE_GPU, ENV_RAY_WORKERS
 from gpufleet.frameworks.ray.train import STARTS, log, train_loop
 from gpufleet.launch.fatal import read_fatal
 from gpufleet.runtime.context import JobContext
@@ -50,6 +50,7 @@ def main() -> int:
         train_loop_config={"env": context.to_env()},
         scaling_config=ray.train.ScalingConfig(
             num_workers=int(os.environ.get(ENV_RAY_WORKERS, "1")),
+            use_gpu=os.environ.get(ENV_RAY_USE_GPU) == "1",
             resources_per_worker={"CPU": 1},
         ),
         run_config=ray.train.RunConfig(

@@ -1,0 +1,93 @@
+"""Target ``rayjob``: a KubeRay RayJob (ray.io/v1) with its RayCluster, for spec.framework ray.
+
+The cluster is a head, which runs no Train worker (``num-cpus: 0``) but the job's driver, and
+one worker group of ``spec.nodes`` pods (fixed: replicas = minReplicas = maxReplicas, no
+autoscaler, as Kueue's ``ray.io/rayjob`` integration requires) with ``procsPerNode`` CPUs for
+Ray each. KubeRay starts Ray in the pods (it writes the containers' ``ray start`` command
+itself); the operator submits the driver, the job's entrypoint, to the head's dashboard
+(``HTTPMode``: no submitter pod, which the restricted profile would refuse as KubeRay writes
+it) and deletes the cluster once the job ends (``shutdownAfterJobFinishes``, which Kueue also
+needs). Every pod carries the worker pod's restricted security context, environment and
+volumes: the driver on the head reads the checkpoint directory too.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_USE_GPU, ENV_RAY_WORKERS, RAY_ENV
+from gpufleet.kube import Obj
+from gpufleet.launch.worker import worker_module_args
+from gpufleet.render.checks import require_cluster_ready
+from gpufleet.render.jobparts import queued_labels
+from gpufleet.render.meta import metadata
+from gpufleet.render.podspec import WorkerPod, node_loss_tolerations, pod_metadata
+from gpufleet.render.podspec import pod_spec as worker_pod_spec
+from gpufleet.spec import TrainingJob
+
+RAY_VERSION = "2.60.0"  # the ray extra's pin (constraints.txt): KubeRay's probes follow it
+# The head's ports, by the names KubeRay looks for (its dashboard client needs "dashboard").
+HEAD_PORTS = (("gcs-server", 6379), ("dashboard", 8265), ("client", 10001))
+WORKER_GROUP = "workers"
+
+
+def _ray_pod(job: TrainingJob, *, head: bool) -> Obj:
+    """The worker pod, as KubeRay wants it: no command (KubeRay's ``ray start``), the Ray
+    ports, the pod's restart policy KubeRay's own; the head without GPUs."""
+    s = job.spec
+    env = ((ENV_RAY_WORKERS, str(s.nodes * s.procs_per_node)),
+           (ENV_RAY_MAX_FAILURES, str(s.max_restarts)),
+           (ENV_RAY_USE_GPU, "1" if s.resources.gpu else "0"), *RAY_ENV.items())  # fmt: skip
+    pod = worker_pod_spec(job, WorkerPod(rdzv_host="", container_name="ray-head" if head
+                                         else "ray-worker", env=env))  # fmt: skip
+    pod.pop("restartPolicy")
+    container = pod["containers"][0]
+    container.pop("command")
+    container["ports"] = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS]
+    if head:  # the driver and Ray's services; the Train workers are in the worker group
+        container["resources"] = {}
+        pod.pop("nodeSelector", None)
+        pod["tolerations"] = node_loss_tolerations(job)
+    else:
+        container.pop("ports")
+    return pod
+
+
+def render_rayjob(job: TrainingJob) -> list[Obj]:
+    """One RayJob for ``job`` (its RayCluster in ``rayClusterSpec``)."""
+    require_cluster_ready(job, "rayjob")
+    s = job.spec
+    entrypoint = shlex.join(["python", *worker_module_args(job)])
+    workers = {
+        "groupName": WORKER_GROUP,
+        "replicas": s.nodes,
+        "minReplicas": s.nodes,
+        "maxReplicas": s.nodes,
+        "rayStartParams": {"num-cpus": str(s.procs_per_node)},
+        "template": {"metadata": pod_metadata(job, "worker"), "spec": _ray_pod(job, head=False)},
+    }
+    if s.resources.gpu:
+        workers["rayStartParams"]["num-gpus"] = str(s.resources.gpu)
+    return [
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayJob",
+            "metadata": metadata(job, queued_labels(job)),
+            "spec": {
+                "entrypoint": entrypoint,
+                "submissionMode": "HTTPMode",
+                "shutdownAfterJobFinishes": True,
+                "rayClusterSpec": {
+                    "rayVersion": RAY_VERSION,
+                    "headGroupSpec": {
+                        "rayStartParams": {"num-cpus": "0"},
+                        "template": {
+                            "metadata": pod_metadata(job, "head"),
+                            "spec": _ray_pod(job, head=True),
+                        },
+                    },
+                    "workerGroupSpecs": [workers],
+                },
+            },
+        }
+    ]
