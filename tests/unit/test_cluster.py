@@ -392,24 +392,3 @@ def test_status_names_each_pods_node_restarts_and_last_exit_code() -> None:
         "pod train-1 on real-node-1: Succeeded, restarts 0, last exit 0 (Completed)",
     ]
     assert st.as_dict()["podStates"][0]["lastExitCode"] == 137
-
-
-@pytest.mark.parametrize(
-    ("status", "phase"),
-    [
-        ({"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}, "Succeeded"),
-        ({"jobDeploymentStatus": "Complete", "jobStatus": "FAILED"}, "Failed"),
-        ({"jobDeploymentStatus": "Failed", "jobStatus": "FAILED"}, "Failed"),
-        ({"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, "Running"),
-        ({"jobDeploymentStatus": "Initializing"}, "Pending"),
-        ({"jobDeploymentStatus": "Suspended"}, "Suspended"),
-    ],
-)
-def test_a_rayjobs_phase_is_read_from_kuberays_deployment_and_job_status(
-    status: dict[str, str], phase: str
-) -> None:
-    """KubeRay reports a RayJob in status.jobDeploymentStatus and jobStatus, not conditions;
-    a completed deployment whose Ray job failed is a failed job."""
-    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob",
-              "metadata": {"name": "r", "namespace": "a"}, "status": status}  # fmt: skip
-    assert summarize(rayjob, []).phase == phase

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet.cluster.phases import job_phase
 from gpufleet.frameworks.ray.cluster import ray_env
 from gpufleet.frameworks.ray.driver import absolute
 from gpufleet.frameworks.ray.train import RayCheckpoints
@@ -116,3 +117,24 @@ def test_a_ray_checkpoint_marked_in_scratch_verifies_where_ray_copies_it(tmp_pat
     assert integrity.verify(fs, str(copied), integrity.read_marker(fs, str(copied))) == []
     with pytest.raises(Exception, match="a Ray job resumes on its own number of workers"):
         store.newest_usable(4)
+
+
+@pytest.mark.parametrize(
+    ("status", "phase"),
+    [
+        ({"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}, "Succeeded"),
+        ({"jobDeploymentStatus": "Complete", "jobStatus": "FAILED"}, "Failed"),
+        ({"jobDeploymentStatus": "Failed", "jobStatus": "FAILED"}, "Failed"),
+        ({"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, "Running"),
+        ({"jobDeploymentStatus": "Initializing"}, "Pending"),
+        ({"jobDeploymentStatus": "Suspended"}, "Suspended"),
+    ],
+)
+def test_a_rayjobs_phase_is_read_from_kuberays_deployment_and_job_status(
+    status: dict[str, str], phase: str
+) -> None:
+    """KubeRay reports a RayJob in status.jobDeploymentStatus and jobStatus, not conditions;
+    a completed deployment whose Ray job failed is a failed job."""
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+              "metadata": {"name": "r", "namespace": "a"}, "status": status}  # fmt: skip
+    assert job_phase(rayjob)[0] == phase

@@ -58,16 +58,17 @@ def render_rayjob(job: TrainingJob) -> list[Obj]:
     require_cluster_ready(job, "rayjob")
     s = job.spec
     entrypoint = shlex.join(["python", *worker_module_args(job)])
-    workers = {
+    params = {"num-cpus": str(s.procs_per_node)}
+    if s.resources.gpu:
+        params["num-gpus"] = str(s.resources.gpu)
+    workers: Obj = {
         "groupName": WORKER_GROUP,
         "replicas": s.nodes,
         "minReplicas": s.nodes,
         "maxReplicas": s.nodes,
-        "rayStartParams": {"num-cpus": str(s.procs_per_node)},
+        "rayStartParams": params,
         "template": {"metadata": pod_metadata(job, "worker"), "spec": _ray_pod(job, head=False)},
     }
-    if s.resources.gpu:
-        workers["rayStartParams"]["num-gpus"] = str(s.resources.gpu)
     return [
         {
             "apiVersion": "ray.io/v1",

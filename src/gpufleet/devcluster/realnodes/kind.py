@@ -157,10 +157,12 @@ class RealNodes:
 
     @staticmethod
     def _import(ctx: NodeContext, node: RealNode, archives: list[Path]) -> None:
-        """The archives' images into the node, and no others (older builds go)."""
+        """The archives' images into the node, and no others: older builds go first, so the
+        node's store never holds two builds of the project's image (7 GB each, unpacked; the
+        disk ran out with both)."""
+        node.keep_only(ctx.binaries, [n for a in archives for n in images.names_in(a)])
         for archive in archives:
             node.import_image(ctx.binaries, archive)
-        node.keep_only(ctx.binaries, [n for a in archives for n in images.names_in(a)])
 
     def _coredns(self, ctx: NodeContext) -> Component:
         kubeconfig = ctx.issue_client("coredns", COREDNS_USER)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
 from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_USE_GPU, ENV_RAY_WORKERS
@@ -24,6 +25,22 @@ def absolute(context: JobContext) -> JobContext:
     root = Path(context.checkpoint_root.removeprefix("file://")).resolve()
     checkpoint = dataclasses.replace(context.checkpoint, dir=str(root))
     return dataclasses.replace(context, run_dir=context.run_dir.resolve(), checkpoint=checkpoint)
+
+
+def _workers_have_cuda(ray: Any) -> bool:
+    """Whether a Ray node that offers a GPU can use it (a GPU node's scheduling resource
+    without a CUDA device, as a lab's stand-in GPUs: the workers train on the CPU, with gloo,
+    as a PyTorch job's do)."""
+
+    def probe() -> bool:
+        import torch
+
+        return bool(torch.cuda.is_available())
+
+    usable = bool(ray.get(ray.remote(num_gpus=1, num_cpus=0)(probe).remote(), timeout=300))
+    if not usable:
+        log("gpufleet: WARNING the Ray nodes offer GPUs but CUDA sees none: training on the CPU")
+    return usable
 
 
 def main() -> int:
@@ -50,7 +67,7 @@ def main() -> int:
         train_loop_config={"env": context.to_env()},
         scaling_config=ray.train.ScalingConfig(
             num_workers=int(os.environ.get(ENV_RAY_WORKERS, "1")),
-            use_gpu=os.environ.get(ENV_RAY_USE_GPU) == "1",
+            use_gpu=os.environ.get(ENV_RAY_USE_GPU) == "1" and _workers_have_cuda(ray),
             resources_per_worker={"CPU": 1},
         ),
         run_config=ray.train.RunConfig(

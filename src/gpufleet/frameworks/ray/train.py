@@ -54,8 +54,13 @@ def log(message: str) -> None:
 
 def weights_digest(model: Any) -> str:
     """sha256 over every parameter's and buffer's name, dtype, shape and bytes, in order."""
+    return state_digest(model.state_dict())
+
+
+def state_digest(state: dict[str, Any]) -> str:
+    """weights_digest of a model's ``state_dict`` (as a checkpoint's ``model`` holds it)."""
     h = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
+    for name, tensor in state.items():
         value = tensor.detach().cpu().contiguous()
         h.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
         h.update(value.numpy().tobytes())
