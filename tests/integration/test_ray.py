@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
+from gpufleet.errors import EXIT_NO_CHECKPOINT
 from tests.support.cli import cli_env, gpufleet_cmd
 from tests.support.procs import poll_until
 from tests.support.specs import write_spec
@@ -129,6 +130,16 @@ def test_a_corrupt_checkpoint_is_set_aside_and_the_one_before_resumed(workdir: P
     assert code == 0, err[-3000:]
     assert second["resumed_from"] == EVERY, second
     assert "is corrupt" in err and newest.name in err, err[-3000:]
+    # Every checkpoint corrupt: no restart can fix it, so Ray does not retry it, and the run
+    # ends with worker 0's error and its exit code (not Ray's "gave up after its restarts").
+    for state in checkpoints(workdir, "ray-corrupt").glob("step_*/state.pt"):
+        data = bytearray(state.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        state.write_bytes(bytes(data))
+    code, third, err = summary(run(workdir, "ray-corrupt", steps=4 * EVERY))
+    assert code == EXIT_NO_CHECKPOINT and third["status"] == "Failed", err[-3000:]
+    assert "no usable checkpoint" in third["message"], third
+    assert "Error count" not in err, err[-3000:]  # Ray Train's restarts
 
 
 RAY_SCRIPT = """

@@ -77,7 +77,7 @@ def test_a_rayjob_is_one_fixed_cluster_whose_head_runs_the_driver() -> None:
     HTTPMode adds no submitter pod; every pod passes restricted; the head asks no GPU."""
     from tests.support.specs import cluster_job
 
-    doc = cluster_job(target="rayjob", nodes=3, resources={"gpu": 2})
+    doc = cluster_job(target="rayjob", nodes=3, resources={"gpu": 2, "cpu": "2", "memory": "4Gi"})
     doc["spec"]["procsPerNode"] = 2  # Ray Train workers share a node
     (rayjob,) = render_spec(validate_training_job(doc), "rayjob")
     spec = rayjob["spec"]
@@ -91,7 +91,8 @@ def test_a_rayjob_is_one_fixed_cluster_whose_head_runs_the_driver() -> None:
     assert head["rayStartParams"] == {"num-cpus": "0"}
     assert [e for _, pod in pod_specs_in(rayjob) for e in check_restricted(pod)] == []
     (container,) = head["template"]["spec"]["containers"]
-    assert "command" not in container and container["resources"] == {}  # KubeRay's ray start
+    assert "command" not in container  # KubeRay's ray start
+    assert container["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}  # no GPU
     assert {"name": "dashboard", "containerPort": 8265} in container["ports"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["GPUFLEET_RAY_WORKERS"] == "6" and env["GPUFLEET_RAY_USE_GPU"] == "1"

@@ -117,11 +117,15 @@ def _scratch(own: bool) -> Iterator[None]:
     if not own:
         yield
         return
-    scratch = tempfile.mkdtemp(prefix="gpufleet-workers-")
+    scratch, before = tempfile.mkdtemp(prefix="gpufleet-workers-"), os.environ.get("TMPDIR")
     os.environ["TMPDIR"] = scratch
     try:
         yield
-    finally:
+    finally:  # an agent in gpufleet's own process (one node) gives its TMPDIR back
+        if before is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before
         shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -21,7 +21,7 @@ from gpufleet.launch.worker import worker_module_args
 from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import queued_labels
 from gpufleet.render.meta import metadata
-from gpufleet.render.podspec import WorkerPod, node_loss_tolerations, pod_metadata
+from gpufleet.render.podspec import GPU_RESOURCE, WorkerPod, node_loss_tolerations, pod_metadata
 from gpufleet.render.podspec import pod_spec as worker_pod_spec
 from gpufleet.spec import TrainingJob
 
@@ -44,8 +44,9 @@ def _ray_pod(job: TrainingJob, *, head: bool) -> Obj:
     container = pod["containers"][0]
     container.pop("command")
     container["ports"] = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS]
-    if head:  # the driver and Ray's services; the Train workers are in the worker group
-        container["resources"] = {}
+    if head:  # the driver and Ray's services; the Train workers (and GPUs) are the workers'
+        container["resources"] = {k: {r: q for r, q in v.items() if r != GPU_RESOURCE}
+                                  for k, v in container["resources"].items()}  # fmt: skip
         pod.pop("nodeSelector", None)
         pod["tolerations"] = node_loss_tolerations(job)
     else:

@@ -35,11 +35,17 @@ NODE_PORTS = (
     "metrics-export-port",
     "runtime-env-agent-port",
 )
-WORKER_PORTS = 8  # a node's worker processes (train workers, the controller, Ray's own)
+WORKER_PORTS = 8  # a node's worker processes beyond one per CPU (the controller, Ray's own)
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # small: the digits job moves no objects
 START_TIMEOUT_S = 90.0
 STOP_GRACE_S = 3.0  # then SIGKILL: a local cluster keeps no state worth a graceful end
 STARTED = "Ray runtime started."  # what `ray start` prints once its node is up
+# `ray start`, ended with the launcher even when that is SIGKILLed (PR_SET_PDEATHSIG; Ray ends
+# the node's processes with it), run by this Python whatever its scripts directory holds.
+RAY_START = (
+    "import sys; from gpufleet.launch.orphans import die_with_parent; die_with_parent(); "
+    "from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"
+)
 
 
 def ray_env(token: str) -> dict[str, str]:
@@ -58,6 +64,7 @@ class LocalRayCluster:
     address: str = ""
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _temp: Path | None = None
+    _metrics_port: int = 0
 
     @property
     def env(self) -> dict[str, str]:
@@ -70,16 +77,20 @@ class LocalRayCluster:
         # Short: Ray makes unix sockets below it, whose paths have at most 107 bytes.
         self._temp = Path(tempfile.mkdtemp(prefix="gfray-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        gcs, dashboard, *ports = free_ports(2 + (1 + self.nodes) * (len(NODE_PORTS) + WORKER_PORTS))
+        workers = WORKER_PORTS + self.cpus  # a port per worker process: Train's and Ray's own
+        per_node = len(NODE_PORTS) + workers
+        gcs, dashboard, client, metrics, *ports = free_ports(4 + (1 + self.nodes) * per_node)
         self.address = f"127.0.0.1:{gcs}"
+        self._metrics_port = metrics
         for index in range(1 + self.nodes):
-            mine = ports[index * (len(NODE_PORTS) + WORKER_PORTS) :]
+            mine = ports[index * per_node : (index + 1) * per_node]
             named = [f"--{name}={port}" for name, port in zip(NODE_PORTS, mine, strict=False)]
-            workers = ",".join(map(str, mine[len(NODE_PORTS) : len(NODE_PORTS) + WORKER_PORTS]))
+            listed = ",".join(map(str, mine[len(NODE_PORTS) :]))
             if index == 0:
                 # The dashboard serves Ray's state API, which Ray Train's controller asks.
                 role = ["--head", f"--port={gcs}", "--num-cpus=0", "--include-dashboard=true",
                         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+                        f"--ray-client-server-port={client}",
                         f"--temp-dir={self._temp}"]  # fmt: skip
             else:
                 # The nodes share the head's session directory: the head's log monitor
@@ -87,16 +98,20 @@ class LocalRayCluster:
                 role = [f"--address={self.address}", f"--num-cpus={self.cpus}",
                         "--include-log-monitor=false"]  # fmt: skip
             name = "head" if index == 0 else f"node{index - 1}"
-            self._start_node(name, [*role, *named, f"--worker-port-list={workers}"], timeout)
+            self._start_node(name, [*role, *named, f"--worker-port-list={listed}"], timeout)
 
     def _start_node(self, name: str, args: list[str], timeout: float) -> None:
         log = self.log_dir / f"ray-{name}.log"
-        argv = [str(Path(sys.executable).with_name("ray")), "start", "--block",
-                "--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}",
-                *args]  # fmt: skip
-        with log.open("wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **ray_env(self.token)},
+        argv = [sys.executable, "-c", RAY_START, "start", "--block", "--disable-usage-stats",
+                f"--object-store-memory={OBJECT_STORE_BYTES}", *args]  # fmt: skip
+        # The dashboard's own metrics port is fixed (44227) unless its environment names one.
+        env = {
+            **os.environ,
+            **ray_env(self.token),
+            "DASHBOARD_METRIC_PORT": str(self._metrics_port),
+        }
+        with log.open("wb") as out:  # its own session: Ctrl-C reaches the launcher alone
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)  # fmt: skip
         self._procs.append(proc)
         deadline = time.monotonic() + timeout

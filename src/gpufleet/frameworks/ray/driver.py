@@ -14,8 +14,8 @@ from typing import Any
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
 from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_USE_GPU, ENV_RAY_WORKERS
-from gpufleet.frameworks.ray.train import STARTS, log, train_loop
-from gpufleet.launch.fatal import read_fatal
+from gpufleet.frameworks.ray.train import FATAL_CODE, FATAL_MESSAGE, STARTS, log, train_loop
+from gpufleet.launch.fatal import write_fatal
 from gpufleet.runtime.context import JobContext
 
 
@@ -80,12 +80,17 @@ def main() -> int:
         ),
     )
     try:
-        trainer.fit()
+        result = trainer.fit()
     except ray.train.TrainingFailedError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log(f"gpufleet: Ray Train gave up after its restarts: {first[:500]}")
         return EXIT_FAILED
     finally:
         ray.shutdown()
-    fatal = read_fatal(context.run_dir)
-    return int(fatal["exit_code"]) if fatal else EXIT_OK
+    metrics = result.metrics or {}
+    if FATAL_CODE not in metrics:
+        return EXIT_OK
+    code, message = int(metrics[FATAL_CODE]), str(metrics[FATAL_MESSAGE])
+    write_fatal(context.run_dir, code, message, 0)  # for `gpufleet run`'s summary
+    log(f"gpufleet: {message}")
+    return code

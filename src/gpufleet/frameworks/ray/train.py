@@ -9,14 +9,14 @@ state is in the checkpoint; so a run whose worker is killed, which Ray restarts 
 checkpoint, ends with the uninterrupted run's weights, bit for bit, on the same number of
 workers.
 
-Checkpoints: worker 0 writes ``state.pt`` and gpufleet's marker (stepdirs: SHA-256 of every
-file, the job's identity) into a temporary directory and reports it to Ray
+Checkpoints: worker 0 writes ``state.pt`` into a temporary directory and reports it to Ray
 (``ray.train.report``), which copies it into the job's checkpoint directory under its step
-directory's name; worker 0 keeps ``spec.checkpoint.keep`` of them. On (re)start, worker 0 picks the
+directory's name; worker 0 then writes gpufleet's marker there (stepdirs: SHA-256 of every file,
+the job's identity) and keeps ``spec.checkpoint.keep`` of them. On (re)start, worker 0 picks the
 newest usable one (a corrupt one set aside, another job's refused) and names it to the others.
-An error no restart can fix (no usable checkpoint, another job's) is recorded for the launcher
-and every worker returns: Ray would otherwise restart the group for it up to maxRestarts
-times."""
+An error no restart can fix (no usable checkpoint, another job's, a NaN loss) is reported to Ray
+as the run's last metrics by every worker, which then return: Ray would otherwise restart the
+group for it up to maxRestarts times; the driver reads it and exits with its code."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet import errors
 from gpufleet.errors import CheckpointError, GpufleetError, NonFiniteError
 from gpufleet.frameworks.stepdirs import StepCheckpoints
-from gpufleet.launch.fatal import read_fatal, write_fatal
 from gpufleet.runtime.context import JobContext
 from gpufleet.runtime.files import write_json_atomic
 from gpufleet.runtime.rundir import RunDir
@@ -39,6 +39,8 @@ from gpufleet.workloads.digits_data import batch_indices, digits_split
 
 STATE = "state.pt"  # the torch.save'd state in a step directory
 STARTS = "ray-starts"  # worker 0 appends a line per start of the loop: restarts are the rest
+# The metrics a run that met a fatal error reports last (read by the driver, wherever it runs).
+FATAL_CODE, FATAL_MESSAGE = "gpufleet_fatal_exit_code", "gpufleet_fatal_message"
 
 
 class RayCheckpoints(StepCheckpoints):
@@ -117,20 +119,20 @@ class DigitsWorker:
 
     def restore(self) -> int | None:
         """Load the newest usable checkpoint worker 0 names; the step, or None when fresh.
-        Raises GpufleetError (worker 0's, recorded first) when none can be resumed."""
+        Worker 0's verdict against resuming is raised on every worker (its class and text)."""
         import torch
 
-        verdict: tuple[str | None, str] = (None, "")
+        verdict: tuple[str | None, str, str] = (None, "", "")
         if self.chief:
             try:
                 found = self.store.newest_usable(self.world)
-                verdict = (found.name if found else None, "")
+                verdict = (found.name if found else None, "", "")
             except GpufleetError as exc:
-                write_fatal(Path(self.context.run_dir), exc.exit_code, str(exc), self.rank)
-                verdict = (None, str(exc))
-        name, error = self._from_chief(verdict)
-        if error:
-            raise CheckpointError(error)
+                verdict = (None, type(exc).__name__, str(exc))
+        name, kind, message = self._from_chief(verdict)
+        if kind:
+            error: type[GpufleetError] = getattr(errors, kind, CheckpointError)
+            raise error(message)
         if name is None:
             return None
         state = torch.load(self.store.root / name / STATE, weights_only=True)
@@ -149,21 +151,23 @@ class DigitsWorker:
             ray.train.report(metrics)
             return None
         scratch = Path(tempfile.mkdtemp(prefix="gpufleet-ray-ckpt-"))
+        started = time.perf_counter()
+        name = self.store.new_name(step)
         try:
-            started = time.perf_counter()
             state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
                      "scheduler": self.scheduler.state_dict(), "step": step}  # fmt: skip
             torch.save(state, scratch / STATE)
-            self.store.mark(scratch, step, world_size=self.world,
-                            seconds=time.perf_counter() - started)  # fmt: skip
-            name = self.store.new_name(step)
             checkpoint = ray.train.Checkpoint.from_directory(str(scratch))
             ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+        # Marked once Ray's copy is in place (it copies files in parallel): a copy cut short
+        # stays torn, never loaded.
+        path = self.store.root / name
+        self.store.mark(path, step, world_size=self.world, seconds=time.perf_counter() - started)
         self.store.purge(step)  # gpufleet's keeping, not Ray's: see driver.main
-        log(f"gpufleet: checkpoint step {step} -> {self.store.root / name}")
-        return str(self.store.root / name)
+        log(f"gpufleet: checkpoint step {step} -> {path}")
+        return str(path)
 
     def step(self, step: int) -> float:
         """One optimizer step on this worker's share of global batch ``step``; the global
@@ -228,10 +232,10 @@ class DigitsWorker:
 def train_loop(config: dict[str, Any]) -> None:
     """Ray Train's ``train_loop_per_worker``: ``config["env"]`` is the job's GPUFLEET_*
     environment (the driver's), which Ray's worker processes do not inherit."""
+    import ray.train
+
     context = JobContext.from_env(config["env"])
     files = RunDir(context.run_dir)
-    if read_fatal(Path(context.run_dir)) is not None:
-        return  # recorded by an earlier start of this group: nothing to retry
     worker = DigitsWorker(context)
     if worker.chief:
         with (Path(context.run_dir) / STARTS).open("a") as record:
@@ -239,8 +243,10 @@ def train_loop(config: dict[str, Any]) -> None:
     try:
         result = worker.fit()
     except GpufleetError as exc:
-        if exc.fatal:  # no restart fixes it: recorded (worker 0's first), and every worker ends
-            write_fatal(Path(context.run_dir), exc.exit_code, str(exc), worker.rank)
+        # No restart fixes it: every worker met it (worker 0's verdict, an all-reduced loss)
+        # and reports it, which ends the run without Ray retrying; the driver tells.
+        if exc.fatal:
+            ray.train.report({FATAL_CODE: exc.exit_code, FATAL_MESSAGE: str(exc)})
             return
         raise
     if worker.chief:
