@@ -173,6 +173,21 @@ host.undo_orphan(alive, print)  # its own directory: `down` undoes it, not this
 assert link()
 host.undo(alive)
 subprocess.run(["rm", "-r", str(alive)], check=True)
+# Its state gone too, but a process of it still runs (named by its files): refused as well.
+unrecorded = orphan("unrecorded")
+(unrecorded / "state.json").unlink(missing_ok=True)
+sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                            str(unrecorded / "kubelet.kubeconfig")])
+try:
+    host.undo_orphan(tmp / "new", print)
+    raise SystemExit("an orphan whose process runs without a state was undone")
+except ClusterUpError:
+    pass
+finally:
+    sleeper.kill()
+    sleeper.wait()
+host.undo(unrecorded)
+subprocess.run(["rm", "-r", str(unrecorded)], check=True)
 gone = orphan("gone")  # its directory is gone too: only HOST_RECORD remembers
 subprocess.run(["rm", "-r", str(gone)], check=True)
 host.undo_orphan(tmp / "new", print)

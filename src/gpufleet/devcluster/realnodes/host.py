@@ -261,11 +261,28 @@ def undo_orphan(directory: Path, log: Callable[[str], None]) -> None:
         return
     owner = Path(data["cluster"])
     state = State.read(owner)
-    if state is not None and any(state.alive(name) for name in state.pids):
+    alive = state is not None and any(state.alive(name) for name in state.pids)
+    if alive or _runs_from(owner):
         raise ClusterUpError(f"the real nodes of the cluster in {owner} still run: "
                              f"`gpufleet cluster down --dir {owner}` first")  # fmt: skip
     log(f"  undoing what a cluster that was never stopped left on the host ({owner})")
     undo(owner, log)
+
+
+def _runs_from(directory: Path) -> bool:
+    """Whether a process names a file in ``directory`` on its command line (a component of
+    the cluster there: every one is given its kubeconfig, data or configuration in it), even
+    when the directory's state is gone."""
+    needle = (str(directory).rstrip("/") + "/").encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def undo(directory: Path, log: Callable[[str], None] | None = None) -> bool:
