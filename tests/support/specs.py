@@ -52,8 +52,8 @@ def cluster_job(target: str | None = None, **spec: Any) -> dict[str, Any]:
             s.pop(key, None)
         if isinstance(s.get("checkpoint"), dict):
             s["checkpoint"].pop("async", None)
-        if framework == "ray" and isinstance(s.get("metrics"), dict):
-            s["metrics"].pop("port", None)  # Ray's own metrics (training_rules)
+        if framework == "ray":
+            s.pop("metrics", None)  # Ray exports its own metrics (training_rules)
     return doc
 
 
