@@ -14,9 +14,10 @@ from typing import Any
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
 from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_USE_GPU, ENV_RAY_WORKERS
-from gpufleet.frameworks.ray.train import FATAL_CODE, FATAL_MESSAGE, STARTS, log, train_loop
+from gpufleet.frameworks.ray.train import FATAL_RECORD, STARTS, log, train_loop
 from gpufleet.launch.fatal import write_fatal
 from gpufleet.runtime.context import JobContext
+from gpufleet.runtime.files import read_json
 
 
 def absolute(context: JobContext) -> JobContext:
@@ -61,6 +62,7 @@ def main() -> int:
     # delete those it no longer keeps, a set-aside one included (a controller error). Worker 0
     # picks the checkpoint to resume and keeps spec.checkpoint.keep of them instead.
     (root / CHECKPOINT_MANAGER_SNAPSHOT_FILENAME).unlink(missing_ok=True)
+    (root / FATAL_RECORD).unlink(missing_ok=True)  # an earlier launch's
     ray.init(log_to_driver=True)
     trainer = TorchTrainer(
         train_loop,
@@ -80,17 +82,18 @@ def main() -> int:
         ),
     )
     try:
-        result = trainer.fit()
+        trainer.fit()
     except ray.train.TrainingFailedError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log(f"gpufleet: Ray Train gave up after its restarts: {first[:500]}")
         return EXIT_FAILED
     finally:
         ray.shutdown()
-    metrics = result.metrics or {}
-    if FATAL_CODE not in metrics:
+    fatal = read_json(root / FATAL_RECORD)
+    if not fatal:
         return EXIT_OK
-    code, message = int(metrics[FATAL_CODE]), str(metrics[FATAL_MESSAGE])
+    (root / FATAL_RECORD).unlink(missing_ok=True)
+    code, message = int(fatal["exit_code"]), str(fatal["message"])
     write_fatal(context.run_dir, code, message, 0)  # for `gpufleet run`'s summary
     log(f"gpufleet: {message}")
     return code

@@ -14,9 +14,10 @@ Checkpoints: worker 0 writes ``state.pt`` into a temporary directory and reports
 directory's name; worker 0 then writes gpufleet's marker there (stepdirs: SHA-256 of every file,
 the job's identity) and keeps ``spec.checkpoint.keep`` of them. On (re)start, worker 0 picks the
 newest usable one (a corrupt one set aside, another job's refused) and names it to the others.
-An error no restart can fix (no usable checkpoint, another job's, a NaN loss) is reported to Ray
-as the run's last metrics by every worker, which then return: Ray would otherwise restart the
-group for it up to maxRestarts times; the driver reads it and exits with its code."""
+An error no restart can fix (no usable checkpoint, another job's, a NaN loss) is met by every
+worker, which return (Ray would otherwise restart the group for it up to maxRestarts times);
+worker 0 records it in the checkpoint directory, where the driver reads it and exits with its
+code (a pod's run directory is its own)."""
 
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ from gpufleet.workloads.digits_data import batch_indices, digits_split
 
 STATE = "state.pt"  # the torch.save'd state in a step directory
 STARTS = "ray-starts"  # worker 0 appends a line per start of the loop: restarts are the rest
-# The metrics a run that met a fatal error reports last (read by the driver, wherever it runs).
-FATAL_CODE, FATAL_MESSAGE = "gpufleet_fatal_exit_code", "gpufleet_fatal_message"
+# Worker 0's record of an error no restart fixes, in the checkpoint directory: the storage every
+# worker and the driver share (a pod's run directory is its own).
+FATAL_RECORD = "gpufleet-fatal.json"
 
 
 class RayCheckpoints(StepCheckpoints):
@@ -232,8 +234,6 @@ class DigitsWorker:
 def train_loop(config: dict[str, Any]) -> None:
     """Ray Train's ``train_loop_per_worker``: ``config["env"]`` is the job's GPUFLEET_*
     environment (the driver's), which Ray's worker processes do not inherit."""
-    import ray.train
-
     context = JobContext.from_env(config["env"])
     files = RunDir(context.run_dir)
     worker = DigitsWorker(context)
@@ -244,11 +244,13 @@ def train_loop(config: dict[str, Any]) -> None:
         result = worker.fit()
     except GpufleetError as exc:
         # No restart fixes it: every worker met it (worker 0's verdict, an all-reduced loss)
-        # and reports it, which ends the run without Ray retrying; the driver tells.
-        if exc.fatal:
-            ray.train.report({FATAL_CODE: exc.exit_code, FATAL_MESSAGE: str(exc)})
-            return
-        raise
+        # and returns, which ends the run without Ray retrying; the driver tells.
+        if not exc.fatal:
+            raise
+        if worker.chief:
+            fatal = {"exit_code": exc.exit_code, "message": str(exc)}
+            write_json_atomic(worker.store.root / FATAL_RECORD, fatal)
+        return
     if worker.chief:
         starts = (Path(context.run_dir) / STARTS).read_text().splitlines()
         result["restart_count"] = len(starts) - 1
