@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_WORKERS, RAY_ENV
 from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
 from gpufleet.runtime.context import JobContext
 from gpufleet.runtime.rundir import RunDir
@@ -68,6 +69,10 @@ def worker_env(
     if metrics_address is not None and job.spec.metrics.port:
         env[ENV_METRICS_PORT] = str(job.spec.metrics.port)
         env[ENV_METRICS_ADDRESS] = metrics_address
+    if job.spec.framework == "ray":  # the driver's Ray Train settings, and Ray's own
+        s = job.spec
+        env |= {ENV_RAY_WORKERS: str(s.nodes * s.procs_per_node),
+                ENV_RAY_MAX_FAILURES: str(s.max_restarts), **RAY_ENV}  # fmt: skip
     return {**env, **job.spec.plain_env}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shlex
 
-from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_USE_GPU, ENV_RAY_WORKERS, RAY_ENV
+from gpufleet.frameworks.ray import ENV_RAY_USE_GPU
 from gpufleet.kube import Obj
 from gpufleet.launch.worker import worker_module_args
 from gpufleet.render.checks import require_cluster_ready
@@ -35,9 +35,7 @@ def _ray_pod(job: TrainingJob, *, head: bool) -> Obj:
     """The worker pod, as KubeRay wants it: no command (KubeRay's ``ray start``), the Ray
     ports, the pod's restart policy KubeRay's own; the head without GPUs."""
     s = job.spec
-    env = ((ENV_RAY_WORKERS, str(s.nodes * s.procs_per_node)),
-           (ENV_RAY_MAX_FAILURES, str(s.max_restarts)),
-           (ENV_RAY_USE_GPU, "1" if s.resources.gpu else "0"), *RAY_ENV.items())  # fmt: skip
+    env = ((ENV_RAY_USE_GPU, "1" if s.resources.gpu else "0"),)  # the rest: worker_env
     pod = worker_pod_spec(job, WorkerPod(rdzv_host="", container_name="ray-head" if head
                                          else "ray-worker", env=env))  # fmt: skip
     pod.pop("restartPolicy")

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
-from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_WORKERS
 from gpufleet.frameworks.ray.cluster import LocalRayCluster
 from gpufleet.launch.local import forward_signals
 from gpufleet.launch.node import NodeOutcome
@@ -34,9 +33,7 @@ def run_ray(
     s = job.spec
     logs = RunDir(run_dir).logs
     with LocalRayCluster(nodes=s.nodes, cpus=s.procs_per_node, log_dir=logs) as cluster:
-        driver_env = {**os.environ, **env, **secret_env, **cluster.env,
-                      ENV_RAY_WORKERS: str(s.nodes * s.procs_per_node),
-                      ENV_RAY_MAX_FAILURES: str(s.max_restarts)}  # fmt: skip
+        driver_env = {**os.environ, **env, **secret_env, **cluster.env}
         proc = subprocess.Popen(argv, env=driver_env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         with forward_signals([proc]):
