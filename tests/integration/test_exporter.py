@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import http.client
+import os
 import queue
 import shutil
 import signal
@@ -205,9 +207,19 @@ def gpu_down(port: int, gpu: str) -> dict[str, Any] | None:
     return dict(samples) if up.get(gpu) == 0 else None
 
 
+def signal_a_thread_not_main(pid: int, sig: int) -> None:
+    """Send ``sig`` to one of ``pid``'s threads other than its main one (tgkill): where the
+    kernel may deliver a signal sent to the process, and where Python's handler cannot run."""
+    others = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+    assert others, f"process {pid} runs no thread beside its main one"
+    assert ctypes.CDLL(None, use_errno=True).tgkill(pid, others[0], sig) == 0
+
+
 def test_a_simulated_gpu_fails_on_sigusr1_as_a_lost_one_does() -> None:
     """`--simulate-failure 1:79`: GPU 1 is healthy until the exporter gets SIGUSR1, then down
-    with one XID 79 (what a chaos test injects on a node); GPU 0 stays up."""
+    with one XID 79 (what a chaos test injects on a node); GPU 0 stays up. The signal goes to
+    the server's thread, not the main one: CI once saw the kernel deliver it there, and an
+    exporter whose main thread slept in an untimed wait never ran the handler."""
     cmd = [sys.executable, "-m", "gpufleet.cli.main", "exporter", "--simulate", "2",
            "--simulate-failure", "1:79", "--port", "0", "--node", "n"]  # fmt: skip
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
@@ -216,7 +228,7 @@ def test_a_simulated_gpu_fails_on_sigusr1_as_a_lost_one_does() -> None:
         _, before = scrape_port(port)
         assert {lab["gpu"]: v for lab, v in before["gpufleet_gpu_up"]} == {"0": 1.0, "1": 1.0}
         assert all(v == 0 for _, v in before["gpufleet_gpu_xid_errors_total"])
-        proc.send_signal(signal.SIGUSR1)
+        signal_a_thread_not_main(proc.pid, signal.SIGUSR1)
         after = poll_until(lambda: gpu_down(port, "1"), what="GPU 1 down", alive=proc)
         assert {lab["gpu"]: v for lab, v in after["gpufleet_gpu_up"]} == {"0": 1.0, "1": 0.0}
         xids = [(lab["gpu"], lab["xid"], v)

@@ -15,6 +15,7 @@ from gpufleet.observe.devices import Device, SimulatedDevice, nvml_devices
 from gpufleet.observe.exporter import DEFAULT_DEADLINE, GpuCollector, registry_for
 from gpufleet.observe.http import check_listen, start_metrics_server, url
 from gpufleet.observe.podresources import SOCKET, Attribution, PodLabels, PodResourcesClient
+from gpufleet.procs import wait_for
 from gpufleet.spec.units import parse_duration
 
 
@@ -92,7 +93,7 @@ def _serve(collector: GpuCollector, address: str, port: int) -> None:
         f"serving {len(collector.devices)} GPU(s) at {where}" + (f" ({reason})" if reason else "")
     )
     stop = stop_on_signals()
-    stop.wait()
+    wait_for(stop)  # SIGUSR1 too may reach the server's thread
     server.shutdown()
     server.server_close()
 

@@ -46,6 +46,7 @@ from gpufleet.launch.worker import (
 )
 from gpufleet.launch.worker import worker_env as shared_worker_env
 from gpufleet.net import free_ports
+from gpufleet.procs import wait_exit
 from gpufleet.runtime.context import DEFAULT_FRAMEWORK
 from gpufleet.runtime.files import read_json, write_json_atomic
 from gpufleet.runtime.rundir import ARCHIVE_DIR, RunDir
@@ -352,7 +353,7 @@ def _launch_node_processes(configs: list[NodeConfig]) -> list[NodeOutcome]:
                     )
                 )
             for p in procs:
-                p.wait()
+                wait_exit(p)  # forward() runs meanwhile, whichever thread got the signal
         outcomes = []
         for cfg, p in zip(configs, procs, strict=True):
             data = read_json(tmp / f"node{cfg.node_rank}.out.json")

@@ -14,6 +14,7 @@ from gpufleet.errors import EXIT_FAILED, EXIT_OK
 from gpufleet.frameworks.ray.cluster import LocalRayCluster
 from gpufleet.launch.local import forward_signals
 from gpufleet.launch.node import NodeOutcome
+from gpufleet.procs import wait_exit
 from gpufleet.runtime.rundir import RunDir
 from gpufleet.spec import TrainingJob
 
@@ -38,7 +39,7 @@ def run_ray(
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         with forward_signals([proc]):
             tail = _tee(proc, logs / "driver.log")
-            code = proc.wait()
+            code = wait_exit(proc)
     if code == EXIT_OK:
         return NodeOutcome(exit_code=EXIT_OK)
     if code < 0:  # a signal ended the driver: interrupted, or preempted before a checkpoint
