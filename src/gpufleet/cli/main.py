@@ -9,6 +9,7 @@ from gpufleet.cli import jobs
 from gpufleet.cli.bench import bench
 from gpufleet.cli.checkpoints import checkpoints
 from gpufleet.cli.common import fail, internal_error
+from gpufleet.cli.doctor import doctor
 from gpufleet.cli.exporter import exporter
 from gpufleet.cli.local_cluster import local_cluster
 from gpufleet.cli.render import render_cmd
@@ -33,7 +34,7 @@ app.command()(serve)
 app.add_typer(bench, name="bench")
 app.add_typer(checkpoints, name="checkpoints")
 app.add_typer(local_cluster, name="cluster")
-for command in (jobs.submit, jobs.status, jobs.logs, jobs.cancel, exporter):
+for command in (jobs.submit, jobs.status, jobs.logs, jobs.cancel, doctor, exporter):
     app.command()(command)
 
 

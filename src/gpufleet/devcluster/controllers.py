@@ -59,7 +59,9 @@ class Controllers:
         p = addons.Ports(*(ports[f"{addon.name}-{u}"] for u in ("webhook", "health", "metrics")))
         config = addons.prepare(addon, self.pki, self.directory, docs, p, extra)
         if addon.installs:  # the project's first process installs its manifests
-            objects = addons.cluster_objects(addon, docs, self.pki.ca.read_bytes(), p.webhook)
+            running_config = config.read_text() if config is not None else None
+            objects = addons.cluster_objects(addon, docs, self.pki.ca.read_bytes(), p.webhook,
+                                             running_config)  # fmt: skip
             self.api.create_all(objects)
             names = list(addons.crd_names(objects))
             self._wait(lambda: self.api.crds_established(names), f"{addon.name}'s CRDs Established")

@@ -4,6 +4,7 @@ and the local cluster issues its serving certificate (cert-manager's part)."""
 
 from __future__ import annotations
 
+from gpufleet.cluster.doctor.requirements import JOBSET_MANAGER
 from gpufleet.devcluster.addons.base import Addon, Certs
 
 JOBSET = Addon(
@@ -12,27 +13,6 @@ JOBSET = Addon(
     namespace="jobset-system",
     service_account="jobset-controller-manager",
     certs=Certs.ISSUED,
-    webhook_service="jobset-webhook-service",
-    probe={
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": "gpufleet-webhook-probe", "namespace": "default"},
-        "spec": {
-            "replicatedJobs": [
-                {
-                    "name": "probe",
-                    "template": {
-                        "spec": {
-                            "template": {
-                                "spec": {
-                                    "restartPolicy": "Never",
-                                    "containers": [{"name": "probe", "image": "probe"}],
-                                }
-                            }
-                        }
-                    },
-                }
-            ]
-        },
-    },
+    webhook_service=JOBSET_MANAGER.webhook_service,
+    probe=JOBSET_MANAGER.probe,
 )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from gpufleet.cluster.doctor.requirements import TRAINER_MANAGER, TRAINING_OPERATOR_MANAGER
 from gpufleet.devcluster.addons.base import Addon, Certs, Config, Ready
 
 # The schemes the training-operator runs: all of its v1.9 kinds but MPIJob, whose CRD and
@@ -18,21 +19,9 @@ TRAINING_OPERATOR = Addon(
     namespace="kubeflow",
     service_account="training-operator",
     certs=Certs.ROTATED,
-    webhook_service="training-operator",
+    webhook_service=TRAINING_OPERATOR_MANAGER.webhook_service,
     cert_secret="training-operator-webhook-cert",
-    probe={
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "gpufleet-webhook-probe", "namespace": "default"},
-        "spec": {
-            "pytorchReplicaSpecs": {
-                "Worker": {
-                    "replicas": 1,
-                    "template": {"spec": {"containers": [{"name": "pytorch", "image": "probe"}]}},
-                }
-            }
-        },
-    },
+    probe=TRAINING_OPERATOR_MANAGER.probe,
     config=Config.FLAGS,
     flags=(
         "--kubeconfig={kubeconfig}",
@@ -41,6 +30,7 @@ TRAINING_OPERATOR = Addon(
         # The webhook server listens on every interface: v1.9 has no flag for its host (TLS,
         # and only the API server's calls are answered with anything but an error).
         "--webhook-server-port={webhook}",
+        # As its Deployment: with leader election, outside a pod it finds no Lease namespace.
         "--leader-elect=false",
         "--zap-log-level=info",
         *(f"--enable-scheme={s}" for s in TRAINING_OPERATOR_SCHEMES),
@@ -79,32 +69,9 @@ TRAINER = Addon(
     namespace="kubeflow-system",
     service_account="kubeflow-trainer-controller-manager",
     certs=Certs.ROTATED,
-    webhook_service="kubeflow-trainer-controller-manager",
+    webhook_service=TRAINER_MANAGER.webhook_service,
     cert_secret="kubeflow-trainer-webhook-cert",
-    probe={
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": "gpufleet-webhook-probe"},
-        "spec": {
-            "mlPolicy": {"numNodes": 1, "torch": {}},
-            "template": {
-                "spec": {
-                    "replicatedJobs": [
-                        {
-                            "name": "node",
-                            "template": {
-                                "spec": {
-                                    "template": {
-                                        "spec": {"containers": [{"name": "node", "image": "probe"}]}
-                                    }
-                                }
-                            },
-                        }
-                    ]
-                }
-            },
-        },
-    },
+    probe=TRAINER_MANAGER.probe,
     tmpdir_certs=True,  # the training-operator's rotation (pkg/util/cert), same fixed check path
     kueue_frameworks=("trainer.kubeflow.org/trainjob",),
     requires=("jobset",),

@@ -22,7 +22,7 @@ KUBERAY = Addon(
         "--kubeconfig={kubeconfig}",
         "--metrics-addr=127.0.0.1:{metrics}",
         "--health-probe-bind-address=127.0.0.1:{health}",
-        "--enable-leader-election=false",  # one replica; its default is on
+        "--leader-election-namespace=default",  # its default: the pod's namespace
         "--use-kubernetes-proxy",
     ),
     kueue_frameworks=("ray.io/rayjob",),

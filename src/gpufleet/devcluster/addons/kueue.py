@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from gpufleet.cluster.doctor.requirements import KUEUE_MANAGER
 from gpufleet.devcluster.addons.base import Addon, Certs
 from gpufleet.devcluster.addons.manifests import module_config
 from gpufleet.kube import Obj
@@ -16,13 +17,9 @@ KUEUE = Addon(
     namespace="kueue-system",
     service_account="kueue-controller-manager",
     certs=Certs.ROTATED,
-    webhook_service="kueue-webhook-service",
+    webhook_service=KUEUE_MANAGER.webhook_service,
     cert_secret="kueue-webhook-server-cert",
-    probe={
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": "gpufleet-webhook-probe"},
-    },
+    probe=KUEUE_MANAGER.probe,
     # An unreachable aggregated API (its visibility server) blocks namespace deletion.
     feature_gates=(("VisibilityOnDemand", False),),
     skip_services=("kueue-visibility-server",),

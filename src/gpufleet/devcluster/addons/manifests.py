@@ -11,12 +11,13 @@ from typing import Any
 
 import yaml
 
+from gpufleet.cluster.doctor.requirements import MANAGER_CONFIG_KEY
 from gpufleet.devcluster.addons.base import LOOPBACK, Addon, Certs
 from gpufleet.kube import Obj
 
 CRD = "CustomResourceDefinition"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-MANAGER_CONFIG = "controller_manager_config.yaml"  # the key of the manager's ConfigMap
+MANAGER_CONFIG = MANAGER_CONFIG_KEY  # the key of the manager's ConfigMap
 
 
 def manifest_path(binaries: Path, addon: Addon) -> Path:
@@ -45,27 +46,38 @@ def module_config(docs: list[Obj]) -> dict[str, Any]:
     raise ValueError(f"no {MANAGER_CONFIG} ConfigMap in the manifests")
 
 
+def _manager_config(doc: Obj) -> bool:
+    return doc["kind"] == "ConfigMap" and MANAGER_CONFIG in doc.get("data", {})
+
+
 def _applied(addon: Addon, doc: Obj) -> bool:
-    """Whether a manifest document is applied here: not the Deployment (the process runs
-    instead), the manager's ConfigMap, aggregated APIs, nor what the addon skips."""
+    """Whether a manifest document is applied here as it is: not the Deployment (the process
+    runs instead), the manager's ConfigMap (applied with what it runs with), aggregated APIs,
+    nor what the addon skips."""
     kind, name = doc["kind"], doc["metadata"]["name"]
     if kind in ("Deployment", "APIService", *addon.skip_kinds):
         return False
-    if kind == "ConfigMap" and MANAGER_CONFIG in doc.get("data", {}):
+    if _manager_config(doc):
         return False
     if kind == "Service" and name in addon.skip_services:
         return False
     return not (kind == CRD and name in addon.skip_crds)
 
 
-def cluster_objects(addon: Addon, docs: list[Obj], ca_pem: bytes, webhook_port: int) -> list[Obj]:
-    """What is applied to the API server: the manifests less the Deployment, the manager's
-    ConfigMap and the aggregated APIs; the webhook Service pointed at loopback; every webhook
-    (and CRD conversion webhook) called on the manager's port, with the local CA as its
-    caBundle unless the manager injects its own."""
+def cluster_objects(
+    addon: Addon, docs: list[Obj], ca_pem: bytes, webhook_port: int, config: str | None = None
+) -> list[Obj]:
+    """What is applied to the API server: the manifests less the Deployment and the aggregated
+    APIs; the manager's ConfigMap holding ``config``, the configuration it runs with (left out
+    without one), so the cluster tells what it runs with, as it does with the Deployment's
+    (`gpufleet doctor` reads Kueue's integrations there); the webhook Service pointed at
+    loopback; every webhook (and CRD conversion webhook) called on the manager's port, with
+    the local CA as its caBundle unless the manager injects its own."""
     out = []
     ca_bundle = None if addon.certs == Certs.ROTATED else base64.b64encode(ca_pem).decode()
     for doc in docs:
+        if config is not None and _manager_config(doc):
+            out.append({**doc, "data": {MANAGER_CONFIG: config}})
         if not _applied(addon, doc):
             continue
         doc = copy.deepcopy(doc)

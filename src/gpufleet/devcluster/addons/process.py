@@ -52,7 +52,11 @@ def local_config(
     config["webhook"] = {"host": LOOPBACK, "port": ports.webhook}
     if not addon.tmpdir_certs:  # a manager that reads $TMPDIR's has no such setting
         config["webhook"]["certDir"] = str(cert_dir)
-    config["leaderElection"] = {"leaderElect": False}
+    # Leader election as its Deployment has it, in its own namespace (outside a pod the manager
+    # cannot read it from the service account): its Lease is how `gpufleet doctor` sees a
+    # manager run outside a pod. A fresh cluster's first manager takes it at once.
+    config["leaderElection"] = {**config.get("leaderElection", {}), "leaderElect": True,
+                                "resourceNamespace": addon.namespace}  # fmt: skip
     if addon.certs != Certs.ROTATED:
         config["internalCertManagement"] = {"enable": False}
     if addon.feature_gates:

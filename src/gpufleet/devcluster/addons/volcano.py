@@ -5,6 +5,7 @@ defaults to :8080 on every interface, the MPI operator's fixed port."""
 
 from __future__ import annotations
 
+from gpufleet.cluster.doctor.requirements import VOLCANO_ADMISSION_PROCESS
 from gpufleet.devcluster.addons.base import Addon, Certs, Config, Ready
 
 VOLCANO = "volcano-system"
@@ -16,13 +17,8 @@ VOLCANO_ADMISSION = Addon(
     namespace=VOLCANO,
     service_account="volcano-admission",
     certs=Certs.ISSUED,
-    webhook_service="volcano-admission-service",
-    probe={
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "Queue",
-        "metadata": {"name": "gpufleet-webhook-probe"},
-        "spec": {"weight": 1},
-    },
+    webhook_service=VOLCANO_ADMISSION_PROCESS.webhook_service,
+    probe=VOLCANO_ADMISSION_PROCESS.probe,
     config=Config.FLAGS,
     flags=(
         "--kubeconfig={kubeconfig}",
@@ -56,7 +52,6 @@ VOLCANO_CONTROLLERS = Addon(
         "--kubeconfig={kubeconfig}",
         "--enable-healthz=true",
         "--healthz-address=127.0.0.1:{health}",
-        "--leader-elect=false",
         *_LOGS,
     ),
     ready_path="/healthz",
@@ -75,7 +70,6 @@ VOLCANO_SCHEDULER = Addon(
         "--healthz-address=127.0.0.1:{health}",
         "--enable-metrics=true",
         "--listen-address=127.0.0.1:{metrics}",
-        "--leader-elect=false",
         *_LOGS,
     ),
     config_files=(("volcano-scheduler-configmap", "volcano-scheduler.conf"),),

@@ -12,10 +12,12 @@ from typing import Any
 
 import yaml
 
+from gpufleet.cluster.doctor.requirements import DNS_NAMESPACE, DNS_SELECTOR
 from gpufleet.devcluster.realnodes import network
 
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.2"  # containerd 2.4's pinned sandbox image
 CLUSTER_DOMAIN = "cluster.local"
+DNS_SERVICE = "kube-dns"  # its name in every kubeadm cluster, CoreDNS or kube-dns
 KUBELET_PORT = 10250
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 
@@ -192,3 +194,31 @@ def corefile(kubeconfig: Path, ready_port: int, port: int = 53) -> str:
         "    cache 30\n"
         "}\n"
     )
+
+
+def dns_service(port: int = 53) -> list[dict[str, Any]]:
+    """The cluster DNS as a cluster's own is found (kube-system, label k8s-app=kube-dns):
+    CoreDNS runs on the host bridge, not in a pod, so a Service without selector, headless
+    (the kubelets give pods the bridge address itself), and its EndpointSlice there."""
+    key, value = DNS_SELECTOR.split("=")
+    ports = [{"name": f"dns-{p.lower()}", "port": port, "protocol": p} for p in ("UDP", "TCP")]
+    meta = {"name": DNS_SERVICE, "namespace": DNS_NAMESPACE, "labels": {key: value}}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {"clusterIP": "None", "ports": ports},
+    }
+    slice_labels = {
+        "kubernetes.io/service-name": DNS_SERVICE,
+        "endpointslice.kubernetes.io/managed-by": "gpufleet.dev",
+    }
+    endpoints = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {**meta, "name": f"{DNS_SERVICE}-host", "labels": slice_labels},
+        "addressType": "IPv4",
+        "ports": ports,
+        "endpoints": [{"addresses": [network.HOST_IP], "conditions": {"ready": True}}],
+    }
+    return [service, endpoints]

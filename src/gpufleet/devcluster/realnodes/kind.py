@@ -114,11 +114,13 @@ class RealNodes:
             self._nodes.append((node, pool))
 
     def objects(self) -> list[Obj]:
-        """The RBAC of kube-proxy, CoreDNS and kube-router; the shared volumes (storage.py)."""
+        """The RBAC of kube-proxy, CoreDNS and kube-router; the cluster DNS's Service; the shared
+        volumes (storage.py)."""
         return [
             _binding("gpufleet:kube-proxy", "system:node-proxier", KUBE_PROXY_USER),
             _role(COREDNS_USER, COREDNS_RULES),
             _binding(COREDNS_USER, COREDNS_USER, COREDNS_USER),
+            *configs.dns_service(),
             _role(ROUTER_USER, ROUTER_RULES),
             _binding(ROUTER_USER, ROUTER_USER, ROUTER_USER),
             *storage.shared_volumes(self.volumes_dir, [n.name for n, _ in self._nodes]),

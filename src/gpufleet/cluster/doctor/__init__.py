@@ -1,0 +1,44 @@
+"""``gpufleet doctor``: what a cluster lacks for gpufleet, one line per check, before a job
+finds out by staying Pending. ``requirements`` holds what is needed (the one home of minimum
+versions and the controllers' names), ``facts`` reads the cluster once, ``controllers`` and
+``platform`` are the pure checks, ``findings`` the lines."""
+
+from __future__ import annotations
+
+from gpufleet.cluster.doctor.controllers import (
+    controller_findings,
+    in_scope,
+    kubernetes_version,
+    kueue_integrations,
+)
+from gpufleet.cluster.doctor.facts import Facts, gather
+from gpufleet.cluster.doctor.findings import Finding, Status
+from gpufleet.cluster.doctor.platform import (
+    cluster_dns,
+    default_storage_class,
+    device_plugin,
+    gpu_nodes,
+    prometheus_operator,
+    tenant_pod_security,
+)
+from gpufleet.cluster.doctor.requirements import TARGET_NEEDS
+
+
+def diagnose(facts: Facts, targets: list[str]) -> list[Finding]:
+    """Every check on ``facts``; ``targets``: the render targets the team uses (every
+    controller they need must run), or none: each installed target's."""
+    controllers, used = in_scope(facts, targets)
+    return [
+        kubernetes_version(facts),
+        *controller_findings(facts, controllers, named=bool(targets)),
+        kueue_integrations(facts, used),
+        *gpu_nodes(facts),
+        device_plugin(facts),
+        default_storage_class(facts),
+        tenant_pod_security(facts),
+        cluster_dns(facts),
+        prometheus_operator(facts),
+    ]
+
+
+__all__ = ["TARGET_NEEDS", "Facts", "Finding", "Status", "diagnose", "gather"]
