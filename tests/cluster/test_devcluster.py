@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
+from gpufleet.cluster.doctor.requirements import CONTROLLERS as DOCTOR_CONTROLLERS
+from gpufleet.cluster.doctor.requirements import TARGET_NEEDS
 from gpufleet.devcluster.addons import PROJECTS
 from gpufleet.devcluster.build import COMPONENTS, CONTROL_PLANE
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from gpufleet.devcluster.state import State
-from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
+from gpufleet.errors import EXIT_FAILED, EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 from tests.support.cli import run_cli
 from tests.support.devcluster import (
     CHART,
@@ -163,7 +165,8 @@ def test_a_second_cluster_names_the_fixed_port_it_cannot_have(
 
 def test_a_cluster_without_kueue_then_down_stops_everything(tmp_path: Path) -> None:
     """`--without` every controller: a queued job is refused in one line (Kueue is not
-    installed; nothing created); `down` stops every process and frees every port."""
+    installed; nothing created); `gpufleet doctor` fails each controller; `down` stops every
+    process and frees every port."""
     cluster = start(tmp_path, nodes=1, gpus=1, without=CONTROLLERS)
     state = State.read(cluster.dir)
     try:  # a failed assertion must not leave the cluster running
@@ -176,6 +179,15 @@ def test_a_cluster_without_kueue_then_down_stops_everything(tmp_path: Path) -> N
         assert not cluster.core.list_namespaced_service(
             "default", label_selector="gpufleet.dev/job"
         ).items
+        # doctor says what is missing, one FAIL line (at least) for each controller left out
+        targets = [a for t in TARGET_NEEDS for a in ("--target", t)]
+        done = cluster.gpufleet("doctor", "-o", "json", *targets)
+        assert done.returncode == EXIT_FAILED, done.stderr[-2000:]
+        checks = json.loads(done.stdout)["checks"]
+        for c in DOCTOR_CONTROLLERS:
+            assert any(x["check"].split()[0] == c.name and x["status"] == "FAIL" for x in checks)
+        kueue = next(x for x in checks if x["check"] == "kueue CRDs")
+        assert "missing clusterqueues.kueue.x-k8s.io" in kueue["detail"] and kueue["fix"]
     finally:
         down = run_cli("cluster", "down", "--dir", str(cluster.dir), cwd=tmp_path)
     assert down.returncode == 0

@@ -53,11 +53,14 @@ def in_scope(facts: Facts, targets: list[str]) -> tuple[list[Controller], list[s
 
 
 def controller_findings(facts: Facts, controllers: list[Controller], named: bool) -> list[Finding]:
-    """Each controller's CRDs and processes. One not installed at all is a WARN saying which
-    targets cannot run, unless a named target needs it (``named``) or it is Kueue."""
+    """Each controller's CRDs and processes. One not installed at all (no CRD, no Deployment)
+    is a WARN saying which targets cannot run, unless a named target needs it (``named``) or
+    it is Kueue."""
     out = []
     for c in controllers:
+        deployed = {d["metadata"]["name"] for d in facts.deployments}
         absent = "crds" not in facts.errors and not _installed(c, facts, any_crd=True)
+        absent = absent and not any(p.deployment in deployed for p in c.processes)
         if absent and c is not KUEUE and not named:
             targets = [t for t, n in TARGET_NEEDS.items() if c in n.controllers]
             out.append(

@@ -4,7 +4,7 @@ controllers' CRDs, Deployments, leader-election Leases and Kueue integrations th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufleet.kube import Obj
 from gpufleet.render.podspec import GPU_PRODUCT_LABEL, GPU_RESOURCE
@@ -98,7 +98,7 @@ class Process:
     # It serves webhooks, called through this Service: a dry-run create of ``probe`` (an object
     # of its own kinds) must pass them.
     webhook_service: str = ""
-    probe: Obj | None = None
+    probe: Obj | None = field(default=None, compare=False)  # a dict: kept out of the hash
 
 
 KUEUE_MANAGER = Process(

@@ -15,8 +15,12 @@ does for its components), and nothing else:
   manager reads it; or the manager runs in cert-manager mode and we do cert-manager's part, a
   serving certificate from the local CA in every webhook's caBundle;
 - the manager's configuration (``Config``) is the module's own ConfigMap with loopback
-  addresses, its own ports and certificate directory, and no leader election, or its
-  Deployment's flags with the same changes;
+  addresses, its own ports and certificate directory, and its leader-election Lease in its own
+  namespace (outside a pod it cannot find one), or its Deployment's flags with the same
+  changes; Volcano's controllers and scheduler and KubeRay take their Leases too (their
+  Deployments do not, or one replica does not need to), so that `gpufleet doctor` sees a
+  manager outside a pod (the training-operator cannot: it is seen by its webhooks); the
+  ConfigMap itself is applied with the configuration the manager runs with;
 - the manager authenticates with a client certificate carrying its ServiceAccount's user name
   and groups, so the module's own RBAC (bound to that ServiceAccount) is what authorizes it.
 
