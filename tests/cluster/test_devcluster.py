@@ -26,14 +26,12 @@ from gpufleet.devcluster.state import State
 from gpufleet.errors import EXIT_FAILED, EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 from tests.support.cli import run_cli
 from tests.support.devcluster import (
-    CHART,
     GPUS_PER_NODE,
     NODES,
     PRODUCT,
     DevCluster,
     needs_controlplane,
     start,
-    stop,
 )
 from tests.support.procs import listeners_among, poll_until, processes_mentioning
 from tests.support.specs import cluster_job, write_spec
@@ -320,30 +318,3 @@ def test_a_lost_rendezvous_host_costs_no_restart(devcluster: DevCluster) -> None
     assert not status.failed, status
     assert not any(c.type == "Failed" and c.status == "True" for c in status.conditions or [])
     assert devcluster.gpufleet("cancel", "lost", "-n", ns).returncode == 0
-
-
-def test_the_50_node_designs_flavors_and_topology_admit_and_place_a_job(tmp_path: Path) -> None:
-    """`cluster up --values ci/onprem-50node-values.yaml`: nodes per flavor with its labels and
-    rack topology; the chart with the same values; a queued 2 x 8-GPU JobSet of tenant llm is
-    admitted by Kueue (flavor h100, topology-aware), placed on h100 nodes and Succeeds."""
-    values = CHART / "ci" / "onprem-50node-values.yaml"
-    # Beside the session's cluster, whose MPI operator holds its fixed port (not needed here).
-    cluster = start(tmp_path, nodes=2, gpus=8, values=values, without=("mpi-operator",))
-    try:
-        cluster.helm("install", "onprem", str(CHART), "-f", str(values), "-n", "gpufleet-system",
-                     "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
-        doc = cluster_job(nodes=2, procsPerNode=8, resources={"gpu": 8}, queue="llm",
-                          checkpoint={"dir": "s3://b/c"}, volumes=[])  # fmt: skip
-        doc["metadata"] = {"name": "big", "namespace": "llm"}
-        submit = cluster.gpufleet("submit", str(write_spec(tmp_path, doc, "big.yaml")),
-                                  "--target", "jobset")  # fmt: skip
-        assert submit.returncode == 0, submit.stderr[-2000:]
-        assert cluster.wait_phase("big", "llm", "Succeeded", "Failed", timeout=180) == "Succeeded"
-        pods = cluster.pods("llm", "big")
-        assert len(pods) == 2
-        assert {p["spec"]["nodeName"].rsplit("-", 1)[0] for p in pods} == {"h100-node"}
-        (workload,) = cluster.workloads("llm")
-        (assignment,) = workload["status"]["admission"]["podSetAssignments"]
-        assert assignment["flavors"]["nvidia.com/gpu"] == "h100"
-    finally:
-        stop(cluster)

@@ -88,6 +88,11 @@ def test_a_preempted_workload_says_once_by_which_queue_and_that_it_is_requeued()
     assert kueue_reasons(workload, None, None)[1][-1] == (
         "Kueue: evicted (PodsReadyTimeout): Exceeded the PodsReady timeout"
     )
+    workload["status"]["requeueState"] = {"count": 2, "requeueAt": "2026-11-27T14:30:00Z"}
+    assert kueue_reasons(workload, None, None)[1][-1] == (
+        "Kueue: evicted (PodsReadyTimeout): Exceeded the PodsReady timeout; its quota freed, "
+        "queued again at 2026-11-27T14:30:00Z (eviction 2)"
+    )
 
 
 def test_unschedulable_pods_explained_in_plain_words() -> None:

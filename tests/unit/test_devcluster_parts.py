@@ -357,3 +357,30 @@ def test_state_keeps_the_start_order_and_down_stops_newest_first(tmp_path: Path)
     old = State.read(tmp_path)
     assert old is not None and old.started == ["etcd", "kube-scheduler", "kwok"]
     assert LocalCluster(tmp_path, log=lambda _: None).state_if_running() is None
+
+
+def test_kueue_runs_with_the_charts_all_or_nothing_admission_and_a_tests_timeout() -> None:
+    """The local Kueue's configuration takes waitForPodsReady and the metrics from the chart's
+    documented settings; `--pods-ready-timeout` shortens both its timeouts (tests)."""
+    import yaml
+
+    from gpufleet.devcluster.addons import (
+        KUEUE,
+        KueueSettings,
+        chart_kueue_config,
+        kueue_config,
+    )
+
+    module = {"integrations": {"frameworks": ["batch/job"]}}
+    docs = [{"kind": "ConfigMap", "metadata": {"name": "kueue-manager-config"},
+             "data": {"controller_manager_config.yaml": yaml.safe_dump(module)}}]  # fmt: skip
+    chart = chart_kueue_config()
+    plain = kueue_config(docs, [KUEUE], KueueSettings())
+    assert plain["waitForPodsReady"] == chart["waitForPodsReady"]
+    assert plain["metrics"] == {"enableClusterQueueResources": True}
+    assert "fairSharing" not in plain
+    fast = kueue_config(docs, [KUEUE], KueueSettings(fair_sharing=True, pods_ready_timeout="15s"))
+    wait = fast["waitForPodsReady"]
+    assert wait["timeout"] == wait["recoveryTimeout"] == "15s"
+    assert wait["requeuingStrategy"] == chart["waitForPodsReady"]["requeuingStrategy"]
+    assert "fairSharing" in fast and fast["integrations"]["frameworks"] == ["batch/job"]

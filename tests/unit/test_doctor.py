@@ -16,6 +16,7 @@ from gpufleet.cluster.doctor.requirements import (
     CONTROLLERS,
     DEFAULT_STORAGE_CLASS,
     KUEUE_CONFIGMAP,
+    KUEUE_SETTINGS,
     TARGET_NEEDS,
 )
 from gpufleet.errors import EXIT_BAD_INPUT
@@ -48,7 +49,8 @@ def healthy() -> Facts:
     for name in ("podmonitors", "servicemonitors", "prometheusrules"):
         facts.crds[f"{name}.monitoring.coreos.com"] = crd(name, ["v1"])
     frameworks = [n.kueue_framework for n in TARGET_NEEDS.values() if n.kueue_framework]
-    facts.kueue_config = {"integrations": {"frameworks": frameworks}}
+    facts.kueue_config = {"integrations": {"frameworks": frameworks},
+                          "waitForPodsReady": {"timeout": "10m"}}  # fmt: skip
     facts.nodes = [{"metadata": {"name": "gpu-0", "labels": {"nvidia.com/gpu.product": "H100",
                                                              "nvidia.com/gpu.count": "8"}},
                     "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
@@ -193,3 +195,26 @@ def test_an_unknown_target_is_bad_input(target: str) -> None:
     result = CliRunner().invoke(app, ["doctor", "--target", target])
     assert result.exit_code == EXIT_BAD_INPUT
     assert "--target" in result.output and "one of: job, jobset" in result.output
+
+
+def test_kueue_without_all_or_nothing_admission_warns() -> None:
+    facts = healthy()
+    assert facts.kueue_config is not None
+    facts.kueue_config["waitForPodsReady"] = {"timeout": "10m"}
+    assert lines(facts)["kueue pods ready"][0] is Status.OK
+    del facts.kueue_config["waitForPodsReady"]
+    status, text = lines(facts)["kueue pods ready"]
+    assert status is Status.WARN and KUEUE_SETTINGS in text
+
+
+def test_the_charts_kueue_settings_queue_every_targets_kind_and_admit_all_or_nothing() -> None:
+    """deploy/helm/gpufleet/files/kueue-config.yaml, what a cluster's Kueue is told to run
+    with, passes doctor's Kueue checks for every target."""
+    from gpufleet.devcluster.addons import chart_kueue_config
+
+    facts = healthy()
+    facts.kueue_config = chart_kueue_config()
+    frameworks = set(facts.kueue_config["integrations"]["frameworks"])
+    assert frameworks == {n.kueue_framework for n in TARGET_NEEDS.values() if n.kueue_framework}
+    checks = lines(facts, list(TARGET_NEEDS))
+    assert checks["kueue integrations"][0] is checks["kueue pods ready"][0] is Status.OK

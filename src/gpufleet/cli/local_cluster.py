@@ -12,11 +12,13 @@ import yaml
 from gpufleet.cli.common import fail
 from gpufleet.console import err_console
 from gpufleet.devcluster import LocalCluster, NodeSpec
+from gpufleet.devcluster.addons import KueueSettings
 from gpufleet.devcluster.kubeconfig import check_merge_target, merge_kubeconfig
 from gpufleet.devcluster.nodes import pools_from_values
 from gpufleet.devcluster.realnodes import RealNodes, real_pools
 from gpufleet.devcluster.state import DEFAULT_DIR
 from gpufleet.errors import EXIT_FAILED, ClusterUpError, FieldError, UserInputError
+from gpufleet.spec.units import parse_duration
 
 NODE_DEFAULTS = NodeSpec()
 local_cluster = typer.Typer(
@@ -43,6 +45,14 @@ WithoutOption = Annotated[
 ]
 FairSharingOption = Annotated[
     bool, typer.Option(help="Turn on Kueue's fair sharing among a cohort's queues.")
+]
+PodsReadyOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Kueue's waitForPodsReady timeouts (e.g. 20s; default: the chart's, "
+        "deploy/helm/gpufleet/files/kueue-config.yaml): an admitted job whose pods are not all "
+        "Ready by then is evicted and requeued."
+    ),
 ]
 PodDelayOption = Annotated[
     int | None,
@@ -97,6 +107,7 @@ def up(
     gpu_product: ProductOption = NODE_DEFAULTS.gpu_product,
     without: WithoutOption = None,
     kueue_fair_sharing: FairSharingOption = False,
+    pods_ready_timeout: PodsReadyOption = None,
     pod_delay_ms: PodDelayOption = None,
     real_nodes: RealNodesOption = 0,
     image: ImageOption = None,
@@ -116,7 +127,8 @@ def up(
     try:
         if kubeconfig is not None:
             check_merge_target(kubeconfig)
-        state = cluster.up(kinds, without=tuple(without or ()), fair_sharing=kueue_fair_sharing,
+        kueue = KueueSettings(kueue_fair_sharing, _go_duration(pods_ready_timeout))
+        state = cluster.up(kinds, without=tuple(without or ()), kueue=kueue,
                            pod_delay_ms=pod_delay_ms)  # fmt: skip
     except ClusterUpError as exc:
         err_console.print(f"cluster up failed: {exc}", markup=False)
@@ -245,3 +257,16 @@ def _partition(nodes: list[str], directory: Path, cut: bool) -> None:
         fail(exc)
     what = "cut: their packets dropped" if cut else "routed again"
     err_console.print(f"the pod network between {', '.join(names)}: {what}")
+
+
+def _go_duration(text: str | None) -> str | None:
+    """A duration option as Go's time.ParseDuration reads it (seconds), or exit 2."""
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        fail(UserInputError([FieldError("--pods-ready-timeout", str(exc))]))
+    if seconds <= 0:
+        fail(UserInputError([FieldError("--pods-ready-timeout", f"must be positive, got {text}")]))
+    return f"{seconds:g}s"

@@ -156,7 +156,7 @@ def kueue_reasons(
     if local_queue is None and "doesn't exist" not in message:
         message = message or f"LocalQueue {queue} not found in the job's namespace"
     reasons.append(f"Kueue: waiting in {where}: {message or 'not yet evaluated'}")
-    reasons += _eviction(conditions)
+    reasons += _eviction(conditions, status.get("requeueState") or {})
     if cluster_queue is not None:
         full = _cq_usage(cluster_queue)
         if full:
@@ -175,8 +175,9 @@ def kueue_reasons(
 _PREEMPTOR = re.compile(r"preemptor path: (\S*?)/?([^/;\s]+)(?:;|$)")
 
 
-def _eviction(conditions: dict[str, Obj]) -> list[str]:
-    """One line for a preempted workload (by which ClusterQueue, why), or the eviction's."""
+def _eviction(conditions: dict[str, Obj], requeue: Obj) -> list[str]:
+    """One line for a preempted workload (by which ClusterQueue, why), or the eviction's (with
+    Kueue's backoff: when it queues again, and how many times it was evicted)."""
     preempted = conditions.get("Preempted") or {}
     if preempted.get("status") == "True":
         message = preempted.get("message", "")
@@ -185,7 +186,11 @@ def _eviction(conditions: dict[str, Obj]) -> list[str]:
         return [f"Kueue: preempted ({preempted.get('reason', '')}){by}; requeued"]
     evicted = conditions.get("Evicted") or {}
     if evicted.get("status") == "True":
-        return [f"Kueue: evicted ({evicted.get('reason', '')}): {evicted.get('message', '')}"]
+        line = f"Kueue: evicted ({evicted.get('reason', '')}): {evicted.get('message', '')}"
+        if requeue.get("requeueAt"):
+            line += f"; its quota freed, queued again at {requeue['requeueAt']}"
+            line += f" (eviction {requeue.get('count', 1)})"
+        return [line]
     return []
 
 

@@ -35,7 +35,7 @@ class Controllers:
     timeout: float
     log: Callable[[str], None]
 
-    def start_all(self, enabled: list[Addon], fair_sharing: bool) -> None:
+    def start_all(self, enabled: list[Addon], kueue: addons.KueueSettings) -> None:
         """Start ``enabled`` side by side (each mostly waits: on its CRDs, certificates,
         readiness), in two waves: first those that install manifests and need no other
         controller, then the rest (the Trainer needs JobSet's kinds, Volcano's controllers and
@@ -43,18 +43,18 @@ class Controllers:
         first = [a for a in enabled if a.installs and not a.requires]
         for wave in (first, [a for a in enabled if a not in first]):
             with ThreadPoolExecutor(max_workers=max(1, len(wave))) as pool:
-                started = [pool.submit(self.start, a, enabled, fair_sharing) for a in wave]
+                started = [pool.submit(self.start, a, enabled, kueue) for a in wave]
                 for done in started:
                     done.result()  # the first failure, once every start has ended
 
-    def start(self, addon: Addon, running: list[Addon], fair_sharing: bool) -> None:
+    def start(self, addon: Addon, running: list[Addon], kueue: addons.KueueSettings) -> None:
         """Install the addon's manifests, wait for its CRDs, run its manager, then prove its
         webhooks answer through the API server. Kueue gets the integrations of the controllers
-        in ``running``."""
+        in ``running`` and ``kueue``'s settings."""
         docs = addons.load_manifests(addons.manifest_path(self.binaries, addon))
         extra: dict[str, Any] = {}
         if addon is addons.KUEUE:
-            extra = addons.kueue_config(docs, running, fair_sharing)
+            extra = addons.kueue_config(docs, running, kueue)
         ports = self.processes.state.ports
         p = addons.Ports(*(ports[f"{addon.name}-{u}"] for u in ("webhook", "health", "metrics")))
         config = addons.prepare(addon, self.pki, self.directory, docs, p, extra)

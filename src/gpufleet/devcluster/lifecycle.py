@@ -123,15 +123,15 @@ class LocalCluster:
         *,
         timeout: float = 120,
         without: tuple[str, ...] = (),
-        fair_sharing: bool = False,
+        kueue: addons.KueueSettings | None = None,
         pod_delay_ms: int | None = None,
     ) -> State:
         """Start every component in order, each once the one before is ready; create the nodes.
         ``nodes``: pools of kwok's fake nodes (``pod_delay_ms`` caps kwok's delays at each step
         of a pod's life), or kinds of node (kwok's, real ones) side by side. ``without`` names
         controllers (addons.PROJECTS) to leave out, as on a cluster that lacks them;
-        ``fair_sharing`` turns on Kueue's fair sharing. A running cluster in the same directory
-        is found and returned as it is."""
+        ``kueue``: gpufleet's Kueue settings changed (fair sharing, the pods-ready timeout). A
+        running cluster in the same directory is found and returned as it is."""
         kinds = node_kinds(nodes, pod_delay_ms)
         enabled = preflight(without)
         require("cluster", "cryptography", "kubernetes")
@@ -146,7 +146,7 @@ class LocalCluster:
         try:
             for kind in kinds:
                 kind.prepare(self.dir, self.log)
-            self.start(plan, kinds, enabled, fair_sharing, timeout)
+            self.start(plan, kinds, enabled, kueue or addons.KueueSettings(), timeout)
         except BaseException:
             plan.state.write(self.dir)
             self.down(quiet=True)
@@ -186,7 +186,8 @@ class LocalCluster:
         return Plan(state, pki, control_plane)
 
     def start(
-        self, plan: Plan, kinds: list[NodeKind], enabled: list[Addon], fair_sharing: bool,
+        self, plan: Plan, kinds: list[NodeKind], enabled: list[Addon],
+        kueue: addons.KueueSettings,
         timeout: float,
     ) -> None:  # fmt: skip
         """The control plane, each component once the one before is ready; the nodes' objects
@@ -202,7 +203,7 @@ class LocalCluster:
             kind.start(ctx, processes, timeout)
         controllers = Controllers(binaries, self.dir, plan.pki, plan.state.server, self.api,
                                   processes, timeout, self.log)  # fmt: skip
-        controllers.start_all(enabled, fair_sharing)
+        controllers.start_all(enabled, kueue)
         controllers.install_other_crds()
 
     def state_if_running(self) -> State | None:

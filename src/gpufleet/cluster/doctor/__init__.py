@@ -10,6 +10,7 @@ from gpufleet.cluster.doctor.controllers import (
     in_scope,
     kubernetes_version,
     kueue_integrations,
+    kueue_pods_ready,
 )
 from gpufleet.cluster.doctor.facts import Facts, gather
 from gpufleet.cluster.doctor.findings import Finding, Status
@@ -32,6 +33,7 @@ def diagnose(facts: Facts, targets: list[str]) -> list[Finding]:
         kubernetes_version(facts),
         *controller_findings(facts, controllers, named=bool(targets)),
         kueue_integrations(facts, used),
+        kueue_pods_ready(facts),
         *gpu_nodes(facts),
         device_plugin(facts),
         default_storage_class(facts),

@@ -13,6 +13,7 @@ from gpufleet.cluster.doctor.requirements import (
     CONTROLLERS,
     KUEUE,
     KUEUE_CONFIGMAP,
+    KUEUE_SETTINGS,
     MIN_KUBERNETES,
     TARGET_NEEDS,
     VERIFIED_KUBERNETES,
@@ -106,6 +107,21 @@ def kueue_integrations(facts: Facts, targets: list[str]) -> Finding:
             f"add them to integrations.frameworks in ConfigMap {KUEUE_CONFIGMAP} and restart Kueue",
         )
     return ok(name, f"{', '.join(sorted(set(wanted.values())))}")
+
+
+def kueue_pods_ready(facts: Facts) -> Finding:
+    """Kueue admits all or nothing (waitForPodsReady), as the chart's Kueue settings say."""
+    name = "kueue pods ready"
+    if facts.kueue_config is None or "kueue-config" in facts.errors:
+        return warn(name, "Kueue's configuration not read (see kueue integrations)")
+    wait = facts.kueue_config.get("waitForPodsReady")
+    if not wait:
+        return warn(name, "waitForPodsReady not set: a job admitted whose pods cannot all start "
+                          "holds its quota while others wait",
+                    f"merge {KUEUE_SETTINGS} into ConfigMap {KUEUE_CONFIGMAP}")  # fmt: skip
+    backoff = (wait.get("requeuingStrategy") or {}).get("backoffBaseSeconds", 60)
+    return ok(name, f"evicted after {wait.get('timeout', '?')} without all pods Ready, "
+                    f"requeued after {backoff} s or more")  # fmt: skip
 
 
 def _installed(c: Controller, facts: Facts, *, any_crd: bool = False) -> bool:

@@ -222,8 +222,10 @@ TARGET_NEEDS = {
     "rayjob": TargetNeeds((KUBERAY,), "ray.io/rayjob"),
 }
 
-# Kueue's configuration as its manifests and Helm chart install it.
+# Kueue's configuration as its manifests and Helm chart install it, and what gpufleet expects
+# in it, as the chart documents it.
 KUEUE_CONFIGMAP = "kueue-manager-config"
+KUEUE_SETTINGS = "deploy/helm/gpufleet/files/kueue-config.yaml"
 MANAGER_CONFIG_KEY = "controller_manager_config.yaml"  # every kubebuilder manager's ConfigMap key
 
 # The Prometheus Operator's kinds the chart's monitoring and spec.metrics.podMonitor create.

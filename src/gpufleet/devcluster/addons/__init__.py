@@ -33,9 +33,11 @@ from gpufleet.devcluster.addons.jobset import JOBSET
 from gpufleet.devcluster.addons.kubeflow import MPI_OPERATOR, TRAINER, TRAINING_OPERATOR
 from gpufleet.devcluster.addons.kuberay import KUBERAY
 from gpufleet.devcluster.addons.kueue import (
+    CHART_KUEUE_CONFIG,
     KUEUE,
     KUEUE_FAIR_SHARING,
-    KUEUE_METRICS,
+    KueueSettings,
+    chart_kueue_config,
     kueue_config,
     kueue_frameworks,
 )
@@ -71,13 +73,13 @@ PROJECTS = tuple(dict.fromkeys(a.project for a in ADDONS))
 
 __all__ = [
     "ADDONS",
+    "CHART_KUEUE_CONFIG",
     "CRD",
     "FIXED_CERT_CHECK",
     "JOBSET",
     "KUBERAY",
     "KUEUE",
     "KUEUE_FAIR_SHARING",
-    "KUEUE_METRICS",
     "LOOPBACK",
     "MPI_OPERATOR",
     "PROJECTS",
@@ -89,10 +91,12 @@ __all__ = [
     "Addon",
     "Certs",
     "Config",
+    "KueueSettings",
     "Ports",
     "Ready",
     "argv",
     "cert_dir",
+    "chart_kueue_config",
     "cluster_objects",
     "crd_names",
     "environment",

@@ -4,9 +4,13 @@ its own certificate rotation writes its serving certificate to a Secret (its def
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from gpufleet.cluster.doctor.requirements import KUEUE_MANAGER
+import yaml
+
+from gpufleet.cluster.doctor.requirements import KUEUE_MANAGER, KUEUE_SETTINGS
 from gpufleet.devcluster.addons.base import Addon, Certs
 from gpufleet.devcluster.addons.manifests import module_config
 from gpufleet.kube import Obj
@@ -25,9 +29,10 @@ KUEUE = Addon(
     skip_services=("kueue-visibility-server",),
 )
 
-# Kueue's quota gauges per ClusterQueue, flavor and resource (cluster_queue_resource_usage,
-# _nominal_quota, _borrowing_limit, ...: the Queues dashboard's), off in its default configuration.
-KUEUE_METRICS = {"metrics": {"enableClusterQueueResources": True}}
+# What gpufleet expects of Kueue's configuration, as the chart documents it for a cluster's
+# Kueue (all-or-nothing admission, the resource metrics, the integrations), in the checkout:
+# the local cluster runs Kueue with its waitForPodsReady and metrics.
+CHART_KUEUE_CONFIG = Path(KUEUE_SETTINGS)
 
 # Kueue's fair sharing among the ClusterQueues of a cohort (off in its default configuration;
 # present: on), with the preemption strategies Kueue's documentation shows.
@@ -45,11 +50,36 @@ def kueue_frameworks(docs: list[Obj], running: list[Addon]) -> dict[str, Any]:
     return {"integrations": {**integrations, "frameworks": frameworks}}
 
 
-def kueue_config(docs: list[Obj], running: list[Addon], fair_sharing: bool) -> dict[str, Any]:
-    """What the local cluster sets in Kueue's configuration beyond its module's: the resource
-    metrics, fair sharing when asked, the integrations of the controllers in ``running``."""
+@dataclass(frozen=True)
+class KueueSettings:
+    """What `cluster up` may change of gpufleet's Kueue settings."""
+
+    fair_sharing: bool = False
+    # waitForPodsReady's timeout and recoveryTimeout both (a test's seconds; None: the chart's)
+    pods_ready_timeout: str | None = None
+
+
+def chart_kueue_config() -> dict[str, Any]:
+    """The chart's documented Kueue settings (CHART_KUEUE_CONFIG in the checkout)."""
+    from gpufleet.devcluster.build import REPO  # it imports the addons
+
+    path = REPO / CHART_KUEUE_CONFIG
+    loaded = yaml.safe_load(path.read_text())
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path} is not a mapping")
+    return loaded
+
+
+def kueue_config(docs: list[Obj], running: list[Addon], settings: KueueSettings) -> dict[str, Any]:
+    """What the local cluster sets in Kueue's configuration beyond its module's: the chart's
+    waitForPodsReady (its timeouts from ``settings`` when given) and metrics, fair sharing
+    when asked, the integrations of the controllers in ``running``."""
+    chart = chart_kueue_config()
+    wait = copy.deepcopy(chart["waitForPodsReady"])
+    if settings.pods_ready_timeout is not None:
+        wait["timeout"] = wait["recoveryTimeout"] = settings.pods_ready_timeout
     return (
-        KUEUE_METRICS
-        | (KUEUE_FAIR_SHARING if fair_sharing else {})
+        {"waitForPodsReady": wait, "metrics": chart["metrics"]}
+        | (KUEUE_FAIR_SHARING if settings.fair_sharing else {})
         | kueue_frameworks(docs, running)
     )

@@ -1,0 +1,93 @@
+"""The 50-node on-premises design on the local control plane (`cluster up --values
+ci/onprem-50node-values.yaml`, two kwok nodes per flavor, labelled by rack), with the chart and
+the same values, beside the session's cluster: its flavors and topology admit and place a job;
+Kueue's all-or-nothing admission (waitForPodsReady, here 15 s) evicts a job whose pods cannot
+all start and frees its quota."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.devcluster import CHART, DevCluster, needs_controlplane, start, stop
+from tests.support.procs import poll_until
+from tests.support.specs import cluster_job, write_spec
+
+pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
+VALUES = CHART / "ci" / "onprem-50node-values.yaml"
+PODS_READY_TIMEOUT_S = 15
+
+
+@pytest.fixture(scope="module")
+def design(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    """The design's cluster and chart. Beside the session's cluster, whose MPI operator holds
+    its fixed port (not needed here)."""
+    cluster = start(tmp_path_factory.mktemp("design"), nodes=2, gpus=8, values=VALUES,
+                    without=("mpi-operator",),
+                    extra=("--pods-ready-timeout", f"{PODS_READY_TIMEOUT_S}s"))  # fmt: skip
+    try:
+        cluster.helm("install", "onprem", str(CHART), "-f", str(VALUES), "-n", "gpufleet-system",
+                     "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
+        yield cluster
+    finally:
+        stop(cluster)
+
+
+def submit(cluster: DevCluster, name: str, **spec: Any) -> None:
+    doc = cluster_job(queue="llm", **spec)
+    doc["metadata"] = {"name": name, "namespace": "llm"}
+    path = write_spec(cluster.root, doc, f"{name}.yaml")
+    done = cluster.gpufleet("submit", str(path), "--target", "jobset")
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_50_node_designs_flavors_and_topology_admit_and_place_a_job(
+    design: DevCluster,
+) -> None:
+    """A queued 2 x 8-GPU JobSet of tenant llm is admitted by Kueue (flavor h100,
+    topology-aware), placed on h100 nodes and Succeeds."""
+    submit(design, "big", nodes=2, procsPerNode=8, resources={"gpu": 8},
+           checkpoint={"dir": "s3://b/c"}, volumes=[])  # fmt: skip
+    assert design.wait_phase("big", "llm", "Succeeded", "Failed", timeout=180) == "Succeeded"
+    pods = design.pods("llm", "big")
+    assert len(pods) == 2
+    assert {p["spec"]["nodeName"].rsplit("-", 1)[0] for p in pods} == {"h100-node"}
+    (workload,) = [w for w in design.workloads("llm") if "big" in w["metadata"]["name"]]
+    (assignment,) = workload["status"]["admission"]["podSetAssignments"]
+    assert assignment["flavors"]["nvidia.com/gpu"] == "h100"
+    assert design.gpufleet("cancel", "big", "-n", "llm").returncode == 0
+
+
+def gpus_reserved(cluster: DevCluster, queue: str) -> int:
+    """nvidia.com/gpu reserved in ClusterQueue ``queue`` (every flavor)."""
+    cq = cluster.custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues",
+                                                  queue)  # fmt: skip
+    return sum(int(r.get("total", "0")) for f in cq["status"].get("flavorsReservation") or []
+               for r in f["resources"] if r["name"] == "nvidia.com/gpu")  # fmt: skip
+
+
+def test_a_job_whose_pods_cannot_all_start_is_evicted_and_its_quota_freed(
+    design: DevCluster,
+) -> None:
+    """Its pods mount a claim that does not exist (what Kueue's quota cannot see): admitted,
+    they stay Pending; after the pods-ready timeout Kueue evicts the workload, its GPUs are
+    free for others, and `gpufleet status` says so and when it queues again."""
+    submit(design, "stuck", nodes=1, procsPerNode=8, resources={"gpu": 8})  # claim team-ckpt
+    poll_until(lambda: gpus_reserved(design, "llm") == 8, what="stuck admitted", timeout=120)
+
+    def evicted() -> dict[str, Any] | None:
+        (w,) = [w for w in design.workloads("llm") if "stuck" in w["metadata"]["name"]]
+        conditions = {c["type"]: c for c in w.get("status", {}).get("conditions") or []}
+        gone = conditions.get("Evicted", {}).get("reason") == "PodsReadyTimeout"
+        return w if gone and not w["status"].get("admission") else None
+
+    workload = poll_until(evicted, what="eviction after the pods-ready timeout", timeout=120)
+    assert workload["status"]["requeueState"]["count"] == 1
+    # the ClusterQueue's status follows (Kueue updates it in batches)
+    poll_until(lambda: gpus_reserved(design, "llm") == 0, what="its GPUs freed", timeout=60)
+    status = design.gpufleet("status", "stuck", "-n", "llm")
+    assert "Kueue: evicted (PodsReadyTimeout)" in status.stdout, status.stdout
+    assert "its quota freed, queued again at" in status.stdout
+    assert design.gpufleet("cancel", "stuck", "-n", "llm").returncode == 0
