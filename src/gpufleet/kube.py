@@ -28,6 +28,10 @@ ROLE_SERVER = "server"
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# Kueue's topology-aware scheduling, on a pod set's template: the level its pods must (or
+# should) share a domain of.
+KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 
 
 def job_selector(name: str) -> str:

@@ -1,8 +1,9 @@
 """The 50-node on-premises design on the local control plane (`cluster up --values
-ci/onprem-50node-values.yaml`, two kwok nodes per flavor, labelled by rack), with the chart and
-the same values, beside the session's cluster: its flavors and topology admit and place a job;
-Kueue's all-or-nothing admission (waitForPodsReady, here 15 s) evicts a job whose pods cannot
-all start and frees its quota."""
+ci/onprem-50node-values.yaml`, four kwok nodes per flavor, two in each of two racks), with the
+chart and the same values, beside the session's cluster: its flavors and topology admit and
+place a job; spec.topology keeps a job's workers in one rack, and one that fits no rack waits
+saying so; Kueue's all-or-nothing admission (waitForPodsReady, here 15 s) evicts a job whose
+pods cannot all start and frees its quota."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ PODS_READY_TIMEOUT_S = 15
 def design(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """The design's cluster and chart. Beside the session's cluster, whose MPI operator holds
     its fixed port (not needed here)."""
-    cluster = start(tmp_path_factory.mktemp("design"), nodes=2, gpus=8, values=VALUES,
+    cluster = start(tmp_path_factory.mktemp("design"), nodes=4, gpus=8, values=VALUES,
                     without=("mpi-operator",),
                     extra=("--pods-ready-timeout", f"{PODS_READY_TIMEOUT_S}s"))  # fmt: skip
     try:
@@ -35,11 +36,11 @@ def design(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
         stop(cluster)
 
 
-def submit(cluster: DevCluster, name: str, **spec: Any) -> None:
-    doc = cluster_job(queue="llm", **spec)
+def submit(cluster: DevCluster, name: str, target: str = "jobset", **spec: Any) -> None:
+    doc = cluster_job(target, queue="llm", **spec)
     doc["metadata"] = {"name": name, "namespace": "llm"}
     path = write_spec(cluster.root, doc, f"{name}.yaml")
-    done = cluster.gpufleet("submit", str(path), "--target", "jobset")
+    done = cluster.gpufleet("submit", str(path), "--target", target)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -91,3 +92,52 @@ def test_a_job_whose_pods_cannot_all_start_is_evicted_and_its_quota_freed(
     assert "Kueue: evicted (PodsReadyTimeout)" in status.stdout, status.stdout
     assert "its quota freed, queued again at" in status.stdout
     assert design.gpufleet("cancel", "stuck", "-n", "llm").returncode == 0
+
+
+RACK = "topology.gpufleet.dev/rack"
+
+
+def test_a_job_asking_for_one_rack_gets_one_and_one_too_wide_waits_saying_why(
+    design: DevCluster,
+) -> None:
+    """spec.topology {level: rack}: 2 nodes x 8 GPUs land in one rack (each rack has two such
+    nodes); 3 x 8 fit in no rack, and `gpufleet status` gives Kueue's reason."""
+    one_rack = {"checkpoint": {"dir": "s3://b/c"}, "volumes": [], "topology": {"level": RACK}}
+    submit(design, "near", nodes=2, procsPerNode=8, resources={"gpu": 8}, **one_rack)
+    assert design.wait_phase("near", "llm", "Succeeded", "Failed", timeout=180) == "Succeeded"
+    nodes = {p["spec"]["nodeName"] for p in design.pods("llm", "near")}
+    racks = {design.core.read_node(n).metadata.labels[RACK] for n in nodes}
+    assert len(nodes) == 2 and len(racks) == 1, (nodes, racks)
+    assert design.gpufleet("cancel", "near", "-n", "llm").returncode == 0
+    submit(design, "wide", nodes=3, procsPerNode=8, resources={"gpu": 8}, **one_rack)
+
+    def waiting() -> str | None:
+        line = design.gpufleet("status", "wide", "-n", "llm").stdout
+        return line if "topology" in line else None
+
+    line = poll_until(waiting, what="Kueue's reason for wide", timeout=60, interval=1)
+    assert 'topology "racks" allows to fit only 2 out of 3 pod(s)' in line, line
+    assert "is full" not in line, line  # its GPUs are free: only the racks are too small
+    assert not design.pods("llm", "wide")
+    assert design.gpufleet("cancel", "wide", "-n", "llm").returncode == 0
+
+
+@pytest.mark.parametrize("target", ["job", "pytorchjob", "tfjob", "trainjob", "rayjob"])
+def test_every_kueue_target_waits_when_its_workers_fit_no_rack(
+    design: DevCluster, target: str
+) -> None:
+    """The same too-wide job on the other targets Kueue queues: Kueue reads the topology
+    request from each one's worker pod set."""
+    # cluster_job's checkpoints on a volume (TensorFlow's and Ray's need a filesystem): the
+    # claim does not exist, but no pod is created while the job waits for a rack
+    spec = {"topology": {"level": RACK}}
+    name = f"wide-{target}"
+    submit(design, name, target, nodes=3, procsPerNode=8, resources={"gpu": 8}, **spec)
+
+    def waiting() -> str | None:
+        line = design.gpufleet("status", name, "-n", "llm").stdout
+        return line if "topology" in line else None
+
+    line = poll_until(waiting, what=f"Kueue's reason for {name}", timeout=60, interval=1)
+    assert 'topology "racks" allows to fit only 2 out of 3 pod(s)' in line, line
+    assert design.gpufleet("cancel", name, "-n", "llm").returncode == 0

@@ -397,3 +397,21 @@ def test_status_names_each_pods_node_restarts_and_last_exit_code() -> None:
         "pod train-1 on real-node-1: Succeeded, restarts 0, last exit 0 (Completed)",
     ]
     assert st.as_dict()["podStates"][0]["lastExitCode"] == 137
+
+
+def test_a_flavor_without_a_resource_is_not_full_of_it() -> None:
+    """A CPU flavor's nominal GPU quota is 0, and 0 are used: not "full" (a GPU job waiting
+    for its topology would otherwise read as waiting for quota)."""
+    from gpufleet.cluster.status import _cq_usage
+
+    def flavor(name: str, gpus: str) -> dict[str, Any]:
+        return {"name": name, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}
+
+    def used(name: str, gpus: str) -> dict[str, Any]:
+        return {"name": name, "resources": [{"name": "nvidia.com/gpu", "total": gpus}]}
+
+    cq = {
+        "spec": {"resourceGroups": [{"flavors": [flavor("cpu", "0"), flavor("h100", "8")]}]},
+        "status": {"flavorsUsage": [used("cpu", "0"), used("h100", "8")]},
+    }
+    assert _cq_usage(cq) == ["nvidia.com/gpu in flavor h100: 8 of 8 used (0 borrowed)"]

@@ -105,7 +105,8 @@ class JobStatus:
 
 
 def _cq_usage(cluster_queue: Obj) -> list[str]:
-    """``nvidia.com/gpu in flavor a30: 8 of 8 used (0 borrowed)`` for each exhausted resource."""
+    """``nvidia.com/gpu in flavor a30: 8 of 8 used (0 borrowed)`` for each exhausted resource
+    (not one the flavor has none of: a CPU flavor's GPUs are not "full")."""
     nominal: dict[tuple[str, str], str] = {}
     for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
@@ -116,7 +117,7 @@ def _cq_usage(cluster_queue: Obj) -> list[str]:
         for res in flavor.get("resources") or []:
             quota = nominal.get((flavor["name"], res["name"]))
             total = str(res.get("total", "0"))
-            if quota is not None and total == quota:
+            if quota is not None and total == quota and quota != "0":
                 borrowed = res.get("borrowed", "0")
                 out.append(
                     f"{res['name']} in flavor {flavor['name']}: {total} of {quota} used "

@@ -76,6 +76,8 @@ def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldErr
         )
     if target == "trainjob":
         errors += _trainjob_errors(job)
+    if s.topology is not None:
+        errors += _topology_errors(job, target)
     if s.min_nodes is not None and s.min_nodes != s.nodes and target in NOT_ELASTIC:
         errors.append(FieldError("spec.minNodes", f"target {target} has no elastic node range "
                                  f"({NOT_ELASTIC[target]}): remove spec.minNodes, or use target "
@@ -119,6 +121,19 @@ def _trainjob_errors(job: TrainingJob) -> list[FieldError]:
             "runtimePatches patch no ports), so no PodMonitor would find it; declare it in "
             "the ClusterTrainingRuntime and drop it here, or use another target")))  # fmt: skip
     return errors
+
+
+def _topology_errors(job: TrainingJob, target: str | None) -> list[FieldError]:
+    """spec.topology is Kueue's placement: only for a job Kueue queues."""
+    if target == "volcano":
+        return [FieldError("spec.topology", "target volcano is queued by Volcano, whose "
+                           "scheduler does not read Kueue's topology request: remove it, or "
+                           "use a target Kueue queues")]  # fmt: skip
+    if job.spec.queue is None:
+        return [FieldError("spec.topology", "needs spec.queue: Kueue places only the jobs it "
+                           "queues (a LocalQueue whose ClusterQueue has a flavor with a "
+                           "Topology)")]  # fmt: skip
+    return []
 
 
 def require_cluster_ready(job: TrainingJob, target: str) -> None:

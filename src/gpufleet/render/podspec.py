@@ -15,7 +15,15 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.kube import LABEL_MONITOR, METRICS_PORT_NAME, MONITOR_OWN, ROLE_WORKER, Obj
+from gpufleet.kube import (
+    KUEUE_PREFERRED_TOPOLOGY,
+    KUEUE_REQUIRED_TOPOLOGY,
+    LABEL_MONITOR,
+    METRICS_PORT_NAME,
+    MONITOR_OWN,
+    ROLE_WORKER,
+    Obj,
+)
 from gpufleet.launch.pod import MODULE as POD_LAUNCHER
 from gpufleet.launch.worker import worker_env as any_worker_env
 from gpufleet.launch.worker import worker_module_args
@@ -71,13 +79,21 @@ def scrape_annotations(port: int) -> dict[str, str]:
 
 
 def pod_metadata(job: TrainingJob, role: str) -> Obj:
-    """A pod template's metadata: labels, and Prometheus' scrape annotations on pods that
-    serve the job's metrics (the launcher of each worker pod, on spec.metrics.port)."""
+    """A pod template's metadata: labels; on workers, Prometheus' scrape annotations when
+    they serve the job's metrics (the launcher of each worker pod, on spec.metrics.port) and
+    Kueue's topology request (spec.topology: the workers' collectives want one domain)."""
     meta: Obj = {"labels": labels(job, "trainer", role)}
+    annotations: dict[str, str] = {}
     if job.spec.metrics.port and role == ROLE_WORKER:
-        meta["annotations"] = scrape_annotations(job.spec.metrics.port)
+        annotations |= scrape_annotations(job.spec.metrics.port)
         if job.spec.metrics.pod_monitor:
             meta["labels"][LABEL_MONITOR] = MONITOR_OWN
+    topology = job.spec.topology
+    if topology is not None and role == ROLE_WORKER:
+        key = KUEUE_REQUIRED_TOPOLOGY if topology.required else KUEUE_PREFERRED_TOPOLOGY
+        annotations[key] = topology.level
+    if annotations:
+        meta["annotations"] = annotations
     return meta
 
 

@@ -107,15 +107,35 @@ _RESERVED_DOMAINS = (
 _OWN_APP_LABELS = frozenset({"name", "instance", "component", "part-of", "managed-by"})
 
 
-def label_problem(key: str, value: str) -> str | None:
-    """What is wrong with the label ``key: value`` (Kubernetes' syntax, gpufleet's reserved
-    keys), or None."""
+def label_key_problem(key: str) -> str | None:
+    """What is wrong with ``key`` as a label key (Kubernetes' syntax), or None."""
     prefix, slash, name = key.rpartition("/")
     if not _LABEL_VALUE.match(name) or len(name) > 63:
         return (f"label key {key!r}: the name part must be at most 63 letters, digits, '-', "
                 "'_' or '.', starting and ending with a letter or digit")  # fmt: skip
     if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
         return f"label key {key!r}: the prefix must be a DNS subdomain such as example.com"
+    return None
+
+
+def _label_key(value: str) -> str:
+    problem = label_key_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+# A node label key (a topology level): any domain, kubernetes.io's included.
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+
+
+def label_problem(key: str, value: str) -> str | None:
+    """What is wrong with the label ``key: value`` (Kubernetes' syntax, gpufleet's reserved
+    keys), or None."""
+    prefix, _, name = key.rpartition("/")
+    problem = label_key_problem(key)
+    if problem:
+        return problem
     domain = next((d for d in _RESERVED_DOMAINS if prefix == d or prefix.endswith("." + d)), None)
     if domain and not (prefix == "app.kubernetes.io" and name not in _OWN_APP_LABELS):
         return (f"label key {key!r} is reserved ({domain} keys are set by gpufleet or a "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from gpufleet.spec.names import DnsLabel, LabelValue
+from gpufleet.spec.names import DnsLabel, LabelKey, LabelValue
 from gpufleet.spec.validation import MAX_PROCS_PER_NODE, Quantity, SpecModel
 
 
@@ -39,3 +39,23 @@ class Volume(SpecModel):
         if not value.startswith("/"):
             raise ValueError(f"must be an absolute path, got {value!r}")
         return value
+
+
+class Topology(SpecModel):
+    """Cluster only: the topology domain Kueue places the job's workers in (its
+    topology-aware scheduling, on a ResourceFlavor with a Topology)."""
+
+    level: LabelKey = Field(
+        description=(
+            "A level of the cluster's Kueue Topology: the node label whose value every worker "
+            "shares, e.g. topology.gpufleet.dev/rack (the chart's racks) or "
+            "kubernetes.io/hostname."
+        )
+    )
+    required: bool = Field(
+        default=True,
+        description=(
+            "true: the job waits until its workers fit in one domain of that level; false: "
+            "Kueue prefers one, and else spreads them over as few as it can."
+        ),
+    )

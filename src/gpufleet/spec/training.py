@@ -18,7 +18,7 @@ from gpufleet.runtime.context import (
 )
 from gpufleet.spec.env import CREDENTIAL_NAME, ENV_NAME, EnvFromSource, EnvSource, EnvValue
 from gpufleet.spec.names import API_VERSION, DnsLabel, Metadata
-from gpufleet.spec.resources import Resources, Volume
+from gpufleet.spec.resources import Resources, Topology, Volume
 from gpufleet.spec.training_rules import (
     FRAMEWORK_HELP,
     Framework,
@@ -271,6 +271,10 @@ class TrainingJobSpec(CrossFieldModel):
         ),
     )
     volumes: list[Volume] = Field(default_factory=list, description="Cluster only: volumes.")
+    topology: Topology | None = Field(
+        default=None,
+        description="Cluster only: the topology domain Kueue places the workers in (spec.queue).",
+    )
 
     @field_validator("command")
     @classmethod
@@ -362,8 +366,7 @@ class TrainingJobSpec(CrossFieldModel):
         names = [("image", self.image), ("queue", self.queue), ("priority", self.priority),
                  ("minNodes", self.min_nodes)]  # fmt: skip
         out = [n for n, v in names if v is not None]
-        if self.volumes:
-            out.append("volumes")
+        out += [n for n, v in (("volumes", self.volumes), ("topology", self.topology)) if v]
         return out
 
 
