@@ -32,6 +32,10 @@ KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # should) share a domain of.
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+# Multus: the secondary networks a pod is attached to (NetworkAttachmentDefinitions).
+MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
+# The label of namespaces whose pods may add IPC_LOCK (RDMA): the chart's rdma tenants.
+LABEL_RDMA = "gpufleet.dev/rdma"
 
 
 def job_selector(name: str) -> str:

@@ -3,15 +3,23 @@ ci/onprem-50node-values.yaml`, four kwok nodes per flavor, two in each of two ra
 chart and the same values, beside the session's cluster: its flavors and topology admit and
 place a job; spec.topology keeps a job's workers in one rack, and one that fits no rack waits
 saying so; Kueue's all-or-nothing admission (waitForPodsReady, here 15 s) evicts a job whose
-pods cannot all start and frees its quota."""
+pods cannot all start and frees its quota; tenant llm's RDMA jobs (the design's InfiniBand)
+run there and are refused elsewhere."""
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from gpufleet.errors import EXIT_BAD_INPUT
+from gpufleet.kube import MULTUS_NETWORKS
+from gpufleet.render.podsecurity import RDMA_CAPABILITY
+from gpufleet.render.podspec import CONTAINER_SECURITY, POD_SECURITY
+from gpufleet.spec import DEFAULT_RDMA_RESOURCE
 from tests.support.devcluster import CHART, DevCluster, needs_controlplane, start, stop
 from tests.support.procs import poll_until
 from tests.support.specs import cluster_job, write_spec
@@ -141,3 +149,77 @@ def test_every_kueue_target_waits_when_its_workers_fit_no_rack(
     line = poll_until(waiting, what=f"Kueue's reason for {name}", timeout=60, interval=1)
     assert 'topology "racks" allows to fit only 2 out of 3 pod(s)' in line, line
     assert design.gpufleet("cancel", name, "-n", "llm").returncode == 0
+
+
+RDMA = {"checkpoint": {"dir": "s3://b/c"}, "volumes": [], "rdma": {"network": "ib-net"}}
+
+
+def test_an_rdma_job_runs_in_its_tenant_and_a_restricted_one_is_refused_before_submitting(
+    design: DevCluster,
+) -> None:
+    """The design's tenant llm has `rdma: true` (its GPU nodes advertise RDMA devices): an
+    RDMA job's workers, adding IPC_LOCK, are admitted there and Succeed; `validate -n vision`
+    (a restricted tenant) refuses the same job in one line, before anything is submitted."""
+    doc = cluster_job(queue="vision", nodes=2, procsPerNode=8, resources={"gpu": 8}, **RDMA)
+    doc["metadata"] = {"name": "ib"}
+    done = design.gpufleet("validate", str(write_spec(design.root, doc, "ib-vision.yaml")),
+                           "--target", "jobset", "-n", "vision")  # fmt: skip
+    assert done.returncode == EXIT_BAD_INPUT, done.stderr[-2000:]
+    assert "spec.rdma: namespace vision enforces Pod Security 'restricted'" in done.stderr
+    assert not design.pods("vision")
+    submit(design, "ib", nodes=2, procsPerNode=8, resources={"gpu": 8}, **RDMA)
+    assert design.wait_phase("ib", "llm", "Succeeded", "Failed", timeout=180) == "Succeeded"
+    for pod in design.pods("llm", "ib"):
+        assert pod["metadata"]["annotations"][MULTUS_NETWORKS] == "ib-net"
+        (container,) = pod["spec"]["containers"]
+        assert container["securityContext"]["capabilities"]["add"] == [RDMA_CAPABILITY]
+    nad = design.custom.get_namespaced_custom_object(
+        "k8s.cni.cncf.io", "v1", "llm", "network-attachment-definitions", "ib-net"
+    )
+    assert json.loads(nad["spec"]["config"])["type"] == "ipoib"
+    assert design.gpufleet("cancel", "ib", "-n", "llm").returncode == 0
+
+
+def pod_refusal(cluster: DevCluster, namespace: str, container: dict[str, Any]) -> str:
+    """Why the API server refuses a pod of ``container`` (dry run), or "" when it admits it."""
+    from kubernetes.client.exceptions import ApiException
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+           "spec": {"securityContext": POD_SECURITY, "containers": [container]}}  # fmt: skip
+    try:
+        cluster.core.create_namespaced_pod(namespace, pod, dry_run="All")
+    except ApiException as exc:
+        return str(exc.body)
+    return ""
+
+
+def test_the_rdma_tenant_holds_pods_to_restricted_with_ipc_lock_beside_a_device(
+    design: DevCluster,
+) -> None:
+    """Its namespace enforces Pod Security privileged, so the chart's ValidatingAdmissionPolicy
+    is what refuses the rest: IPC_LOCK without an RDMA device, privilege escalation, any other
+    capability; a restricted container with IPC_LOCK and a device is admitted."""
+    device = {"limits": {DEFAULT_RDMA_RESOURCE: "1", "cpu": "1", "memory": "1Gi"},
+              "requests": {DEFAULT_RDMA_RESOURCE: "1", "cpu": "1", "memory": "1Gi"}}  # fmt: skip
+
+    def container(add: list[str], **extra: Any) -> dict[str, Any]:
+        security = copy.deepcopy(CONTAINER_SECURITY)
+        security["capabilities"]["add"] = add
+        return {"name": "c", "image": "x", "resources": device,
+                "securityContext": security | extra}  # fmt: skip
+
+    assert pod_refusal(design, "llm", container([RDMA_CAPABILITY])) == ""
+    no_device = container([RDMA_CAPABILITY])
+    no_device["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    assert "IPC_LOCK in a container that requests an RDMA device" in pod_refusal(
+        design, "llm", no_device
+    )
+    # (this API server refuses privileged containers itself: --allow-privileged=false)
+    assert "privileged" in pod_refusal(
+        design, "llm", container([], privileged=True, allowPrivilegeEscalation=True)
+    )
+    assert "allowPrivilegeEscalation must be false" in pod_refusal(
+        design, "llm", container([], allowPrivilegeEscalation=True)
+    )
+    assert "capabilities may add only" in pod_refusal(design, "llm", container(["NET_ADMIN"]))
+    assert "PodSecurity" in pod_refusal(design, "vision", container([RDMA_CAPABILITY]))

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpufleet.kube import LABEL_RDMA
 from gpufleet.render import TARGETS, check_restricted, pod_specs_in
 from tests.support.chart import CHART, helm, needs_helm
 from tests.support.k8s_schemas import validate_strictly
@@ -76,8 +77,16 @@ def test_scenario_objects_are_valid_and_safe(values: Path) -> None:
     tenants = [t["name"] for t in scenario["tenants"]]
     namespaces = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Namespace"}
     assert sorted(namespaces) == sorted(tenants)
+    rdma = {t["name"] for t in scenario["tenants"] if t.get("rdma")}
     for name, ns in namespaces.items():
-        assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+        labels = ns["metadata"]["labels"]
+        if name in rdma:  # held to restricted plus IPC_LOCK by the chart's policy instead
+            assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+            assert labels[LABEL_RDMA] == "true"
+            assert_rdma_policy_binds(objects)
+        else:
+            assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+            assert LABEL_RDMA not in labels
         deny = [
             o for o in objects
             if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == name
@@ -93,6 +102,19 @@ def test_scenario_objects_are_valid_and_safe(values: Path) -> None:
         )
         assert "requests.nvidia.com/gpu" in quota["spec"]["hard"]
     assert kinds.count("ClusterQueue") == kinds.count("LocalQueue") == len(tenants)
+
+
+def assert_rdma_policy_binds(objects: list[dict[str, Any]]) -> None:
+    """The rdma tenants' ValidatingAdmissionPolicy exists, fails closed, and its binding
+    denies in every namespace labelled for RDMA (tests/cluster/test_devcluster_design.py
+    proves what it refuses on a real API server)."""
+    (policy,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]
+    assert selector == {"matchLabels": {LABEL_RDMA: "true"}}
 
 
 def test_onprem_has_flavors_cohort_topology_volcano_and_ceph() -> None:
@@ -377,3 +399,13 @@ def test_dashboards_ship_as_sidecar_config_maps() -> None:
         assert m["metadata"]["annotations"]["grafana_folder"] == "gpufleet"
         ((name, text),) = m["data"].items()
         assert json.loads(text) == json.loads((REPO / "deploy" / "grafana" / name).read_text())
+
+
+def test_the_charts_rdma_device_is_the_specs_default() -> None:
+    """rdma.resourceName (what the cluster's device plugin advertises) and spec.rdma.resource's
+    default name the same device, so a job asks for what the chart's tenants expect."""
+    from gpufleet.spec import DEFAULT_RDMA_RESOURCE
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["rdma"]["resourceName"] == DEFAULT_RDMA_RESOURCE
+    assert all(not t.get("rdma") for t in values["tenants"])  # opt-in

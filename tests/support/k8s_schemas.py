@@ -28,6 +28,7 @@ SCHEMAS = REPO / "tests" / "k8s-schemas"
 KINDS = (
     ("batch.volcano.sh", "Job", "v1alpha1"),
     ("jobset.x-k8s.io", "JobSet", "v1alpha2"),
+    ("k8s.cni.cncf.io", "NetworkAttachmentDefinition", "v1"),
     ("keda.sh", "ScaledObject", "v1alpha1"),
     ("kubeflow.org", "MPIJob", "v2beta1"),
     ("kubeflow.org", "PyTorchJob", "v1"),
@@ -112,7 +113,7 @@ def crds(binaries: Path) -> Iterator[dict[str, Any]]:
     first, then those the controllers run here install (manifests/), so that where both carry
     a kind, the running controller's wins."""
     for folder in ("crds", "manifests"):
-        for path in sorted((binaries / folder).glob("*.yaml")):
+        for path in sorted((binaries / folder).glob("*.y*ml")):
             yield from (doc for doc in load_manifests(path) if doc.get("kind") == CRD)
 
 

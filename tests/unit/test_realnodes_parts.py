@@ -178,6 +178,11 @@ unrecorded = orphan("unrecorded")
 (unrecorded / "state.json").unlink(missing_ok=True)
 sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                             str(unrecorded / "kubelet.kubeconfig")])
+# Popen returns once the child's exec has begun, before the kernel has set up its new argv:
+# until then its /proc cmdline reads empty (a run of this test saw the orphan undone).
+cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
+while b"kubelet.kubeconfig" not in cmdline.read_bytes():
+    pass
 try:
     host.undo_orphan(tmp / "new", print)
     raise SystemExit("an orphan whose process runs without a state was undone")

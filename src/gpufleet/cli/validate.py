@@ -6,8 +6,10 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import Output, load_any
+from gpufleet.cli.common import Output, fail, load_any
 from gpufleet.console import err_console, print_json
+from gpufleet.errors import FieldError, GpufleetError, UserInputError
+from gpufleet.kube import Obj
 from gpufleet.spec import InferenceService
 
 SetOption = Annotated[
@@ -27,12 +29,25 @@ def validate(
             "names its controller derives: `gpufleet render --help` lists the targets)."
         ),
     ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="With --target: also check that this namespace of the current kubeconfig's "
+            "cluster admits its pods (Pod Security: RDMA workers need an rdma tenant).",
+        ),
+    ] = None,
 ) -> None:
     """Validate a spec: exit 0 if it is valid, 2 with every error (field path, line) if not."""
+    if namespace is not None and target is None:
+        fail(UserInputError([FieldError("--namespace", "needs --target (what to check there)")]))
     if target is not None:
         from gpufleet.cli.render import load_and_render  # it imports this module
 
-        job = load_and_render(file, target, set_)[0]
+        job, objects = load_and_render(file, target, set_)
+        if namespace is not None:
+            _check_namespace(objects, namespace)
     else:
         job = load_any(file, set_)
     if output is Output.json:
@@ -56,3 +71,15 @@ def validate(
 
     for note in [*local_notes(job), *([] if target else s.env_warnings())]:  # render warned
         err_console.print(note)
+
+
+def _check_namespace(objects: list[Obj], namespace: str) -> None:
+    """What `submit` checks of the namespace before creating anything (exit 2 if refused)."""
+    from gpufleet.cluster import Cluster
+    from gpufleet.cluster.admission import check_pod_security
+
+    placed = [{**o, "metadata": {**o["metadata"], "namespace": namespace}} for o in objects]
+    try:
+        check_pod_security(Cluster.connect(namespace).core, placed)
+    except GpufleetError as exc:
+        fail(exc)

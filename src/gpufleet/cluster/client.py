@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpufleet.cluster.access import as_dict, is_ours, items
+from gpufleet.cluster.admission import check_pod_security
 from gpufleet.cluster.apierrors import api_errors, status_code, to_cluster_error
 from gpufleet.cluster.keptlogs import read_kept_logs
 from gpufleet.cluster.kinds import (
@@ -87,7 +88,8 @@ class Cluster(ServingOperations):
         """Create ``objects`` (rendered) in order; return ``kind/name`` of each.
 
         Every create uses strict field validation. A queued job's LocalQueue is checked first
-        (exit 2 if Kueue or the queue is missing: the job would wait, suspended, forever). When
+        (exit 2 if Kueue or the queue is missing: the job would wait, suspended, forever), and
+        that its namespace's Pod Security admits its pods (RDMA workers: exit 2). When
         the API server refuses an object, those created before it are deleted again, so nothing
         is left half-applied."""
         objects = [
@@ -96,6 +98,7 @@ class Cluster(ServingOperations):
             for o in objects
         ]  # fmt: skip
         self._check_queues(objects)
+        check_pod_security(self.core, objects)
         created: list[Obj] = []
         for obj in objects:
             ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]

@@ -122,11 +122,11 @@ class Controllers:
 
     def install_other_crds(self) -> None:
         """The CRDs of projects a cluster of the chart's design has but that do not run here
-        (Prometheus Operator, Volcano, KEDA, KServe: controlplane/crds.txt), from their
-        modules."""
+        (Prometheus Operator, Volcano, KEDA, KServe, Multus: controlplane/crds.txt), from
+        their modules; only the CRDs of a file that holds more (Multus' daemonset manifest)."""
         served = self.api.served_crds()
-        docs = [d for f in sorted((self.binaries / "crds").glob("*.yaml"))
-                for d in addons.load_manifests(f)]  # fmt: skip
+        docs = [d for f in sorted((self.binaries / "crds").glob("*.y*ml"))
+                for d in addons.load_manifests(f) if d.get("kind") == addons.CRD]  # fmt: skip
         # Those a running controller installed already (Volcano's, when it runs) stay its own.
         self.api.create_all([d for d in docs if d["metadata"]["name"] not in served])
         names = list(addons.crd_names(docs))

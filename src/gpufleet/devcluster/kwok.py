@@ -88,6 +88,7 @@ def node_object(name: str, nodes: NodeSpec, index: int) -> dict[str, Any]:
     capacity = {"cpu": nodes.cpu, "memory": nodes.memory, "pods": "110"}
     if nodes.gpus:
         capacity["nvidia.com/gpu"] = str(nodes.gpus)
+    capacity |= dict(nodes.extra)
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpufleet.devcluster.pki import Pki, issue, write_kubeconfig
 from gpufleet.kube import Obj
+from gpufleet.spec import DEFAULT_RDMA_RESOURCE
 
 if TYPE_CHECKING:
     from gpufleet.devcluster.api import Api
@@ -33,6 +34,8 @@ class NodeSpec:
     memory: str = "256Gi"
     prefix: str = "gpu-node"
     labels: tuple[tuple[str, str], ...] = ()
+    # Extended resources beside the GPUs (an RDMA device plugin's shared devices).
+    extra: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         """ "3 gpu-nodes x 4 NVIDIA-A30", for the user."""
@@ -46,10 +49,15 @@ def pools_from_values(
     """Node pools for a platform chart values file: ``count`` nodes per flavor, carrying the
     flavor's nodeLabels (so Kueue's ResourceFlavors match them), GPUs on GPU flavors (product
     from the flavor's nvidia.com/gpu.product label, else ``gpu_product``), and a label for every
-    topology level the chart's Kueue Topology names, nodes spread over two values of each."""
+    topology level the chart's Kueue Topology names, nodes spread over two values of each; on
+    GPU flavors, RDMA devices (rdma.resourceName) when a tenant uses RDMA (the chart's design:
+    InfiniBand on the GPU nodes)."""
     topology = (values.get("kueue") or {}).get("topology") or {}
     levels = [lv for lv in topology.get("levels", []) if lv != "kubernetes.io/hostname"]
     flavors = values.get("flavors") or [{"name": "default", "gpu": gpus > 0, "nodeLabels": {}}]
+    rdma = any(t.get("rdma") for t in values.get("tenants") or [])
+    resource = (values.get("rdma") or {}).get("resourceName", DEFAULT_RDMA_RESOURCE)
+    device = (resource, RDMA_SHARED_DEVICES)
     pools = []
     for flavor in flavors:
         labels = dict(flavor.get("nodeLabels") or {})
@@ -57,11 +65,15 @@ def pools_from_values(
         pools.append(NodeSpec(count=count, gpus=gpus if flavor.get("gpu") else 0,
                               gpu_product=product, prefix=f"{flavor['name']}-node",
                               labels=tuple(sorted(labels.items())) + tuple(
-                                  (lv, "") for lv in levels)))  # fmt: skip
+                                  (lv, "") for lv in levels),
+                              extra=(device,) if rdma and flavor.get("gpu") else ()))  # fmt: skip
     return pools
 
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}  # GPU nodes carry it
+# The RDMA devices a GPU node advertises when the values' tenants use RDMA (the shared device
+# plugin's count: pods share the node's adapters).
+RDMA_SHARED_DEVICES = "64"
 
 
 def node_labels(pool: NodeSpec, index: int) -> dict[str, str]:

@@ -14,6 +14,10 @@ from gpufleet.errors import FieldError
 
 # Baseline: capabilities a container may add (restricted narrows this to NET_BIND_SERVICE).
 RESTRICTED_ADD_CAPS = frozenset({"NET_BIND_SERVICE"})
+# What an RDMA worker adds (pinning the memory it registers with the adapter): in no Pod
+# Security level but privileged (baseline's list lacks it), so the chart's rdma tenants are
+# held to restricted plus this one by a ValidatingAdmissionPolicy instead.
+RDMA_CAPABILITY = "IPC_LOCK"
 SAFE_SYSCTLS = frozenset(
     {
         "kernel.shm_rmid_forced",
@@ -60,8 +64,12 @@ def pod_specs_in(obj: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]
             yield from pod_specs_in(item, f"{path}[{i}]")
 
 
-def check_restricted(pod: dict[str, Any], path: str = "spec") -> list[FieldError]:
-    """Every violation of the restricted profile in one PodSpec (empty: the pod passes)."""
+def check_restricted(
+    pod: dict[str, Any], path: str = "spec", also_add: frozenset[str] = frozenset()
+) -> list[FieldError]:
+    """Every violation of the restricted profile in one PodSpec (empty: the pod passes);
+    ``also_add``: capabilities allowed beyond restricted's (RDMA_CAPABILITY, in an rdma
+    tenant)."""
     errors: list[FieldError] = []
 
     def bad(where: str, message: str) -> None:
@@ -86,7 +94,7 @@ def check_restricted(pod: dict[str, Any], path: str = "spec") -> list[FieldError
             where = f"{kind}[{i}]"
             sc = c.get("securityContext") or {}
             _check_context(sc, f"{where}.securityContext", bad)
-            _check_container(c, sc, where, bad)
+            _check_container(c, sc, where, bad, RESTRICTED_ADD_CAPS | also_add)
             non_root = sc.get("runAsNonRoot", pod_non_root)
             if non_root is not True:
                 bad(f"{where}.securityContext.runAsNonRoot", "must be true (pod or container)")
@@ -119,7 +127,9 @@ def _check_context(sc: dict[str, Any], where: str, bad: Reporter) -> None:
         bad(f"{where}.appArmorProfile.type", f"AppArmor profile {apparmor!r} not allowed")
 
 
-def _check_container(c: dict[str, Any], sc: dict[str, Any], where: str, bad: Reporter) -> None:
+def _check_container(
+    c: dict[str, Any], sc: dict[str, Any], where: str, bad: Reporter, may_add: frozenset[str]
+) -> None:
     """Controls that apply to each container."""
     if sc.get("privileged"):
         bad(f"{where}.securityContext.privileged", "privileged containers are not allowed")
@@ -130,9 +140,10 @@ def _check_container(c: dict[str, Any], sc: dict[str, Any], where: str, bad: Rep
     caps = sc.get("capabilities") or {}
     if "ALL" not in (caps.get("drop") or []):
         bad(f"{where}.securityContext.capabilities.drop", "must include ALL")
-    extra = sorted(set(caps.get("add") or []) - RESTRICTED_ADD_CAPS)
+    extra = sorted(set(caps.get("add") or []) - may_add)
     if extra:
-        bad(f"{where}.securityContext.capabilities.add", f"may add only NET_BIND_SERVICE: {extra}")
+        allowed = ", ".join(sorted(may_add))
+        bad(f"{where}.securityContext.capabilities.add", f"may add only {allowed}: {extra}")
     for j, port in enumerate(c.get("ports") or []):
         if port.get("hostPort"):
             bad(f"{where}.ports[{j}].hostPort", "host ports are not allowed")

@@ -21,6 +21,7 @@ from gpufleet.kube import (
     LABEL_MONITOR,
     METRICS_PORT_NAME,
     MONITOR_OWN,
+    MULTUS_NETWORKS,
     ROLE_WORKER,
     Obj,
 )
@@ -28,7 +29,8 @@ from gpufleet.launch.pod import MODULE as POD_LAUNCHER
 from gpufleet.launch.worker import worker_env as any_worker_env
 from gpufleet.launch.worker import worker_module_args
 from gpufleet.render.meta import labels
-from gpufleet.spec import Resources, TrainingJob
+from gpufleet.render.podsecurity import RDMA_CAPABILITY
+from gpufleet.spec import Rdma, Resources, TrainingJob
 
 RDZV_PORT = 29400
 RUN_DIR = "/run/gpufleet"
@@ -92,6 +94,8 @@ def pod_metadata(job: TrainingJob, role: str) -> Obj:
     if topology is not None and role == ROLE_WORKER:
         key = KUEUE_REQUIRED_TOPOLOGY if topology.required else KUEUE_PREFERRED_TOPOLOGY
         annotations[key] = topology.level
+    if job.spec.rdma is not None and role == ROLE_WORKER:
+        annotations[MULTUS_NETWORKS] = job.spec.rdma.network
     if annotations:
         meta["annotations"] = annotations
     return meta
@@ -195,6 +199,20 @@ def _read_only(flag: bool) -> Obj:
     return {"readOnly": True} if flag else {}
 
 
+def _attach_rdma(container: Obj, rdma: Rdma) -> None:
+    """A worker on the InfiniBand network (its Multus annotation: pod_metadata): one RDMA
+    device, IPC_LOCK to pin the memory it registers (restricted's one exception, which the
+    chart's rdma tenants allow), NCCL on those adapters and bootstrapping over the pods' own
+    interface."""
+    requests = container["resources"].setdefault("requests", {})
+    requests[rdma.resource] = "1"
+    container["resources"]["limits"] = dict(requests)
+    container["securityContext"]["capabilities"]["add"] = [RDMA_CAPABILITY]
+    nccl = [{"name": "NCCL_IB_HCA", "value": rdma.hca},
+            {"name": "NCCL_SOCKET_IFNAME", "value": rdma.socket_ifname}]  # fmt: skip
+    container["env"] = sorted(container["env"] + nccl, key=lambda e: e["name"])
+
+
 def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
     """A PodSpec for ``job``: passes the Pod Security "restricted" profile by construction."""
     s = job.spec
@@ -247,5 +265,7 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
     }
     if where.worker:
         spec.update(gpu_placement(s.resources))
+        if s.rdma is not None:
+            _attach_rdma(container, s.rdma)
     spec["tolerations"] = [*spec.get("tolerations", []), *node_loss_tolerations(job)]
     return spec

@@ -33,7 +33,10 @@ WORKER_GROUP = "workers"
 
 def _ray_pod(job: TrainingJob, *, head: bool) -> Obj:
     """The worker pod, as KubeRay wants it: no command (KubeRay's ``ray start``), the Ray
-    ports, the pod's restart policy KubeRay's own; the head without GPUs."""
+    ports, the pod's restart policy KubeRay's own; the head without GPUs nor the RDMA
+    network (the Train workers' collectives are the workers')."""
+    if head and job.spec.rdma is not None:
+        job = job.model_copy(update={"spec": job.spec.model_copy(update={"rdma": None})})
     s = job.spec
     env = ((ENV_RAY_USE_GPU, "1" if s.resources.gpu else "0"),)  # the rest: worker_env
     pod = worker_pod_spec(job, WorkerPod(rdzv_host="", container_name="ray-head" if head

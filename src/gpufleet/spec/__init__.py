@@ -17,7 +17,7 @@ from gpufleet.spec.loader import (
     validate_training_job,
 )
 from gpufleet.spec.names import API_VERSION, Metadata
-from gpufleet.spec.resources import Resources, Volume
+from gpufleet.spec.resources import DEFAULT_RDMA_RESOURCE, Rdma, Resources, Topology, Volume
 from gpufleet.spec.training import Checkpoint, Preemption, TrainingJob, TrainingJobSpec
 from gpufleet.spec.workloads import (
     WORKLOAD_KINDS,
@@ -28,6 +28,7 @@ from gpufleet.spec.workloads import (
 
 __all__ = [
     "API_VERSION",
+    "DEFAULT_RDMA_RESOURCE",
     "ENV_NAME",
     "WORKLOAD_KINDS",
     "Checkpoint",
@@ -35,9 +36,11 @@ __all__ = [
     "InferenceService",
     "Metadata",
     "Preemption",
+    "Rdma",
     "Resources",
     "Spec",
     "SyntheticWorkload",
+    "Topology",
     "TrainingJob",
     "TrainingJobSpec",
     "Volume",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import Field, field_validator
 
 from gpufleet.spec.names import DnsLabel, LabelKey, LabelValue
@@ -59,3 +61,53 @@ class Topology(SpecModel):
             "Kueue prefers one, and else spreads them over as few as it can."
         ),
     )
+
+
+# The RDMA device plugin's resource (k8s-rdma-shared-dev-plugin, as NVIDIA's Network Operator
+# installs it); the chart's `rdma.resourceName` defaults to the same.
+DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+_NETWORK = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+class Rdma(SpecModel):
+    """Cluster only: the InfiniBand (RDMA) network the workers' NCCL traffic takes, attached by
+    Multus beside the pods' own (Ethernet) network, which keeps Kubernetes' traffic."""
+
+    network: str = Field(
+        description=(
+            "The NetworkAttachmentDefinition Multus attaches (its name in the job's namespace, "
+            "or namespace/name), e.g. ib-net."
+        )
+    )
+    resource: str = Field(
+        default=DEFAULT_RDMA_RESOURCE,
+        description="The RDMA device plugin's extended resource, one per worker pod.",
+    )
+    hca: str = Field(
+        default="mlx5",
+        pattern=r"^[=^]?[A-Za-z0-9_:,-]+$",
+        description="NCCL_IB_HCA: the InfiniBand adapters NCCL uses (a prefix matches: mlx5).",
+    )
+    socket_ifname: str = Field(
+        default="eth0",
+        pattern=r"^[=^]?[A-Za-z0-9_.,-]+$",
+        description=(
+            "NCCL_SOCKET_IFNAME: the pods' own (Ethernet) interface, for NCCL's bootstrap."
+        ),
+    )
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        if not _NETWORK.match(value) or len(value) > 253:
+            raise ValueError(f"must be a NetworkAttachmentDefinition name or namespace/name, "
+                             f"got {value!r}")  # fmt: skip
+        return value
+
+    @field_validator("resource")
+    @classmethod
+    def _resource(cls, value: str) -> str:
+        if not _RESOURCE.match(value):
+            raise ValueError(f"must be an extended resource name (domain/name), got {value!r}")
+        return value

@@ -18,7 +18,7 @@ from gpufleet.runtime.context import (
 )
 from gpufleet.spec.env import CREDENTIAL_NAME, ENV_NAME, EnvFromSource, EnvSource, EnvValue
 from gpufleet.spec.names import API_VERSION, DnsLabel, Metadata
-from gpufleet.spec.resources import Resources, Topology, Volume
+from gpufleet.spec.resources import Rdma, Resources, Topology, Volume
 from gpufleet.spec.training_rules import (
     FRAMEWORK_HELP,
     Framework,
@@ -275,6 +275,9 @@ class TrainingJobSpec(CrossFieldModel):
         default=None,
         description="Cluster only: the topology domain Kueue places the workers in (spec.queue).",
     )
+    rdma: Rdma | None = Field(
+        default=None, description="Cluster only: the InfiniBand network of the workers' NCCL."
+    )
 
     @field_validator("command")
     @classmethod
@@ -366,7 +369,8 @@ class TrainingJobSpec(CrossFieldModel):
         names = [("image", self.image), ("queue", self.queue), ("priority", self.priority),
                  ("minNodes", self.min_nodes)]  # fmt: skip
         out = [n for n, v in names if v is not None]
-        out += [n for n, v in (("volumes", self.volumes), ("topology", self.topology)) if v]
+        fields = (("volumes", self.volumes), ("topology", self.topology), ("rdma", self.rdma))
+        out += [n for n, v in fields if v]
         return out
 
 

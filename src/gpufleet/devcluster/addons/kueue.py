@@ -72,14 +72,14 @@ def chart_kueue_config() -> dict[str, Any]:
 
 def kueue_config(docs: list[Obj], running: list[Addon], settings: KueueSettings) -> dict[str, Any]:
     """What the local cluster sets in Kueue's configuration beyond its module's: the chart's
-    waitForPodsReady (its timeouts from ``settings`` when given) and metrics, fair sharing
-    when asked, the integrations of the controllers in ``running``."""
+    waitForPodsReady (its timeouts from ``settings`` when given), resources and metrics,
+    fair sharing when asked, the integrations of the controllers in ``running``."""
     chart = chart_kueue_config()
     wait = copy.deepcopy(chart["waitForPodsReady"])
     if settings.pods_ready_timeout is not None:
         wait["timeout"] = wait["recoveryTimeout"] = settings.pods_ready_timeout
     return (
-        {"waitForPodsReady": wait, "metrics": chart["metrics"]}
+        {"waitForPodsReady": wait, "metrics": chart["metrics"], "resources": chart["resources"]}
         | (KUEUE_FAIR_SHARING if settings.fair_sharing else {})
         | kueue_frameworks(docs, running)
     )

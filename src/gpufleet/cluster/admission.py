@@ -1,0 +1,42 @@
+"""Before anything is created: would the namespace's Pod Security admit the job's pods? An RDMA
+worker adds IPC_LOCK, which a tenant enforcing "restricted" refuses pod by pod (its controller
+would retry for ever, the job never starting); only a namespace the chart made for RDMA
+(label gpufleet.dev/rdma) takes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.cluster.apierrors import api_errors, to_cluster_error
+from gpufleet.errors import FieldError, UserInputError
+from gpufleet.kube import LABEL_RDMA, Obj
+from gpufleet.render.podsecurity import RDMA_CAPABILITY, pod_specs_in
+
+ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def adds_rdma_capability(obj: Obj) -> bool:
+    """Whether a pod of ``obj`` (a rendered job) adds the RDMA capability."""
+    return any(
+        RDMA_CAPABILITY
+        in ((c.get("securityContext") or {}).get("capabilities") or {}).get("add", [])
+        for _, pod in pod_specs_in(obj)
+        for c in pod.get("containers") or []
+    )
+
+
+def check_pod_security(core: Any, objects: list[Obj]) -> None:
+    """UserInputError (spec.rdma, exit 2) when a namespace of ``objects`` would refuse their
+    RDMA workers; ``core``: a CoreV1Api."""
+    for ns in sorted({o["metadata"]["namespace"] for o in objects if adds_rdma_capability(o)}):
+        try:
+            labels = core.read_namespace(ns).metadata.labels or {}
+        except api_errors() as exc:
+            raise to_cluster_error(exc, f"read namespace {ns}") from exc
+        level = labels.get(ENFORCE, "privileged")  # Kubernetes' default without the label
+        if labels.get(LABEL_RDMA) == "true" or level == "privileged":
+            continue
+        raise UserInputError([FieldError("spec.rdma", (
+            f"namespace {ns} enforces Pod Security {level!r}, which refuses the {RDMA_CAPABILITY} "
+            "capability RDMA workers add: submit to a tenant the chart made with rdma: true "
+            f"(label {LABEL_RDMA}); nothing was created"))])  # fmt: skip
