@@ -178,6 +178,9 @@ def test_an_rdma_job_runs_in_its_tenant_and_a_restricted_one_is_refused_before_s
     )
     assert json.loads(nad["spec"]["config"])["type"] == "ipoib"
     assert design.gpufleet("cancel", "ib", "-n", "llm").returncode == 0
+    doctor = json.loads(design.gpufleet("doctor", "-o", "json").stdout)["checks"]
+    (line,) = [c for c in doctor if c["check"] == "rdma"]
+    assert line["status"] == "OK" and "llm" in line["detail"], line
 
 
 def pod_refusal(cluster: DevCluster, namespace: str, container: dict[str, Any]) -> str:

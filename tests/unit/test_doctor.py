@@ -17,10 +17,11 @@ from gpufleet.cluster.doctor.requirements import (
     DEFAULT_STORAGE_CLASS,
     KUEUE_CONFIGMAP,
     KUEUE_SETTINGS,
+    NAD_CRD,
     TARGET_NEEDS,
 )
 from gpufleet.errors import EXIT_BAD_INPUT
-from gpufleet.kube import LABEL_TENANT
+from gpufleet.kube import LABEL_RDMA, LABEL_TENANT
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
@@ -218,3 +219,17 @@ def test_the_charts_kueue_settings_queue_every_targets_kind_and_admit_all_or_not
     assert frameworks == {n.kueue_framework for n in TARGET_NEEDS.values() if n.kueue_framework}
     checks = lines(facts, list(TARGET_NEEDS))
     assert checks["kueue integrations"][0] is checks["kueue pods ready"][0] is Status.OK
+
+
+def test_rdma_tenants_need_multus_and_rdma_devices() -> None:
+    facts = healthy()
+    assert "rdma" not in lines(facts)  # no tenant uses it: no line
+    facts.namespaces[0]["metadata"]["labels"][LABEL_RDMA] = "true"
+    status, text = lines(facts)["rdma"]
+    assert status is Status.FAIL and "network-attachment-definitions" in text
+    facts.crds[NAD_CRD] = crd(NAD_CRD, ["v1"])
+    status, text = lines(facts)["rdma"]
+    assert status is Status.FAIL and "no node advertises an RDMA device" in text
+    facts.nodes[0]["status"]["allocatable"]["rdma/rdma_shared_device_a"] = "64"
+    status, text = lines(facts)["rdma"]
+    assert status is Status.OK and "research" in text

@@ -20,6 +20,7 @@ from gpufleet.cluster.doctor.platform import (
     device_plugin,
     gpu_nodes,
     prometheus_operator,
+    rdma,
     tenant_pod_security,
 )
 from gpufleet.cluster.doctor.requirements import TARGET_NEEDS
@@ -29,6 +30,7 @@ def diagnose(facts: Facts, targets: list[str]) -> list[Finding]:
     """Every check on ``facts``; ``targets``: the render targets the team uses (every
     controller they need must run), or none: each installed target's."""
     controllers, used = in_scope(facts, targets)
+    optional = [f for f in (rdma(facts),) if f is not None]
     return [
         kubernetes_version(facts),
         *controller_findings(facts, controllers, named=bool(targets)),
@@ -40,6 +42,7 @@ def diagnose(facts: Facts, targets: list[str]) -> list[Finding]:
         tenant_pod_security(facts),
         cluster_dns(facts),
         prometheus_operator(facts),
+        *optional,
     ]
 
 

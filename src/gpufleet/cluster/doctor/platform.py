@@ -1,6 +1,6 @@
 """The platform's checks of ``gpufleet doctor`` (pure, from Facts): GPU nodes (resource,
 discovery labels, taint), the device plugin, a default StorageClass, the tenants' Pod Security,
-cluster DNS and the Prometheus Operator's kinds."""
+cluster DNS, the Prometheus Operator's kinds and, where tenants use it, RDMA."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from gpufleet.cluster.doctor.requirements import (
     DNS_SELECTOR,
     GPU_LABELS,
     GPU_TAINT,
+    NAD_CRD,
     POD_SECURITY_ENFORCE,
     PROMETHEUS_OPERATOR_CRDS,
+    RDMA_RESOURCE_PREFIX,
     TENANT_POD_SECURITY,
 )
-from gpufleet.kube import LABEL_TENANT, Obj
+from gpufleet.kube import LABEL_RDMA, LABEL_TENANT, Obj
 from gpufleet.render.podspec import GPU_RESOURCE
 
 
@@ -176,6 +178,30 @@ def prometheus_operator(facts: Facts) -> Finding:
             "install the Prometheus Operator, or the chart with its monitors off",
         )
     return ok("prometheus operator", "PodMonitor, ServiceMonitor, PrometheusRule")
+
+
+def rdma(facts: Facts) -> Finding | None:
+    """Where tenants use RDMA (label LABEL_RDMA): Multus' kind, and GPU nodes advertising an
+    RDMA device; None where none does."""
+    if "namespaces" in facts.errors:
+        return None
+    tenants = sorted(n["metadata"]["name"] for n in facts.namespaces
+                     if (n["metadata"].get("labels") or {}).get(LABEL_RDMA) == "true")  # fmt: skip
+    if not tenants:
+        return None
+    if "crds" not in facts.errors and NAD_CRD not in facts.crds:
+        return fail("rdma", f"tenants {', '.join(tenants)} use RDMA, but {NAD_CRD} is not "
+                            "installed: their networks cannot be attached",
+                    "install Multus (or NVIDIA's Network Operator)")  # fmt: skip
+    devices = sorted({r for n in facts.nodes
+                      for r in ((n.get("status") or {}).get("allocatable") or {})
+                      if r.startswith(RDMA_RESOURCE_PREFIX)})  # fmt: skip
+    if not devices:
+        return fail("rdma", f"tenants {', '.join(tenants)} use RDMA, but no node advertises "
+                            f"an RDMA device ({RDMA_RESOURCE_PREFIX}...)",
+                    "install the RDMA device plugin on the GPU nodes (NVIDIA's Network "
+                    "Operator: k8s-rdma-shared-dev-plugin)")  # fmt: skip
+    return ok("rdma", f"tenants {', '.join(tenants)}; devices {', '.join(devices)}")
 
 
 def _gpus(node: Obj) -> int:

@@ -248,3 +248,7 @@ DNS_SELECTOR = "k8s-app=kube-dns"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 TENANT_POD_SECURITY = "restricted"
 DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"
+# RDMA tenants need Multus' kind and nodes advertising RDMA devices (the chart's
+# rdma.resourceName: the shared device plugin's, under this prefix; Kueue's quota skips it).
+NAD_CRD = "network-attachment-definitions.k8s.cni.cncf.io"
+RDMA_RESOURCE_PREFIX = "rdma/"
