@@ -178,16 +178,20 @@ def test_an_rdma_job_runs_in_its_tenant_and_a_restricted_one_is_refused_before_s
     )
     assert json.loads(nad["spec"]["config"])["type"] == "ipoib"
     assert design.gpufleet("cancel", "ib", "-n", "llm").returncode == 0
-    doctor = json.loads(design.gpufleet("doctor", "-o", "json").stdout)["checks"]
-    (line,) = [c for c in doctor if c["check"] == "rdma"]
-    assert line["status"] == "OK" and "llm" in line["detail"], line
+    doctor = {c["check"]: c for c in json.loads(design.gpufleet("doctor", "-o", "json").stdout)
+              ["checks"]}  # fmt: skip
+    assert doctor["rdma"]["status"] == "OK" and "llm" in doctor["rdma"]["detail"]
+    assert doctor["pod security"]["status"] == "OK", doctor["pod security"]
 
 
-def pod_refusal(cluster: DevCluster, namespace: str, container: dict[str, Any]) -> str:
+def pod_refusal(
+    cluster: DevCluster, namespace: str, container: dict[str, Any], annotations: Any = None
+) -> str:
     """Why the API server refuses a pod of ``container`` (dry run), or "" when it admits it."""
     from kubernetes.client.exceptions import ApiException
 
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+    meta = {"name": "probe", "annotations": annotations or {}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
            "spec": {"securityContext": POD_SECURITY, "containers": [container]}}  # fmt: skip
     try:
         cluster.core.create_namespaced_pod(namespace, pod, dry_run="All")
@@ -225,4 +229,17 @@ def test_the_rdma_tenant_holds_pods_to_restricted_with_ipc_lock_beside_a_device(
         design, "llm", container([], allowPrivilegeEscalation=True)
     )
     assert "capabilities may add only" in pod_refusal(design, "llm", container(["NET_ADMIN"]))
+    spc = container([RDMA_CAPABILITY], seLinuxOptions={"type": "spc_t"})
+    assert "SELinux options may set only a container type" in pod_refusal(design, "llm", spc)
+    loose = container([RDMA_CAPABILITY], appArmorProfile={"type": "Unconfined"})
+    assert "AppArmor may be only" in pod_refusal(design, "llm", loose)
+    assert "runAsUser must not be 0" in pod_refusal(
+        design, "llm", container([RDMA_CAPABILITY], runAsUser=0)
+    )
     assert "PodSecurity" in pod_refusal(design, "vision", container([RDMA_CAPABILITY]))
+    # another tenant's InfiniBand network is not its pods' to join, restricted tenants' included
+    other = {MULTUS_NETWORKS: "llm/ib-net"}
+    for ns in ("llm", "vision"):
+        assert "Multus networks of other namespaces" in pod_refusal(
+            design, ns, container([]), other
+        )

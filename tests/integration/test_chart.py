@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.kube import LABEL_RDMA
+from gpufleet.cluster.doctor.requirements import RDMA_POLICY
+from gpufleet.kube import LABEL_RDMA, LABEL_TENANT
 from gpufleet.render import TARGETS, check_restricted, pod_specs_in
 from tests.support.chart import CHART, helm, needs_helm
 from tests.support.k8s_schemas import validate_strictly
@@ -106,15 +107,16 @@ def test_scenario_objects_are_valid_and_safe(values: Path) -> None:
 
 def assert_rdma_policy_binds(objects: list[dict[str, Any]]) -> None:
     """The rdma tenants' ValidatingAdmissionPolicy exists, fails closed, and its binding
-    denies in every namespace labelled for RDMA (tests/cluster/test_devcluster_design.py
-    proves what it refuses on a real API server)."""
+    denies in every tenant's namespace (tests/cluster/test_devcluster_design.py proves what it
+    refuses on a real API server)."""
     (policy,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     (binding,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert policy["metadata"]["name"] == RDMA_POLICY  # what doctor looks for
     assert policy["spec"]["failurePolicy"] == "Fail"
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     selector = binding["spec"]["matchResources"]["namespaceSelector"]
-    assert selector == {"matchLabels": {LABEL_RDMA: "true"}}
+    assert selector == {"matchExpressions": [{"key": LABEL_TENANT, "operator": "Exists"}]}
 
 
 def test_onprem_has_flavors_cohort_topology_volcano_and_ceph() -> None:

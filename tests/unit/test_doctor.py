@@ -224,7 +224,15 @@ def test_the_charts_kueue_settings_queue_every_targets_kind_and_admit_all_or_not
 def test_rdma_tenants_need_multus_and_rdma_devices() -> None:
     facts = healthy()
     assert "rdma" not in lines(facts)  # no tenant uses it: no line
-    facts.namespaces[0]["metadata"]["labels"][LABEL_RDMA] = "true"
+    labels = facts.namespaces[0]["metadata"]["labels"]
+    labels[LABEL_RDMA] = "true"  # still restricted: its RDMA workers would be refused
+    status, text = lines(facts)["rdma"]
+    assert status is Status.FAIL and "refuses IPC_LOCK" in text
+    labels["pod-security.kubernetes.io/enforce"] = "privileged"  # as the chart makes it
+    status, text = lines(facts)["rdma"]
+    assert status is Status.FAIL and "not held to restricted" in text  # no policy
+    assert lines(facts)["pod security"][0] is Status.OK  # the policy's line says it
+    facts.rdma_policy = True
     status, text = lines(facts)["rdma"]
     assert status is Status.FAIL and "network-attachment-definitions" in text
     facts.crds[NAD_CRD] = crd(NAD_CRD, ["v1"])

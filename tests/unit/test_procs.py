@@ -9,7 +9,7 @@ import textwrap
 # A handler set in the main thread; the signal sent to another thread (tgkill), as the kernel may
 # deliver one sent to the process; the handler ends the child that the main thread waits for.
 SCRIPT = textwrap.dedent("""
-    import ctypes, os, signal, subprocess, sys, threading
+    import ctypes, os, signal, subprocess, sys, threading, time
     from gpufleet.procs import wait_exit, wait_for
 
     child = subprocess.Popen(["sleep", "60"])
@@ -22,6 +22,8 @@ SCRIPT = textwrap.dedent("""
     signal.signal(signal.SIGUSR1, handler)
 
     def other():
+        time.sleep(0.5)  # the main thread is asleep in its wait by then (a signal before it
+        # would run the handler whatever the wait)
         ctypes.CDLL(None).tgkill(os.getpid(), threading.get_native_id(), signal.SIGUSR1)
 
     threading.Thread(target=other).start()

@@ -60,7 +60,10 @@ def test_rdma_pods_pass_restricted_but_for_ipc_lock(target: str) -> None:
     assert all(adds_rdma_capability(o) for o in objects if list(pod_specs_in(o)))
     for obj in objects:
         for path, pod in pod_specs_in(obj):
-            assert not check_restricted(pod, path, also_add=frozenset({RDMA_CAPABILITY}))
+            if target == "trainjob":  # the Trainer gives the patched container its resources
+                (container,) = pod["containers"]
+                container["resources"] = obj["spec"]["trainer"]["resourcesPerNode"]
+            assert not check_restricted(pod, path, rdma_device=DEFAULT_RDMA_RESOURCE)
             plain = check_restricted(pod, path)
             assert all(e.path.endswith("capabilities.add") for e in plain), plain
     assert not any(adds_rdma_capability(o) for o in rendered(target, rdma=None))
@@ -72,6 +75,7 @@ def test_rdma_pods_pass_restricted_but_for_ipc_lock(target: str) -> None:
         ({"network": "IB_NET"}, "spec.rdma.network"),
         ({"network": "a/b/c"}, "spec.rdma.network"),
         ({"network": "ib", "resource": "no-domain"}, "spec.rdma.resource"),
+        ({"network": "ib", "resource": "nvidia.com/gpu"}, "spec.rdma.resource"),
         ({"network": "ib", "hca": "mlx5 0"}, "spec.rdma.hca"),
         ({}, "spec.rdma.network"),
     ],
@@ -85,3 +89,19 @@ def test_a_bad_rdma_field_is_refused_with_its_path(rdma: dict[str, Any], path: s
 def test_a_network_of_another_namespace_is_multus_form() -> None:
     job = validate_training_job(cluster_job(rdma={"network": "net-system/ib-net"}))
     assert job.spec.rdma is not None and job.spec.rdma.network == "net-system/ib-net"
+
+
+def test_the_spec_env_wins_over_the_rdma_nccl_defaults() -> None:
+    doc = cluster_job(rdma=RDMA, env={"NCCL_SOCKET_IFNAME": "bond0"})
+    (pod,) = templates(render(validate_training_job(doc), "jobset"))
+    names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
+    assert names.count("NCCL_SOCKET_IFNAME") == 1  # a JobSet's env is a list keyed by name
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["NCCL_SOCKET_IFNAME"] == "bond0" and env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+
+
+def test_ipc_lock_passes_the_check_only_beside_the_device() -> None:
+    (pod,) = templates(render(validate_training_job(cluster_job(rdma=RDMA)), "jobset"))
+    pod["spec"]["containers"][0]["resources"]["limits"].pop(DEFAULT_RDMA_RESOURCE)
+    errors = check_restricted(pod["spec"], rdma_device=DEFAULT_RDMA_RESOURCE)
+    assert [e.path for e in errors] == ["spec.containers[0].securityContext.capabilities.add"]

@@ -269,4 +269,4 @@ def _go_duration(text: str | None) -> str | None:
         fail(UserInputError([FieldError("--pods-ready-timeout", str(exc))]))
     if seconds <= 0:
         fail(UserInputError([FieldError("--pods-ready-timeout", f"must be positive, got {text}")]))
-    return f"{seconds:g}s"
+    return f"{round(seconds * 1000)}ms"  # Go's time.ParseDuration: no exponent notation

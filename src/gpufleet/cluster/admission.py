@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.cluster.apierrors import api_errors, to_cluster_error
+from gpufleet.cluster.apierrors import api_errors, status_code, to_cluster_error
+from gpufleet.cluster.doctor.requirements import POD_SECURITY_ENFORCE
+from gpufleet.console import err_console
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.kube import LABEL_RDMA, Obj
 from gpufleet.render.podsecurity import RDMA_CAPABILITY, pod_specs_in
-
-ENFORCE = "pod-security.kubernetes.io/enforce"
 
 
 def adds_rdma_capability(obj: Obj) -> bool:
@@ -32,8 +32,12 @@ def check_pod_security(core: Any, objects: list[Obj]) -> None:
         try:
             labels = core.read_namespace(ns).metadata.labels or {}
         except api_errors() as exc:
+            if status_code(exc) == 403:  # a user who may not read it: admission will tell
+                note = f"note: cannot read namespace {ns}'s Pod Security level (forbidden)"
+                err_console.print(note + "; its RDMA workers are checked when created")
+                continue
             raise to_cluster_error(exc, f"read namespace {ns}") from exc
-        level = labels.get(ENFORCE, "privileged")  # Kubernetes' default without the label
+        level = labels.get(POD_SECURITY_ENFORCE, "privileged")  # the default without the label
         if labels.get(LABEL_RDMA) == "true" or level == "privileged":
             continue
         raise UserInputError([FieldError("spec.rdma", (

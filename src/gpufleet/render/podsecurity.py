@@ -65,11 +65,11 @@ def pod_specs_in(obj: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]
 
 
 def check_restricted(
-    pod: dict[str, Any], path: str = "spec", also_add: frozenset[str] = frozenset()
+    pod: dict[str, Any], path: str = "spec", rdma_device: str | None = None
 ) -> list[FieldError]:
-    """Every violation of the restricted profile in one PodSpec (empty: the pod passes);
-    ``also_add``: capabilities allowed beyond restricted's (RDMA_CAPABILITY, in an rdma
-    tenant)."""
+    """Every violation of the restricted profile in one PodSpec (empty: the pod passes); with
+    ``rdma_device``, what an rdma tenant's policy allows besides: RDMA_CAPABILITY in a
+    container whose limits hold that device (the chart's templates/rdma.yaml)."""
     errors: list[FieldError] = []
 
     def bad(where: str, message: str) -> None:
@@ -94,7 +94,9 @@ def check_restricted(
             where = f"{kind}[{i}]"
             sc = c.get("securityContext") or {}
             _check_context(sc, f"{where}.securityContext", bad)
-            _check_container(c, sc, where, bad, RESTRICTED_ADD_CAPS | also_add)
+            with_device = rdma_device in ((c.get("resources") or {}).get("limits") or {})
+            may_add = RESTRICTED_ADD_CAPS | ({RDMA_CAPABILITY} if with_device else set())
+            _check_container(c, sc, where, bad, frozenset(may_add))
             non_root = sc.get("runAsNonRoot", pod_non_root)
             if non_root is not True:
                 bad(f"{where}.securityContext.runAsNonRoot", "must be true (pod or container)")

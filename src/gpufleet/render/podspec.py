@@ -208,8 +208,10 @@ def _attach_rdma(container: Obj, rdma: Rdma) -> None:
     requests[rdma.resource] = "1"
     container["resources"]["limits"] = dict(requests)
     container["securityContext"]["capabilities"]["add"] = [RDMA_CAPABILITY]
-    nccl = [{"name": "NCCL_IB_HCA", "value": rdma.hca},
-            {"name": "NCCL_SOCKET_IFNAME", "value": rdma.socket_ifname}]  # fmt: skip
+    have = {e["name"] for e in container["env"]}  # the spec's own env wins, as everywhere
+    nccl = [{"name": n, "value": v}
+            for n, v in (("NCCL_IB_HCA", rdma.hca), ("NCCL_SOCKET_IFNAME", rdma.socket_ifname))
+            if n not in have]  # fmt: skip
     container["env"] = sorted(container["env"] + nccl, key=lambda e: e["name"])
 
 

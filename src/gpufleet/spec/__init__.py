@@ -17,7 +17,14 @@ from gpufleet.spec.loader import (
     validate_training_job,
 )
 from gpufleet.spec.names import API_VERSION, Metadata
-from gpufleet.spec.resources import DEFAULT_RDMA_RESOURCE, Rdma, Resources, Topology, Volume
+from gpufleet.spec.resources import (
+    DEFAULT_RDMA_RESOURCE,
+    RDMA_RESOURCE_PREFIX,
+    Rdma,
+    Resources,
+    Topology,
+    Volume,
+)
 from gpufleet.spec.training import Checkpoint, Preemption, TrainingJob, TrainingJobSpec
 from gpufleet.spec.workloads import (
     WORKLOAD_KINDS,
@@ -30,6 +37,7 @@ __all__ = [
     "API_VERSION",
     "DEFAULT_RDMA_RESOURCE",
     "ENV_NAME",
+    "RDMA_RESOURCE_PREFIX",
     "WORKLOAD_KINDS",
     "Checkpoint",
     "DigitsWorkload",

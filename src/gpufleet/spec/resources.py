@@ -65,9 +65,13 @@ class Topology(SpecModel):
 
 # The RDMA device plugin's resource (k8s-rdma-shared-dev-plugin, as NVIDIA's Network Operator
 # installs it); the chart's `rdma.resourceName` defaults to the same.
-DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+# Every RDMA device resource is under RDMA_RESOURCE_PREFIX (the shared device plugin's own
+# naming): Kueue's quota skips that prefix (the chart's kueue-config.yaml) and doctor looks
+# for it on the nodes.
+RDMA_RESOURCE_PREFIX = "rdma/"
+DEFAULT_RDMA_RESOURCE = RDMA_RESOURCE_PREFIX + "rdma_shared_device_a"
 _NETWORK = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_RESOURCE = re.compile(r"^rdma/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 class Rdma(SpecModel):
@@ -109,5 +113,6 @@ class Rdma(SpecModel):
     @classmethod
     def _resource(cls, value: str) -> str:
         if not _RESOURCE.match(value):
-            raise ValueError(f"must be an extended resource name (domain/name), got {value!r}")
+            raise ValueError(f"must be an RDMA device resource, {RDMA_RESOURCE_PREFIX}<name> (the "
+                             f"prefix Kueue's quota skips), got {value!r}")  # fmt: skip
         return value

@@ -115,7 +115,7 @@ def kueue_pods_ready(facts: Facts) -> Finding:
     if facts.kueue_config is None or "kueue-config" in facts.errors:
         return warn(name, "Kueue's configuration not read (see kueue integrations)")
     wait = facts.kueue_config.get("waitForPodsReady")
-    if not wait:
+    if not wait or wait.get("enable") is False:  # v1beta1's switch
         return warn(name, "waitForPodsReady not set: a job admitted whose pods cannot all start "
                           "holds its quota while others wait",
                     f"merge {KUEUE_SETTINGS} into ConfigMap {KUEUE_CONFIGMAP}")  # fmt: skip

@@ -19,6 +19,7 @@ from gpufleet.cluster.doctor.requirements import (
     DNS_SELECTOR,
     KUEUE_CONFIGMAP,
     MANAGER_CONFIG_KEY,
+    RDMA_POLICY,
 )
 from gpufleet.kube import Obj
 
@@ -44,6 +45,8 @@ class Facts:
     # The probe of each installed controller whose webhooks are configured, by Deployment
     # name: "" passed, else why not.
     probes: dict[str, str] = field(default_factory=dict)
+    # Whether the chart's RDMA policy and its binding are both there.
+    rdma_policy: bool = False
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -87,6 +90,10 @@ def gather(api_client: Any) -> Facts:
         if (service := (w.get("clientConfig") or {}).get("service"))
     }
     facts.probes = _probes(client.CustomObjectsApi(api_client), facts)
+    policies = reader.read("rdma-policy", admission.list_validating_admission_policy)
+    bindings = reader.read("rdma-policy", admission.list_validating_admission_policy_binding)
+    facts.rdma_policy = all(any(o["metadata"]["name"] == RDMA_POLICY for o in objects)
+                            for objects in (policies, bindings))  # fmt: skip
     return facts
 
 

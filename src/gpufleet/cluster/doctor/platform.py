@@ -16,11 +16,12 @@ from gpufleet.cluster.doctor.requirements import (
     NAD_CRD,
     POD_SECURITY_ENFORCE,
     PROMETHEUS_OPERATOR_CRDS,
-    RDMA_RESOURCE_PREFIX,
+    RDMA_POLICY,
     TENANT_POD_SECURITY,
 )
 from gpufleet.kube import LABEL_RDMA, LABEL_TENANT, Obj
 from gpufleet.render.podspec import GPU_RESOURCE
+from gpufleet.spec import RDMA_RESOURCE_PREFIX
 
 
 def gpu_nodes(facts: Facts) -> list[Finding]:
@@ -116,7 +117,8 @@ def default_storage_class(facts: Facts) -> Finding:
 
 
 def tenant_pod_security(facts: Facts) -> Finding:
-    """Every tenant namespace (the chart's label) enforces TENANT_POD_SECURITY."""
+    """Every tenant namespace (the chart's label) enforces TENANT_POD_SECURITY; an RDMA
+    tenant, privileged held to restricted plus IPC_LOCK by the chart's policy (rdma_security)."""
     if "namespaces" in facts.errors:
         return unreadable("pod security", facts.errors["namespaces"])
     tenants = [n for n in facts.namespaces if LABEL_TENANT in (n["metadata"].get("labels") or {})]
@@ -129,6 +131,7 @@ def tenant_pod_security(facts: Facts) -> Finding:
     weak = {
         n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(POD_SECURITY_ENFORCE)
         for n in tenants
+        if (n["metadata"].get("labels") or {}).get(LABEL_RDMA) != "true"
     }
     weak = {ns: level for ns, level in weak.items() if level != TENANT_POD_SECURITY}
     if weak:
@@ -180,6 +183,26 @@ def prometheus_operator(facts: Facts) -> Finding:
     return ok("prometheus operator", "PodMonitor, ServiceMonitor, PrometheusRule")
 
 
+def rdma_security(facts: Facts, tenants: list[str]) -> Finding | None:
+    """RDMA tenants enforce privileged (restricted refuses their IPC_LOCK) and the chart's
+    policy holds their pods to restricted plus that; None when they do."""
+    levels = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(POD_SECURITY_ENFORCE)
+              for n in facts.namespaces if n["metadata"]["name"] in tenants}  # fmt: skip
+    refusing = sorted(ns for ns, level in levels.items() if level not in (None, "privileged"))
+    if refusing:
+        return fail("rdma", f"RDMA tenants {', '.join(refusing)} enforce a Pod Security level "
+                            "that refuses IPC_LOCK: their RDMA workers cannot start",
+                    "install them with the chart (rdma: true)")  # fmt: skip
+    if "rdma-policy" in facts.errors:
+        return unreadable("rdma", facts.errors["rdma-policy"])
+    if not facts.rdma_policy:
+        return fail("rdma", f"RDMA tenants {', '.join(tenants)} enforce privileged without the "
+                            f"chart's ValidatingAdmissionPolicy {RDMA_POLICY} and its binding: "
+                            "their pods are not held to restricted",
+                    "install the chart (templates/rdma.yaml)")  # fmt: skip
+    return None
+
+
 def rdma(facts: Facts) -> Finding | None:
     """Where tenants use RDMA (label LABEL_RDMA): Multus' kind, and GPU nodes advertising an
     RDMA device; None where none does."""
@@ -189,10 +212,15 @@ def rdma(facts: Facts) -> Finding | None:
                      if (n["metadata"].get("labels") or {}).get(LABEL_RDMA) == "true")  # fmt: skip
     if not tenants:
         return None
+    unsafe = rdma_security(facts, tenants)
+    if unsafe is not None:
+        return unsafe
     if "crds" not in facts.errors and NAD_CRD not in facts.crds:
         return fail("rdma", f"tenants {', '.join(tenants)} use RDMA, but {NAD_CRD} is not "
                             "installed: their networks cannot be attached",
                     "install Multus (or NVIDIA's Network Operator)")  # fmt: skip
+    if "nodes" in facts.errors:
+        return unreadable("rdma", facts.errors["nodes"])
     devices = sorted({r for n in facts.nodes
                       for r in ((n.get("status") or {}).get("allocatable") or {})
                       if r.startswith(RDMA_RESOURCE_PREFIX)})  # fmt: skip

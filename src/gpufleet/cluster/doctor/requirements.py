@@ -116,6 +116,7 @@ TRAINER_MANAGER = Process(
     "kubeflow-trainer-controller-manager",
     TRAINER_PROBE,
 )
+MPI_OPERATOR_MANAGER = Process("mpi-operator", "mpi-operator")
 VOLCANO_ADMISSION_PROCESS = Process(
     "volcano-admission", webhook_service="volcano-admission-service", probe=VOLCANO_PROBE
 )
@@ -166,7 +167,7 @@ TRAINING_OPERATOR = Controller(
 MPI_OPERATOR = Controller(
     "mpi-operator",
     crds=(("mpijobs.kubeflow.org", "v2beta1"),),
-    processes=(Process("mpi-operator", "mpi-operator"),),
+    processes=(MPI_OPERATOR_MANAGER,),
     verified="v0.8.2",
 )
 TRAINER = Controller(
@@ -249,6 +250,6 @@ POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 TENANT_POD_SECURITY = "restricted"
 DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"
 # RDMA tenants need Multus' kind and nodes advertising RDMA devices (the chart's
-# rdma.resourceName: the shared device plugin's, under this prefix; Kueue's quota skips it).
+# rdma.resourceName, under the spec's RDMA_RESOURCE_PREFIX, which Kueue's quota skips).
 NAD_CRD = "network-attachment-definitions.k8s.cni.cncf.io"
-RDMA_RESOURCE_PREFIX = "rdma/"
+RDMA_POLICY = "gpufleet-rdma-restricted"  # the chart's ValidatingAdmissionPolicy and binding

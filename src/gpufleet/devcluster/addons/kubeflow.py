@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
-from gpufleet.cluster.doctor.requirements import TRAINER_MANAGER, TRAINING_OPERATOR_MANAGER
+from gpufleet.cluster.doctor.requirements import (
+    MPI_OPERATOR_MANAGER,
+    TRAINER_MANAGER,
+    TRAINING_OPERATOR_MANAGER,
+)
 from gpufleet.devcluster.addons.base import Addon, Certs, Config, Ready
 
 # The schemes the training-operator runs: all of its v1.9 kinds but MPIJob, whose CRD and
@@ -57,7 +61,7 @@ MPI_OPERATOR = Addon(
     # No readiness endpoint on a port we choose: ready once it holds its leader-election Lease
     # (it works only while leading).
     ready=Ready.LEASE,
-    ready_lease="mpi-operator",
+    ready_lease=MPI_OPERATOR_MANAGER.lease,
     kueue_frameworks=("kubeflow.org/mpijob",),
     # cmd/mpi-operator/app/server.go: healthCheckPort = 8080, on every interface (/healthz only).
     fixed_ports=(8080,),
