@@ -96,9 +96,13 @@ def test_chart_installs_is_accepted_by_kueue_and_uninstalls_clean(
             return len(ours) == len(tenants) and all(ours.values()) and all(map(active, lqs))
 
         poll_until(queues_active, what="every ClusterQueue and LocalQueue Active", timeout=60)
+        rdma = {t["name"] for t in values_of(values)["tenants"] if t.get("rdma")}
         for tenant in tenants:
             labels = devcluster.core.read_namespace(tenant).metadata.labels
-            assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+            # an RDMA tenant: the chart's policy holds it to restricted plus IPC_LOCK instead
+            level = "privileged" if tenant in rdma else "restricted"
+            assert labels["pod-security.kubernetes.io/enforce"] == level
+            assert (labels.get("gpufleet.dev/rdma") == "true") == (tenant in rdma)
     finally:
         devcluster.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "120s")
     devcluster.core.delete_namespace(ns)

@@ -35,7 +35,11 @@ def test_a_rayjob_trains_digits_on_real_nodes_and_ends_with_the_local_runs_weigh
     import torch
 
     name = "ray-rayjob-2x1"
-    path = write_spec(reallab.root, real_job(name, 2, 1, "ray"), f"{name}.yaml")
+    doc = real_job(name, 2, 1, "ray")
+    # 3 of a node's 4 GPUs per worker: the two cannot share a node (the scheduler alone once
+    # packed them onto one, beside the head on the other); the Train workers use CPUs here
+    doc["spec"]["resources"]["gpu"] = 3
+    path = write_spec(reallab.root, doc, f"{name}.yaml")
     submit = reallab.gpufleet("submit", str(path), "--target", "rayjob")
     assert submit.returncode == 0, submit.stderr[-2000:]
     phase, pods = reallab.run_to_end(name, TENANT, timeout=480)
