@@ -6,6 +6,7 @@ official tritonclient with the model's own answers, and a LoadGen Offline run VA
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,9 @@ from tests.support.specs import write_spec
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
 NAME, CLAIM = "digits-serve", "models"
-KUBECTL = REPO / ".tools" / "bin" / "kubectl"
+# kubectl as the control-plane build finds it: on PATH, else the one `make tools` fetched with
+# helm (it fetches none when helm is on PATH already).
+KUBECTL = shutil.which("kubectl") or str(REPO / ".tools" / "bin" / "kubectl")
 
 
 @pytest.fixture(scope="module")
