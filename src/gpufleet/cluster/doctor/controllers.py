@@ -58,8 +58,8 @@ def controller_findings(facts: Facts, controllers: list[Controller], named: bool
     is a WARN saying which targets cannot run, unless a named target needs it (``named``) or
     it is Kueue."""
     out = []
+    deployed = {d["metadata"]["name"] for d in facts.deployments}
     for c in controllers:
-        deployed = {d["metadata"]["name"] for d in facts.deployments}
         absent = "crds" not in facts.errors and not _installed(c, facts, any_crd=True)
         absent = absent and not any(p.deployment in deployed for p in c.processes)
         if absent and c is not KUEUE and not named:
