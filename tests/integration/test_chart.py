@@ -169,6 +169,17 @@ def _set(path: list[Any], value: Any) -> Any:
     return change
 
 
+_CHAT = {"name": "chat", "slack": {"secret": {"name": "hooks", "key": "slack"}}}
+
+
+def _alerting(**values: Any) -> Any:
+    def change(v: dict[str, Any]) -> None:
+        alerting = {"enabled": True, "receivers": [_CHAT], **values}
+        v.setdefault("monitoring", {})["alerting"] = alerting
+
+    return change
+
+
 BAD_VALUES = [
     ("duplicate tenant", lambda v: v["tenants"].append(copy.deepcopy(v["tenants"][0])),
      "tenants[2].name"),
@@ -206,6 +217,19 @@ BAD_VALUES = [
      "tenants[0].quota.cpu: Kueue can admit up to 96 of cpu"),
     ("memory beyond the quota, in other units", _set(["tenants", 0, "quota", "memory"], "0.25Ti"),
      "tenants[0].quota.memory: Kueue can admit up to 384Gi of memory"),
+    ("alerting without receivers", _alerting(receivers=[]), "monitoring.alerting.receivers:"),
+    ("route to no receiver", _alerting(routes=[{"receiver": "pager"}]),
+     'monitoring.alerting.routes[0].receiver: "pager" is not one of'),
+    ("route for no tenant", _alerting(routes=[{"receiver": "chat", "tenants": ["ghost"]}]),
+     "monitoring.alerting.routes[0].tenants[0]"),
+    ("default to no receiver", _alerting(defaultReceiver="pager"),
+     "monitoring.alerting.defaultReceiver"),
+    ("receiver twice", _alerting(receivers=[_CHAT, _CHAT]),
+     "monitoring.alerting.receivers[1].name"),
+    ("two integrations in one receiver", _alerting(receivers=[{**_CHAT, "webhook": {"url":
+     "https://x.example"}}]), "/monitoring/alerting/receivers/0"),
+    ("hook URL in the values", _alerting(receivers=[{"name": "chat", "slack": {"url":
+     "https://hooks.slack.com/services/T/B/X"}}]), "/monitoring/alerting/receivers/0"),
 ]  # fmt: skip
 
 

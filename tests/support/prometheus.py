@@ -33,14 +33,20 @@ def query(port: int, promql: str) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def prometheus(directory: Path, scrape_configs: list[dict[str, Any]]) -> Iterator[int]:
-    """Prometheus scraping and evaluating gpufleet's rules every second; yields its port."""
+def prometheus(
+    directory: Path, scrape_configs: list[dict[str, Any]], alertmanager: int | None = None
+) -> Iterator[int]:
+    """Prometheus scraping and evaluating gpufleet's rules every second, sending its alerts to
+    the Alertmanager on 127.0.0.1:``alertmanager`` if given; yields its port."""
     port = free_port()
-    config = {
+    config: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],
         "scrape_configs": scrape_configs,
     }
+    if alertmanager is not None:
+        targets = [f"127.0.0.1:{alertmanager}"]
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": targets}]}]}
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
     proc = subprocess.Popen(
         ["prometheus", f"--config.file={directory / 'prometheus.yml'}",
