@@ -52,6 +52,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks scripts examples
 	$(BIN)/mypy
 	$(BIN)/python scripts/gen_spec_docs.py --check
+	$(BIN)/python scripts/gen_zabbix_template.py --check
 
 # One pytest-xdist worker per core: the test modules are handed out whole, the control plane's
 # together, all of tests/cluster/ (tests/conftest.py, work_unit; tests/README.md).

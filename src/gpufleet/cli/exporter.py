@@ -12,7 +12,7 @@ from gpufleet.cli.common import fail, stop_on_signals
 from gpufleet.console import err_console
 from gpufleet.errors import FieldError, MetricsPortError, UserInputError
 from gpufleet.observe.devices import Device, SimulatedDevice, nvml_devices
-from gpufleet.observe.exporter import DEFAULT_DEADLINE, GpuCollector, registry_for
+from gpufleet.observe.exporter import DEFAULT_DEADLINE, EXPORTER_PORT, GpuCollector, registry_for
 from gpufleet.observe.http import check_listen, start_metrics_server, url
 from gpufleet.observe.podresources import SOCKET, Attribution, PodLabels, PodResourcesClient
 from gpufleet.procs import wait_for
@@ -23,7 +23,7 @@ def exporter(
     address: Annotated[
         str, typer.Option(help="Listen address; 0.0.0.0 to be scraped from other hosts.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Listen port (0: any free port).")] = 9400,
+    port: Annotated[int, typer.Option(help="Listen port (0: any free port).")] = EXPORTER_PORT,
     node: Annotated[str | None, typer.Option(help="The node label (default: hostname).")] = None,
     deadline: Annotated[
         str, typer.Option(help="Longest a scrape waits for the devices, e.g. 2s.")

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 # GpufleetGpuXidHardware in deploy/prometheus/gpufleet-rules.yaml lists the same): the exporter
 # reports each at 0 until its first event, so Prometheus sees that event as an increase at once.
 HARDWARE_XIDS = (48, 63, 64, 74, 79, 92, 93, 94, 95)
+# The codes that are a program's fault, not the GPU's (the alert GpufleetGpuXidApplication).
+APPLICATION_XIDS = (13, 31, 43)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,8 @@ METRICS: dict[str, tuple[str, str, str]] = {
 }  # fmt: skip
 
 
+# The exporter's port unless told (the chart's monitoring.exporter.port, dcgm-exporter's too).
+EXPORTER_PORT = 9400
 # Seconds a scrape waits for the devices (and the kubelet) before it answers without them.
 DEFAULT_DEADLINE = 2.0
 
