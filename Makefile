@@ -21,11 +21,13 @@ $(STAMP): pyproject.toml constraints.txt
 
 # helm for the chart tests: from PATH, or fetched once into .tools/bin (scripts/get-helm.sh);
 # promtool and prometheus for the metrics tests: the Debian package (scripts/get-prometheus.sh);
-# alertmanager and amtool for the alert-routing tests: the Debian package (scripts/get-alertmanager.sh).
+# alertmanager and amtool for the alert-routing tests: the Debian package (scripts/get-alertmanager.sh);
+# Zabbix 6.0 (server, frontend, PostgreSQL) for the Zabbix template's tests (scripts/get-zabbix.sh).
 tools:
 	bash scripts/get-helm.sh $(TOOLS)
 	bash scripts/get-prometheus.sh
 	bash scripts/get-alertmanager.sh
+	bash scripts/get-zabbix.sh
 	bash scripts/get-node-packages.sh
 
 # The local control plane (etcd, kube-*, kwok, Kueue, JobSet, Kubeflow operators, Volcano) and a
