@@ -124,8 +124,12 @@ def test_a_node_collects_its_gpus_and_a_hardware_xid_fires(zabbix: Zabbix, workd
     # The event's tags: the trigger's, and its item's with the host's macros resolved.
     tags = {(t["tag"], t["value"]) for t in problem[0]["tags"]}
     assert {("severity", "critical"), ("node", "n1"), ("gpu", "0")} <= tags, tags
-    # Nothing else: GPU 1 is healthy, GPU 0 was readable minutes ago.
-    assert [_alert(p) for p in _problems(zabbix, hostid)] == ["GpufleetGpuXidHardware"]
+    # No other XID trigger, and not GPU 1's (healthy). (The windowed triggers, such as a GPU
+    # unreadable for 5 minutes, judge the values there are: a loaded machine's late first
+    # read could open one on a new host, so they are not asserted on here.)
+    xids = [p for p in _problems(zabbix, hostid) if _alert(p).startswith("GpufleetGpuXid")]
+    assert [(_alert(p), p["name"]) for p in xids] == [
+        ("GpufleetGpuXidHardware", "GPU 0 on n1: hardware XID")]  # fmt: skip
 
 
 def _node_collects(z: Zabbix, hostid: str) -> None:

@@ -3,8 +3,10 @@
 One trigger per alert, with the alert's name as its `alert` tag, its severity as the priority and
 its runbook as the URL (both read from the rule file when the template is made). What Prometheus
 says with `for:` Zabbix says with a function over the same window (min/max over 5m: true all 5
-minutes); `keep_firing_for` after a counter's event becomes "the counter is above its minimum
-over that window". Thresholds are user macros, so a site tunes them per host.
+minutes). Zabbix judges such a window by the values it holds, so on a host added a minute ago a
+5-minute condition can hold after one bad read (Prometheus would wait the 5 minutes).
+`keep_firing_for` after a counter's event becomes "the counter is above its minimum over that
+window". Thresholds are user macros, so a site tunes them per host.
 """
 
 from __future__ import annotations
