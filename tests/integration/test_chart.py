@@ -218,6 +218,7 @@ BAD_VALUES = [
     ("memory beyond the quota, in other units", _set(["tenants", 0, "quota", "memory"], "0.25Ti"),
      "tenants[0].quota.memory: Kueue can admit up to 384Gi of memory"),
     ("alerting without receivers", _alerting(receivers=[]), "monitoring.alerting.receivers:"),
+    ("alerting that drops everything", _alerting(), "monitoring.alerting.routes: no route"),
     ("route to no receiver", _alerting(routes=[{"receiver": "pager"}]),
      'monitoring.alerting.routes[0].receiver: "pager" is not one of'),
     ("route for no tenant", _alerting(routes=[{"receiver": "chat", "tenants": ["ghost"]}]),

@@ -105,8 +105,11 @@ def test_the_templates_import(zabbix: Zabbix) -> None:
 def test_a_node_collects_its_gpus_and_a_hardware_xid_fires(zabbix: Zabbix, workdir: Path) -> None:
     with answering_kubelet() as kubelet:
         exporter = subprocess.Popen(
+            # GPU 1's XID 143 is no application fault (13) and no hardware one (43 is not
+            # one either): Zabbix searches where PromQL matches whole values.
             gpufleet_cmd("exporter", "--simulate", "2", "--simulate-failure", "0:79",
-                         "--port", "0", "--node", "n1", "--pod-resources", kubelet.socket),
+                         "--simulate-failure", "1:143", "--port", "0", "--node", "n1",
+                         "--pod-resources", kubelet.socket),
             cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True,
         )  # fmt: skip
@@ -124,17 +127,20 @@ def test_a_node_collects_its_gpus_and_a_hardware_xid_fires(zabbix: Zabbix, workd
     # The event's tags: the trigger's, and its item's with the host's macros resolved.
     tags = {(t["tag"], t["value"]) for t in problem[0]["tags"]}
     assert {("severity", "critical"), ("node", "n1"), ("gpu", "0")} <= tags, tags
-    # No other XID trigger, and not GPU 1's (healthy). (The windowed triggers, such as a GPU
-    # unreadable for 5 minutes, judge the values there are: a loaded machine's late first
-    # read could open one on a new host, so they are not asserted on here.)
+    # GPU 1's unclassified XID opens its own problem, and no other XID trigger fires. (The
+    # windowed triggers, such as a GPU unreadable for 5 minutes, judge the values there are:
+    # a loaded machine's late first read could open one on a new host; not asserted on here.)
+    _wait("GPU 1's XID problem", _firing(zabbix, hostid, "GpufleetGpuXidOther"))
     xids = [p for p in _problems(zabbix, hostid) if _alert(p).startswith("GpufleetGpuXid")]
-    assert [(_alert(p), p["name"]) for p in xids] == [
-        ("GpufleetGpuXidHardware", "GPU 0 on n1: hardware XID")]  # fmt: skip
+    assert sorted((_alert(p), p["name"]) for p in xids) == [
+        ("GpufleetGpuXidHardware", "GPU 0 on n1: hardware XID"),
+        ("GpufleetGpuXidOther", "GPU 1 on n1: unclassified XID")]  # fmt: skip
 
 
 def _node_collects(z: Zabbix, hostid: str) -> None:
     keys = ("gpufleet.gpu.utilization_ratio[0]", "gpufleet.gpu.temperature_celsius[1]",
             "gpufleet.gpu.up[0]", "gpufleet.gpu.xid.hardware[0]", "gpufleet.gpu.allocated[0]",
+            "gpufleet.gpu.xid.other[1]",
             "gpufleet.exporter.devices")  # fmt: skip
 
     def collected() -> dict[str, dict[str, Any]] | None:
@@ -150,6 +156,26 @@ def _node_collects(z: Zabbix, hostid: str) -> None:
     tags = {t["tag"]: t["value"] for t in items["gpufleet.gpu.up[0]"]["tags"]}
     assert tags == {"component": "gpu", "gpu": "0", "node": "{HOST.NAME}",
                     "uuid": "GPU-00000000-0000-0000-0000-000000000000"}  # fmt: skip
+
+
+def test_an_exporter_that_stops_answering_is_down(zabbix: Zabbix, workdir: Path) -> None:
+    """Quiet while the exporter answers, past the window; down once it stops for the window."""
+    exporter = subprocess.Popen(
+        gpufleet_cmd("exporter", "--simulate", "1", "--port", "0", "--node", "n2"),
+        cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        hostid = _host(zabbix, "n2", NODE, {
+            "{$GPUFLEET.EXPORTER.PORT}": str(served_port(exporter)), "{$GPUFLEET.INTERVAL}": "1s",
+            "{$GPUFLEET.EXPORTER.NODATA}": "20s"})  # fmt: skip
+        _wait("the exporter's first value", lambda: _items(zabbix, hostid)[
+            "gpufleet.exporter.devices"]["lastclock"] != "0")  # fmt: skip
+        time.sleep(30)  # past the window, and a timer's evaluation of nodata
+        assert _firing(zabbix, hostid, "GpufleetExporterDown")() == []
+    finally:
+        stop_processes([exporter])
+    (problem,) = _wait("the exporter-down problem", _firing(zabbix, hostid, "GpufleetExporterDown"))
+    assert problem["name"] == "gpufleet exporter on n2: down"
 
 
 def test_a_stuck_job_fires_no_progress(zabbix: Zabbix) -> None:

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from gpufleet.net import free_port
+from tests.support.procs import poll_until
 
 # Debian names the server prometheus-alertmanager; upstream's build, alertmanager.
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -39,12 +41,22 @@ def alertmanager(directory: Path, config: Path) -> Iterator[int]:
     yields its port."""
     assert ALERTMANAGER
     port = free_port()
-    proc = subprocess.Popen(
-        [ALERTMANAGER, f"--config.file={config}", f"--storage.path={directory / 'am-data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
-        cwd=directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    log = directory / "alertmanager.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [ALERTMANAGER, f"--config.file={config}", f"--storage.path={directory / 'am-data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+            cwd=directory, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     try:
+        # Ready before Prometheus sends: an alert it could not deliver is resent only after a
+        # minute. A server that died (its port taken meanwhile) fails here, with its log.
+        ready = f"http://127.0.0.1:{port}/-/ready"
+        try:
+            poll_until(lambda: _answers(ready), what="Alertmanager ready", timeout=60,
+                       alive=proc, retry_on=(OSError,))  # fmt: skip
+        except pytest.fail.Exception as e:
+            pytest.fail(f"{e}\n{log.read_text(errors='replace')[-3000:]}")
         yield port
     finally:
         proc.terminate()
@@ -53,6 +65,11 @@ def alertmanager(directory: Path, config: Path) -> Iterator[int]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _answers(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return bool(resp.status == 200)
 
 
 @dataclass

@@ -97,7 +97,8 @@ def test_the_xid_items_count_the_codes_the_alerts_name(alert: str, codes: tuple[
     patterns = {p["key"]: p["preprocessing"][0]["parameters"] for p in gpus["item_prototypes"]}
     kind = "hardware" if alert.endswith("Hardware") else "application"
     pattern, result, function = patterns[f"gpufleet.gpu.xid.{kind}[{{#GPU}}]"]
-    assert f'xid=~"{"|".join(map(str, codes))}"' in pattern
+    # Anchored: Zabbix's =~ searches, so "13|31|43" alone would match XID 143.
+    assert f'xid=~"^({"|".join(map(str, codes))})$"' in pattern
     assert (result, function) == ("function", "sum")
 
 
@@ -120,3 +121,14 @@ def test_uuids_are_unique_version_4() -> None:
     uuids = re.findall(r"uuid: ([0-9a-f]+)", text)
     assert len(uuids) == len(set(uuids)) > 50
     assert all(re.fullmatch(r"[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}", u) for u in uuids)
+
+
+def test_the_exporter_is_down_after_the_rules_for() -> None:
+    """nodata over {$GPUFLEET.EXPORTER.NODATA}, the rule's `for:`, on an item that keeps history
+    (Zabbix evaluates nothing on the page item, which keeps none)."""
+    assert MACROS["{$GPUFLEET.EXPORTER.NODATA}"][0] == ALERTS["GpufleetExporterDown"]["for"]
+    (down,) = [t for t in DOC["triggers"] if "nodata(" in t["expression"]]
+    key = re.search(r"nodata\(/[^/]+/([^,]+),", down["expression"])
+    assert key is not None
+    (item,) = [i for i in TEMPLATES["gpufleet GPU node by HTTP"]["items"] if i["key"] == key[1]]
+    assert item.get("history", "90d") != "0"

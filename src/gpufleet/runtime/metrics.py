@@ -27,6 +27,7 @@ LAST_CHECKPOINT_STEP = "gpufleet_job_last_checkpoint_step"
 SAMPLES = "gpufleet_job_samples"  # a Counter: exposed as SAMPLES + "_total"
 RESTARTS = "gpufleet_job_restarts"
 HANG_TIMEOUT = "gpufleet_job_hang_timeout_seconds"
+LAST_PROGRESS = "gpufleet_job_last_progress_timestamp_seconds"
 # Written only when it happens (a worker that never resumed or hung has no such series), by
 # a process that then ends: a multiprocess "mostrecent" gauge outlives it, so the next
 # attempt's workers and `gpufleet status` still see the last one.
@@ -68,7 +69,7 @@ class JobMetrics:
         self._gauge, self._lazy = gauge, dict[str, Any]()
         self.restarts = gauge(RESTARTS, "Worker-group restarts so far (this pod's agent).")
         self.last_progress = gauge(
-            "gpufleet_job_last_progress_timestamp_seconds",
+            LAST_PROGRESS,
             "Unix time of the last completed step.",
             mode="max",
         )

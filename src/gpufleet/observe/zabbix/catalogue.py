@@ -53,7 +53,11 @@ def units(metric: str) -> str:
 
 
 def _xids(match: str, codes: tuple[int, ...]) -> str:
-    return f'gpufleet_gpu_xid_errors_total{{gpu="{GPU}",xid{match}"{"|".join(map(str, codes))}"}}'
+    # Anchored: Zabbix searches (PCRE) where PromQL matches the whole value, so "13|31|43"
+    # would take XID 143 for an application fault.
+    return (
+        f'gpufleet_gpu_xid_errors_total{{gpu="{GPU}",xid{match}"^({"|".join(map(str, codes))})$"}}'
+    )
 
 
 def gpu_items() -> list[Item]:
@@ -72,8 +76,10 @@ def gpu_items() -> list[Item]:
     both = (*HARDWARE_XIDS, *APPLICATION_XIDS)
     return [
         *items,
+        # No default: a GPU gone from the exporter's list (a driver reload, fewer GPUs) is
+        # silent, as in Prometheus, rather than "unreadable" until discovery forgets it.
         Item(f"gpufleet.gpu.up[{GPU}]", f"GPU {GPU}: readable", f'gpufleet_gpu_up{{gpu="{GPU}"}}',
-             "1 if the exporter's last read of this GPU succeeded.", default="0"),
+             "1 if the exporter's last read of this GPU succeeded."),
         Item(f"gpufleet.gpu.ecc.uncorrected[{GPU}]", f"GPU {GPU}: uncorrectable ECC errors",
              f'gpufleet_gpu_ecc_errors_total{{gpu="{GPU}",type="uncorrected"}}',
              "Volatile uncorrectable ECC errors (a counter).", result="sum", default="0"),
@@ -126,7 +132,7 @@ def job_items() -> list[Item]:
         Item("gpufleet.job.hang_timeout", "Job: hang timeout", job.HANG_TIMEOUT,
              "The job's hangTimeout (0: no watchdog).", result="max", units="s"),
         Item("gpufleet.job.since_progress", "Job: time since the last step",
-             "gpufleet_job_last_progress_timestamp_seconds",
+             job.LAST_PROGRESS,
              "Seconds since any rank completed a step, at collection time.", result="max",
              units="s", javascript="return Math.floor(Date.now() / 1000) - Number(value);"),
     ]  # fmt: skip

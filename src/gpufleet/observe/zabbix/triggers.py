@@ -6,7 +6,9 @@ says with `for:` Zabbix says with a function over the same window (min/max over 
 minutes). Zabbix judges such a window by the values it holds, so on a host added a minute ago a
 5-minute condition can hold after one bad read (Prometheus would wait the 5 minutes).
 `keep_firing_for` after a counter's event becomes "the counter is above its minimum over that
-window". Thresholds are user macros, so a site tunes them per host.
+window". Thresholds are user macros, so a site tunes them per host. Two mirrors are near, not
+exact: the slow-job trigger compares the rate between two reads (not over 5 minutes) with its
+1-hour median, and a job host is one endpoint (one pod's ranks; the rule takes the whole job's).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ PRIORITY = {"critical": "HIGH", "warning": "WARNING", "info": "INFO"}
 MACROS = {
     "{$GPUFLEET.GPU.TEMP.MAX}": ("85", "°C above which a GPU is too hot (5 minutes)."),
     "{$GPUFLEET.GPU.IDLE.MAX}": ("0.05", "Utilization below which a held GPU is idle (30 min)."),
+    "{$GPUFLEET.EXPORTER.NODATA}": ("5m", "No answer from the exporter this long: it is down."),
 }
 
 
@@ -56,7 +59,8 @@ MIRRORS = (
            "max(/{t}/gpufleet.gpu.utilization_ratio[{#GPU}],30m)<{$GPUFLEET.GPU.IDLE.MAX}"
            " and min(/{t}/gpufleet.gpu.allocated[{#GPU}],30m)>0"),
     Mirror("GpufleetExporterDown", NODE, "gpufleet exporter on {HOST.NAME}: down",
-           "nodata(/{t}/gpufleet.exporter.get,5m)=1"),
+           # Not on the page item: Zabbix evaluates nothing on an item that keeps no history.
+           "nodata(/{t}/gpufleet.exporter.devices,{$GPUFLEET.EXPORTER.NODATA})=1"),
     Mirror("GpufleetExporterSeesNoGpu", NODE, "gpufleet exporter on {HOST.NAME}: reads no GPU",
            "max(/{t}/gpufleet.exporter.devices,10m)=0"),
     Mirror("GpufleetExporterPodResourcesDown", NODE,
