@@ -14,13 +14,7 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "get-alertmanager: install the 'prometheus-alertmanager' package (0.25 or newer) to run the alert-routing tests" >&2
   exit 0
 fi
-policy=/usr/sbin/policy-rc.d
-if [ ! -e "$policy" ]; then
-  trap 'rm -f "$policy"' EXIT
-  printf '#!/bin/sh\nexit 101\n' > "$policy"
-  chmod 0755 "$policy"
-fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends prometheus-alertmanager >/dev/null
+# shellcheck source=scripts/apt-lib.sh
+source "$(dirname "$0")/apt-lib.sh"
+apt_install prometheus-alertmanager
 amtool --version 2>&1 | head -1

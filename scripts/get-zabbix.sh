@@ -26,13 +26,7 @@ if [ "$(id -u)" != 0 ] || [ ! -e /etc/debian_version ] || ! command -v apt-get >
   echo "get-zabbix: install ${missing[*]} (Debian 12 package names) to run the Zabbix tests" >&2
   exit 0
 fi
-policy=/usr/sbin/policy-rc.d
-if [ ! -e "$policy" ]; then
-  trap 'rm -f "$policy"' EXIT
-  printf '#!/bin/sh\nexit 101\n' > "$policy"
-  chmod 0755 "$policy"
-fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# shellcheck source=scripts/apt-lib.sh
+source "$(dirname "$0")/apt-lib.sh"
+apt_install "${missing[@]}"
 /usr/sbin/zabbix_server -V | head -1

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gpufleet.net import free_port
-from tests.support.procs import poll_until
+from tests.support.procs import poll_until, stop_processes
 
 # Debian names the server prometheus-alertmanager; upstream's build, alertmanager.
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -59,12 +59,7 @@ def alertmanager(directory: Path, config: Path) -> Iterator[int]:
             pytest.fail(f"{e}\n{log.read_text(errors='replace')[-3000:]}")
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_processes([proc])
 
 
 def _answers(url: str) -> bool:

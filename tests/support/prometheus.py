@@ -18,6 +18,7 @@ import yaml
 
 from gpufleet.net import free_port
 from tests.support.paths import REPO
+from tests.support.procs import stop_processes
 
 RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
 K = TypeVar("K", bound=Hashable)
@@ -56,12 +57,7 @@ def prometheus(
     try:
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_processes([proc])
 
 
 def static(job: str, target: str, **extra: Any) -> dict[str, Any]:

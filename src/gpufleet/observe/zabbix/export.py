@@ -129,24 +129,41 @@ def _triggers(where: str, template: str, rules: dict[str, dict[str, Any]]) -> li
     return [_trigger(template, m, rules) for m in MIRRORS if m.where == where]
 
 
-def _discovery(template: str, key: str, name: str, **rule: Any) -> dict[str, Any]:
-    """A dependent low-level discovery rule: the series of one metric, a macro per label."""
-    return {"uuid": uuid_of(template, key), "name": name, "type": "DEPENDENT", "key": key,
-            "delay": "0", "lifetime": "7d", **rule}  # fmt: skip
+def _discovery(
+    template: str,
+    key: str,
+    name: str,
+    master: str,
+    metric: str,
+    labels: tuple[str, ...],
+    prototypes: list[dict[str, Any]],
+    triggers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A dependent low-level discovery rule: one entity per series of ``metric`` on the page,
+    a macro per label ({#GPU} from label gpu)."""
+    return {
+        "uuid": uuid_of(template, key), "name": name, "type": "DEPENDENT", "key": key,
+        "delay": "0", "lifetime": "7d", "master_item": {"key": master},
+        "item_prototypes": prototypes, **({"trigger_prototypes": triggers} if triggers else {}),
+        "lld_macro_paths": [{"lld_macro": f"{{#{label.upper()}}}", "path": f"$.labels.{label}"}
+                            for label in labels],
+        "preprocessing": [{"type": "PROMETHEUS_TO_JSON", "parameters": [metric]}],
+    }  # fmt: skip
 
 
 def _node(rules: dict[str, dict[str, Any]]) -> dict[str, Any]:
     t, master = NODE_TEMPLATE, "gpufleet.exporter.get"
     gpu_tags = _tags(component="gpu", gpu="{#GPU}", uuid="{#UUID}", node="{HOST.NAME}")
     gpus = _discovery(
-        t, "gpufleet.gpu.discovery", "GPUs",
-        master_item={"key": master},
-        item_prototypes=[_item(t, i, master, gpu_tags) for i in catalogue.gpu_items()],
-        trigger_prototypes=_triggers(GPU, t, rules),
-        lld_macro_paths=[{"lld_macro": f"{{#{label.upper()}}}", "path": f"$.labels.{label}"}
-                         for label in ("gpu", "uuid", "model")],
-        preprocessing=[{"type": "PROMETHEUS_TO_JSON", "parameters": ["gpufleet_gpu_up"]}],
-    )  # fmt: skip
+        t,
+        "gpufleet.gpu.discovery",
+        "GPUs",
+        master,
+        "gpufleet_gpu_up",
+        ("gpu", "uuid", "model"),
+        [_item(t, i, master, gpu_tags) for i in catalogue.gpu_items()],
+        _triggers(GPU, t, rules),
+    )
     tags = _tags(component="exporter", node="{HOST.NAME}")
     return _template(
         t, "A GPU node running `gpufleet exporter` (the chart's DaemonSet): its GPUs found by "
@@ -184,14 +201,14 @@ def _triton() -> dict[str, Any]:
     t, master = TRITON_TEMPLATE, "gpufleet.triton.get"
     tags = _tags(component="serving", model="{#MODEL}", version="{#VERSION}", node="{HOST.NAME}")
     models = _discovery(
-        t, "gpufleet.triton.discovery", "Models",
-        master_item={"key": master},
-        item_prototypes=[_item(t, i, master, tags) for i in catalogue.serving_items()],
-        lld_macro_paths=[{"lld_macro": "{#MODEL}", "path": "$.labels.model"},
-                         {"lld_macro": "{#VERSION}", "path": "$.labels.version"}],
-        preprocessing=[{"type": "PROMETHEUS_TO_JSON",
-                        "parameters": ["nv_inference_request_success"]}],
-    )  # fmt: skip
+        t,
+        "gpufleet.triton.discovery",
+        "Models",
+        master,
+        "nv_inference_request_success",
+        ("model", "version"),
+        [_item(t, i, master, tags) for i in catalogue.serving_items()],
+    )
     return _template(
         t, "A Triton server of a gpufleet InferenceService (or `gpufleet serve`): requests, "
         "failures, inferences, executions, request and queue time per model and version.",
