@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.paths import REPO
 
@@ -19,3 +22,11 @@ needs_helm = pytest.mark.skipif(
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
     assert HELM
     return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def template(values: Path | None = None) -> list[dict[str, Any]]:
+    """The chart's objects rendered as release "gpufleet" in gpufleet-system."""
+    args = ["template", "gpufleet", str(CHART), "--namespace", "gpufleet-system"]
+    proc = helm(*args, *(["-f", str(values)] if values else []))
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
