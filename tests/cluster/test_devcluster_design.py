@@ -8,12 +8,14 @@ run there and are refused elsewhere."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from gpufleet.errors import EXIT_BAD_INPUT
 from gpufleet.kube import MULTUS_NETWORKS
@@ -26,6 +28,8 @@ from tests.support.specs import cluster_job, write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
 VALUES = CHART / "ci" / "onprem-50node-values.yaml"
+# Where the design's Alertmanager runs and so its alert routing goes (monitoring.alerting).
+ALERTMANAGER_NAMESPACE = yaml.safe_load(VALUES.read_text())["monitoring"]["alerting"]["namespace"]
 PODS_READY_TIMEOUT_S = 15
 
 
@@ -37,11 +41,21 @@ def design(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
                     without=("mpi-operator",),
                     extra=("--pods-ready-timeout", f"{PODS_READY_TIMEOUT_S}s"))  # fmt: skip
     try:
+        cluster.ensure_namespace(ALERTMANAGER_NAMESPACE)
         cluster.helm("install", "onprem", str(CHART), "-f", str(VALUES), "-n", "gpufleet-system",
                      "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
         yield cluster
     finally:
         stop(cluster)
+
+
+def test_the_alert_routing_is_in_the_alertmanagers_namespace(design: DevCluster) -> None:
+    """The design's routing: a Secret for its Alertmanager's configSecret, in its namespace;
+    the hook URLs read from the files of the Secrets the receivers name."""
+    secret = design.core.read_namespaced_secret("onprem-alertmanager", ALERTMANAGER_NAMESPACE)
+    config = yaml.safe_load(base64.b64decode(secret.data["alertmanager.yaml"]))
+    assert {r["name"] for r in config["receivers"]} >= {"platform", "research", "oncall"}
+    assert "api_url_file" in json.dumps(config)
 
 
 def submit(cluster: DevCluster, name: str, target: str = "jobset", **spec: Any) -> None:

@@ -81,6 +81,9 @@ def test_chart_installs_is_accepted_by_kueue_and_uninstalls_clean(
     devcluster: DevCluster, values: Path
 ) -> None:
     release, ns = "gf-ci", "gpufleet-ci"
+    alerting = values_of(values).get("monitoring", {}).get("alerting", {})
+    if alerting.get("namespace"):  # the Alertmanager's, which the values expect to exist
+        devcluster.ensure_namespace(alerting["namespace"])
     devcluster.helm("install", release, str(CHART), "-f", str(values), "-n", ns,
                     "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
     try:

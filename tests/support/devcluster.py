@@ -88,6 +88,12 @@ class DevCluster:
             assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stderr[-3000:]}"
         return proc
 
+    def ensure_namespace(self, name: str) -> None:
+        """A namespace a values file expects to exist (the 50-node design's Alertmanager's,
+        ``monitoring``, where its alert routing goes), created if it is not there."""
+        if not any(n.metadata.name == name for n in self.core.list_namespace().items):
+            self.core.create_namespace({"metadata": {"name": name}})
+
     def pods(self, namespace: str, job: str | None = None) -> list[dict[str, Any]]:
         selector = f"gpufleet.dev/job={job}" if job else None
         listed = self.core.list_namespaced_pod(namespace, label_selector=selector)
