@@ -84,9 +84,11 @@ def test_chart_installs_is_accepted_by_kueue_and_uninstalls_clean(
     alerting = values_of(values).get("monitoring", {}).get("alerting", {})
     if alerting.get("namespace"):  # the Alertmanager's, which the values expect to exist
         devcluster.ensure_namespace(alerting["namespace"])
-    devcluster.helm("install", release, str(CHART), "-f", str(values), "-n", ns,
-                    "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
+    installed = devcluster.helm("install", release, str(CHART), "-f", str(values), "-n", ns,
+                                "--create-namespace", "--wait", "--timeout", "120s",
+                                check=False)  # fmt: skip
     try:
+        assert installed.returncode == 0, installed.stderr[-3000:]
         tenants = [t["name"] for t in values_of(values)["tenants"]]
 
         def queues_active() -> bool:
@@ -107,7 +109,10 @@ def test_chart_installs_is_accepted_by_kueue_and_uninstalls_clean(
             assert labels["pod-security.kubernetes.io/enforce"] == level
             assert (labels.get("gpufleet.dev/rdma") == "true") == (tenant in rdma)
     finally:
-        devcluster.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "120s")
+        # Also after a failed install: helm keeps a failed release and what it had created,
+        # which would break the next test's install.
+        devcluster.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "120s",
+                        check=installed.returncode == 0)  # fmt: skip
     devcluster.core.delete_namespace(ns)
     poll_until(lambda: not release_objects(devcluster, release) and not namespaces(devcluster, ns),
                timeout=120, interval=1,
