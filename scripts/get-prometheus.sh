@@ -7,9 +7,9 @@ if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1;
   exit 0
 fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # shellcheck source=scripts/apt-lib.sh
+  source "$(dirname "$0")/apt-lib.sh"
+  apt_install prometheus
   promtool --version | head -1
 else
   echo "get-prometheus: install the 'prometheus' package (promtool) to run the metrics tests" >&2

@@ -21,7 +21,7 @@ from tests.support.cli import cli_env, gpufleet_cmd
 from tests.support.kubelet import answering_kubelet
 from tests.support.procs import poll_until, stop_processes
 from tests.support.prometheus import prometheus, query, static
-from tests.support.scrape import served_port
+from tests.support.scrape import served_port, stuck_job
 
 pytestmark = [needs_helm, needs_alertmanager]
 
@@ -51,18 +51,27 @@ def alerting(hook_base: str, **timing: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _secret(values_file: Path) -> dict[str, Any]:
+    """The chart's alerting Secret for a values file."""
+    proc = helm("template", "g", str(CHART), "-f", str(values_file),
+                "--show-only", "templates/alerting.yaml")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    secret: dict[str, Any] = yaml.safe_load(proc.stdout)
+    assert secret["kind"] == "Secret" and secret["metadata"]["name"] == "g-alertmanager"
+    return secret
+
+
+def _config_file(tmp_path: Path, secret: dict[str, Any]) -> Path:
+    config = tmp_path / "alertmanager.yaml"
+    config.write_text(secret["stringData"]["alertmanager.yaml"])
+    return config
+
+
 def rendered(tmp_path: Path, values: dict[str, Any]) -> Path:
     """The chart's alertmanager.yaml for these monitoring.alerting values, written to a file."""
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump({"monitoring": {"alerting": values}}))
-    proc = helm("template", "g", str(CHART), "-f", str(path),
-                "--show-only", "templates/alerting.yaml")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    secret = yaml.safe_load(proc.stdout)
-    assert secret["kind"] == "Secret" and secret["metadata"]["name"] == "g-alertmanager"
-    config = tmp_path / "alertmanager.yaml"
-    config.write_text(secret["stringData"]["alertmanager.yaml"])
-    return config
+    return _config_file(tmp_path, _secret(path))
 
 
 def test_the_configuration_passes_amtool_and_holds_no_hook_url(tmp_path: Path) -> None:
@@ -84,13 +93,9 @@ def test_the_configuration_passes_amtool_and_holds_no_hook_url(tmp_path: Path) -
 def test_the_onprem_designs_routing_passes_amtool(tmp_path: Path) -> None:
     """The 50-node design's values (ci/): the Secret goes to the Alertmanager's namespace, and
     critical alerts of the llm tenant page oncall and reach the research channel."""
-    proc = helm("template", "g", str(CHART), "-f", str(CHART / "ci" / "onprem-50node-values.yaml"),
-                "--show-only", "templates/alerting.yaml")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    secret = yaml.safe_load(proc.stdout)
+    secret = _secret(CHART / "ci" / "onprem-50node-values.yaml")
     assert secret["metadata"]["namespace"] == "monitoring"
-    config = tmp_path / "alertmanager.yaml"
-    config.write_text(secret["stringData"]["alertmanager.yaml"])
+    config = _config_file(tmp_path, secret)
     assert amtool("check-config", str(config)).returncode == 0
     proc = amtool("config", "routes", "test", f"--config.file={config}", "severity=critical",
                   "namespace=llm")  # fmt: skip
@@ -133,15 +138,8 @@ def test_prometheus_alerts_reach_the_routed_receivers(tmp_path: Path, workdir: P
     """A hardware XID on a simulated GPU (critical, a node's) pages oncall with the bearer token
     and reaches the platform's Slack; a job of team-a without progress (warning) reaches team-a's
     Mattermost and no one else."""
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from gpufleet.runtime.metrics import JobMetrics
-
-    registry = CollectorRegistry()
-    job = JobMetrics("train", 0, registry, hang_timeout=30.0)
-    job.last_progress.set(time.time() - 600)  # stuck for 10 minutes
-    receiver = Receiver(metrics=lambda: generate_latest(registry))
-    base, job = f"http://127.0.0.1:{receiver.port}", f"127.0.0.1:{receiver.port}"
+    receiver = Receiver()
+    base = f"http://127.0.0.1:{receiver.port}"
     secrets = tmp_path / "secrets" / HOOKS
     secrets.mkdir(parents=True)
     (secrets / "slack").write_text(f"{base}/slack\n")
@@ -152,7 +150,7 @@ def test_prometheus_alerts_reach_the_routed_receivers(tmp_path: Path, workdir: P
     config = rendered(tmp_path, values)
     procs: list[subprocess.Popen[str]] = []
     try:
-        with answering_kubelet() as kubelet:
+        with answering_kubelet() as kubelet, stuck_job() as job_port:
             exporter = subprocess.Popen(
                 gpufleet_cmd("exporter", "--simulate", "2", "--simulate-failure", "0:79",
                              "--port", "0", "--node", "n1", "--pod-resources", kubelet.socket),
@@ -164,7 +162,7 @@ def test_prometheus_alerts_reach_the_routed_receivers(tmp_path: Path, workdir: P
                 static("gpufleet-exporter", f"127.0.0.1:{served_port(exporter)}"),
                 # As the chart's PodMonitor labels a tenant's worker pod.
                 {"job_name": "gpufleet-job",
-                 "static_configs": [{"targets": [job], "labels": TEAM_A}]},
+                 "static_configs": [{"targets": [f"127.0.0.1:{job_port}"], "labels": TEAM_A}]},
             ]  # fmt: skip
             with alertmanager(tmp_path, config) as am, prometheus(tmp_path, scrapes, am) as prom:
                 _routed_live(receiver, exporter, prom)

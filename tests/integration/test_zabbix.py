@@ -22,7 +22,7 @@ from tests.support.kubelet import answering_kubelet
 from tests.support.metric_names import TRITON
 from tests.support.paths import REPO
 from tests.support.procs import poll_until, stop_processes
-from tests.support.scrape import served_port
+from tests.support.scrape import served_port, stuck_job
 from tests.support.zabbix import Zabbix, needs_zabbix, zabbix_stack
 
 pytestmark = [needs_zabbix, pytest.mark.slow]
@@ -179,22 +179,12 @@ def test_an_exporter_that_stops_answering_is_down(zabbix: Zabbix, workdir: Path)
 
 
 def test_a_stuck_job_fires_no_progress(zabbix: Zabbix) -> None:
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from gpufleet.runtime.metrics import JobMetrics
-
-    registry = CollectorRegistry()
-    job = JobMetrics("train", 0, registry, hang_timeout=30.0)
-    job.last_progress.set(time.time() - 600)
-    page = Receiver(metrics=lambda: generate_latest(registry))
-    try:
+    with stuck_job() as port:
         hostid = _host(zabbix, "job-team-a-train", JOB, {
-            "{$GPUFLEET.JOB.PORT}": str(page.port), "{$GPUFLEET.INTERVAL}": "1s",
+            "{$GPUFLEET.JOB.PORT}": str(port), "{$GPUFLEET.INTERVAL}": "1s",
             "{$GPUFLEET.JOB.NAME}": "train", "{$GPUFLEET.JOB.NAMESPACE}": "team-a"})  # fmt: skip
         problem = _wait("the stuck job's problem", _firing(zabbix, hostid, "GpufleetJobNoProgress"))
         items = _items(zabbix, hostid)
-    finally:
-        page.close()
     assert problem[0]["name"] == "Job team-a/train: no progress within its hangTimeout"
     assert float(items["gpufleet.job.since_progress"]["lastvalue"]) >= 600
     tags = {(t["tag"], t["value"]) for t in problem[0]["tags"]}

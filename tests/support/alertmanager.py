@@ -1,6 +1,6 @@
 """A real Alertmanager (Debian's package, scripts/get-alertmanager.sh) on 127.0.0.1,
 and a loopback HTTP receiver that keeps what is posted to it (Slack, Mattermost, webhooks) and
-serves a registry's metrics as a scrape target."""
+can serve a fixed metrics page (a recorded Triton page)."""
 
 from __future__ import annotations
 

@@ -7,12 +7,16 @@ import re
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.observe.exporter import GpuCollector, registry_for
 from gpufleet.observe.http import start_metrics_server
+from gpufleet.runtime.metrics import JobMetrics
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]  # name -> [(labels, value)]
 
@@ -68,3 +72,17 @@ def stop(server: object) -> None:
     """Stop a server that ``serve`` started."""
     server.shutdown()  # type: ignore[attr-defined]
     server.server_close()  # type: ignore[attr-defined]
+
+
+@contextmanager
+def stuck_job(hang_timeout: float = 30.0, stuck_for: float = 600) -> Iterator[int]:
+    """Job "train"'s metrics served as a launcher serves them, its last step ``stuck_for``
+    seconds ago (past its ``hang_timeout``: the no-progress alert's case); yields the port."""
+    registry = CollectorRegistry()
+    job = JobMetrics("train", 0, registry, hang_timeout=hang_timeout)
+    job.last_progress.set(time.time() - stuck_for)
+    server, _ = start_metrics_server(registry, "127.0.0.1", 0, "job")
+    try:
+        yield server.server_port
+    finally:
+        stop(server)

@@ -13,13 +13,13 @@ import yaml
 
 from gpufleet.observe.devices import APPLICATION_XIDS, HARDWARE_XIDS
 from gpufleet.observe.exporter import METRICS
-from gpufleet.observe.zabbix.export import export, export_yaml
+from gpufleet.observe.zabbix.export import alerts_of, export, export_yaml
 from gpufleet.observe.zabbix.triggers import MACROS, MIRRORS, NOT_MIRRORED
 from tests.support.metric_names import NAME, produced
 from tests.support.paths import REPO
 
 RULES = yaml.safe_load((REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml").read_text())
-ALERTS = {r["alert"]: r for g in RULES["groups"] for r in g["rules"] if "alert" in r}
+ALERTS = alerts_of(RULES)
 DOC = export(RULES)["zabbix_export"]
 TEMPLATES = {t["template"]: t for t in DOC["templates"]}
 
