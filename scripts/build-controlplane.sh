@@ -5,8 +5,9 @@
 # controlplane/coredns/main.go); the Kubeflow training-operator, Volcano and KubeRay from modules
 # of their own, controlplane/<name>/, because their Kubernetes libraries are older; and a real node's
 # containerd, runc and CNI plugins from theirs, kube-router (network policies), Prometheus and
-# Prometheus Adapter (custom metrics for autoscalers) from their own. A binary newer than its go.mod, go.sum
-# and own source is kept; Go's build cache makes a rebuild after a pin change incremental.
+# Prometheus Adapter (custom metrics for autoscalers) and versitygw (the tests' S3 server) from
+# their own. A binary newer than its go.mod, go.sum and own source is kept; Go's build cache
+# makes a rebuild after a pin change incremental.
 # Usage: scripts/build-controlplane.sh [NAME...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,8 @@ declare -A PKGS=(
   [prometheus]=github.com/prometheus/prometheus/cmd/prometheus
   # Ray on Kubernetes (issue 30): the KubeRay operator (RayCluster, RayJob)
   [kuberay]=github.com/ray-project/kuberay/ray-operator
+  # the tests' object store (issue 32): an S3 server with real S3 semantics on a directory
+  [versitygw]=github.com/versity/versitygw/cmd/versitygw
 )
 # name -> its Go module's directory, where it is not controlplane/ itself
 declare -A MODULES=(
@@ -67,6 +70,7 @@ declare -A MODULES=(
   [prometheus-adapter]=controlplane/prometheus-adapter
   [prometheus]=controlplane/prometheus
   [kuberay]=controlplane/kuberay
+  [versitygw]=controlplane/versitygw
 )
 # name -> the project's own Go source it is built from, where it has one
 declare -A SOURCES=([coredns]=controlplane/coredns/main.go)
@@ -83,7 +87,7 @@ fresh() {
 declare -A TAGS=([containerd]=no_btrfs [ctr]=no_btrfs [runc]="seccomp urfave_cli_no_docs"
                  [prometheus]="remove_all_sd enable_kubernetes_sd")
 declare -A CGO=([runc]=1 [containerd-shim-runc-v2]=0 [kube-router]=0 [prometheus-adapter]=0
-                [prometheus]=0)
+                [prometheus]=0 [versitygw]=0)
 declare -A VERSION_LDFLAGS=(
   [containerd]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
   [containerd-shim-runc-v2]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
@@ -92,12 +96,13 @@ declare -A VERSION_LDFLAGS=(
   [coredns]="-X github.com/coredns/coredns/coremain.GitCommit=v1.14.2"
   [kube-router]="-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=v2.10.0"
   [prometheus]="-X github.com/prometheus/common/version.Version=3.16.0"
+  [versitygw]="-X main.Version=v1.8.0"
 )
 ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset
        training-operator mpi-operator trainer vc-webhook-manager vc-controller-manager vc-scheduler
        kuberay kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc
        cni-bridge cni-loopback cni-host-local cni-portmap coredns kube-router prometheus
-       prometheus-adapter pause)
+       prometheus-adapter versitygw pause)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ORDER[@]}")
 

@@ -1,48 +1,54 @@
-"""Checkpoints in an S3 bucket (moto's S3 server on 127.0.0.1): save, purge, resume exactly."""
+"""Checkpoints in an S3 bucket (a real S3 server, versitygw, and moto's stand-in, on 127.0.0.1):
+save, purge, resume exactly."""
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from s3fs import S3FileSystem
 
 from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.runtime.integrity import MARKER
 from tests.support.cli import cli_env, run_cli, summary_of
+from tests.support.s3 import VERSITYGW, in_environment, moto, versitygw
 from tests.support.specs import digits_job, write_spec
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def s3_env() -> Iterator[dict[str, str]]:
-    """A moto S3 server on 127.0.0.1 with bucket 'ckpt'; yields the AWS_* variables for it."""
-    boto3 = pytest.importorskip("boto3")
-    server_mod = pytest.importorskip("moto.server")
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"]).create_bucket(Bucket="ckpt")
-    yield env
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
+@pytest.fixture(scope="module", params=["versitygw", "moto"])
+def s3_env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """An S3 server on 127.0.0.1 with bucket 'ckpt', in this process's environment: the real
+    one (versitygw) and moto's stand-in; yields the AWS_* variables for it."""
+    if request.param == "versitygw" and not VERSITYGW.is_file():
+        pytest.skip(f"versitygw not built at {VERSITYGW} (scripts/build-controlplane.sh versitygw)")
+    with ExitStack() as stack:
+        if request.param == "versitygw":
+            server = stack.enter_context(versitygw(tmp_path_factory.mktemp("s3")))
         else:
-            os.environ[k] = v
-    server.stop()
+            server = stack.enter_context(moto())
+        stack.enter_context(in_environment(server.env))
+        # s3fs keeps one instance per set of arguments: the other server's must not be reused
+        stack.callback(S3FileSystem.clear_instance_cache)
+        S3FileSystem.clear_instance_cache()
+        server.bucket("ckpt")
+        yield server.env
+
+
+@pytest.fixture
+def real_s3_env(s3_env: dict[str, str], request: pytest.FixtureRequest) -> dict[str, str]:
+    """The real server's variables; the whole-job tests run once, against it."""
+    if "moto" in request.node.callspec.id:
+        pytest.skip("whole jobs run against the real S3 server only")
+    return s3_env
 
 
 def test_checkpointer_on_s3(s3_env: dict[str, str]) -> None:
@@ -61,8 +67,8 @@ def test_checkpointer_on_s3(s3_env: dict[str, str]) -> None:
     assert torch.equal(into["m"]["w"], torch.full((3, 3), 10.0))
 
 
-def test_job_resumes_from_s3(workdir: Path, s3_env: dict[str, str]) -> None:
-    env = {**cli_env(), **s3_env}
+def test_job_resumes_from_s3(workdir: Path, real_s3_env: dict[str, str]) -> None:
+    env = {**cli_env(), **real_s3_env}
     straight = write_spec(workdir, digits_job("s3-straight", checkpoint={"dir": "s3://ckpt/a"}))
     a = run_cli("run", str(straight), "-o", "json", cwd=workdir, env=env)
     assert a.returncode == 0, a.stderr[-3000:]
@@ -110,11 +116,11 @@ def test_a_corrupt_s3_checkpoint_is_set_aside_and_verify_reads_the_bucket(
 
 
 def test_bench_training_publishes_to_s3_and_the_collector_reads_it_back(
-    workdir: Path, s3_env: dict[str, str]
+    workdir: Path, real_s3_env: dict[str, str]
 ) -> None:
     """A cluster run's pods publish their MLLOG files to S3; `gpufleet bench collect` fetches,
     checks and scores them from there."""
-    env = {**cli_env(), **s3_env}
+    env = {**cli_env(), **real_s3_env}
     run = run_cli("bench", "training", "--quick", "--results", "s3://ckpt/bench", "--outdir",
                   str(workdir / "a"), "-o", "json", cwd=workdir, env=env)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]

@@ -18,11 +18,15 @@ file rather than each rank its own: the choice of checkpoint must be one decisio
 (a rank that alone saw a bad shard would need a second agreement round), and a rank cannot know
 which files it will read before DCP plans the load (at another world size it reads pieces of
 other ranks' files). A resume is rare; one extra read of the checkpoint is its price.
+
+Tiers: the loop saves to the fast tier (``root``) only. When the job has a durable tier too
+(``durable``, filled by the node's uploader, gpufleet.runtime.durable), a resume takes the newest
+step that verifies on either, the fast copy first: a lost node (its fast tier gone) or a corrupt
+fast copy resumes from the durable one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import sys
@@ -32,7 +36,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import torch.distributed as dist
 from torch.distributed.checkpoint.staging import DefaultStager
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -52,17 +55,8 @@ from gpufleet.runtime.checkpoint_io import model_fingerprint as model_fingerprin
 from gpufleet.runtime.checkpoint_io import storage_error
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS
 from gpufleet.runtime.integrity import MARKER
-
-_DIR_RE = integrity.STEP_DIR
-
-
-@dataclass(frozen=True)
-class CheckpointRef:
-    """A complete checkpoint: its step, where it lies, and the world size that wrote it."""
-
-    step: int
-    path: str
-    world_size: int | None = None
+from gpufleet.runtime.tier import DURABLE, FAST, Tier, is_local
+from gpufleet.runtime.tier import CheckpointRef as CheckpointRef
 
 
 @dataclass
@@ -92,18 +86,22 @@ class Checkpointer:
         every_steps: int = CHECKPOINT_DEFAULTS.every_steps,
         log: Callable[[str], None] | None = None,
         identity: dict[str, str] | None = None,
+        durable: str | None = None,
     ) -> None:
         # Who writes here: {"job": name, "workload": what it trains, "model": fingerprint}.
         # Recorded in every marker; a checkpoint of another job or model is never loaded, and
         # retention deletes only this job's checkpoints.
         self.identity = identity or {}
-        self._local = checkpoint_io.is_local(root)
-        self.root = root.removeprefix("file://").rstrip("/") if self._local else root
+        self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.fast = Tier(root, name=FAST, identity=self.identity, log=self._log)
+        # The durable tier is only read here (a resume); the node's uploader writes it.
+        self.durable = (
+            Tier(durable, name=DURABLE, identity=self.identity, log=self._log) if durable else None
+        )
+        self.root = self.fast.root
         self.keep = keep
         self.async_save = async_save
         self.every_steps = every_steps
-        self._fs, self._root_path = fsspec.core.url_to_fs(self.root)
-        self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self._distributed = dist.is_available() and dist.is_initialized()
         self._rank = dist.get_rank() if self._distributed else 0
         # DCP's planning collectives get their own gloo group: an async save runs them in a
@@ -123,7 +121,7 @@ class Checkpointer:
         # (the Trainer feeds job metrics from it).
         self.on_commit: Callable[[int, float, float], None] | None = None
         if self._rank == 0:
-            self._fs.makedirs(self._root_path, exist_ok=True)
+            self.fast.makedirs()
 
     def should_save(self, step: int, *, final: bool = False, preempted: bool = False) -> bool:
         """Whether to checkpoint after ``step``: every ``every_steps`` steps, the last step
@@ -132,24 +130,12 @@ class Checkpointer:
 
     # ---- listing -------------------------------------------------------------------------
     def list_dirs(self) -> list[tuple[int, str, bool]]:
-        """Every step directory as (step, path, complete), oldest first."""
-        self._fs.invalidate_cache(self._root_path)  # other ranks and attempts write here too
-        try:
-            entries = self._fs.ls(self._root_path, detail=False)
-        except FileNotFoundError:
-            return []
-        out = []
-        for entry in entries:
-            name = entry.rstrip("/").rsplit("/", 1)[-1]
-            match = _DIR_RE.match(name)
-            if match:
-                path = self._join(self._root_path, name)
-                out.append((int(match.group(1)), path, self._fs.exists(self._join(path, MARKER))))
-        return sorted(out)
+        """Every step directory of the fast tier as (step, path, complete), oldest first."""
+        return self.fast.list_dirs()
 
     def complete(self) -> list[CheckpointRef]:
-        """Complete checkpoints, oldest first."""
-        return [CheckpointRef(step, self._url(path)) for step, path, ok in self.list_dirs() if ok]
+        """Complete checkpoints of the fast tier, oldest first."""
+        return self.fast.complete()
 
     def latest(self) -> CheckpointRef | None:
         """The newest complete checkpoint whose files all match their checksums, agreed by all
@@ -168,38 +154,35 @@ class Checkpointer:
         return decided
 
     def _newest_usable(self) -> CheckpointRef | None:
-        complete = self.complete()
+        """The newest step with a copy that verifies, the fast tier's copy tried first."""
+        tiers = [t for t in (self.fast, self.durable) if t is not None]
+        copies: dict[int, list[tuple[Tier, CheckpointRef]]] = {}
+        for tier in tiers:
+            for ref in tier.complete():
+                copies.setdefault(ref.step, []).append((tier, ref))
         set_aside = []
-        for ref in reversed(complete):
-            try:
-                marker = integrity.read_marker(self._fs, self._fs_path(ref.path))
-                problems = integrity.verify(self._fs, self._fs_path(ref.path), marker)
-            except (ValueError, KeyError, TypeError) as exc:  # an unreadable marker
-                marker, problems = {}, [integrity.Mismatch(MARKER, "a JSON marker", str(exc))]
-            if problems is None:
-                self._log(f"gpufleet: checkpoint step {ref.step} ({ref.path}) predates "
-                          "checksums: loading it unverified")  # fmt: skip
-            elif problems:
-                aside = self._url(integrity.set_aside(self._fs, self._fs_path(ref.path)))
-                set_aside.append(aside)
-                self._log(f"gpufleet: WARNING checkpoint step {ref.step} is corrupt ("
-                          f"{'; '.join(map(str, problems))}); set aside as {aside}, trying the "
-                          "previous one")  # fmt: skip
-                continue
-            integrity.check_identity(self.identity, marker, root=self.root, step=ref.step)
-            return CheckpointRef(ref.step, ref.path, marker.get("world_size"))
+        for step in sorted(copies, reverse=True):
+            for tier, ref in copies[step]:
+                marker, problems = tier.check(ref)
+                if problems is None:
+                    self._log(f"gpufleet: checkpoint step {step} ({ref.path}) predates "
+                              "checksums: loading it unverified")  # fmt: skip
+                elif problems:
+                    aside = tier.set_aside(ref)
+                    set_aside.append(aside)
+                    self._log(f"gpufleet: WARNING checkpoint step {step} is corrupt ("
+                              f"{'; '.join(map(str, problems))}); set aside as {aside}, trying "
+                              "the next copy")  # fmt: skip
+                    continue
+                integrity.check_identity(self.identity, marker, root=tier.root, step=step)
+                return CheckpointRef(step, ref.path, marker.get("world_size"), tier.name)
         if set_aside:
+            roots = " or ".join(t.root for t in tiers)
             raise NoUsableCheckpointError(
-                f"no usable checkpoint in {self.root}: every complete one is corrupt (set aside: "
+                f"no usable checkpoint in {roots}: every complete one is corrupt (set aside: "
                 f"{', '.join(set_aside)}); run with --fresh to start over from step 0"
             )
         return None
-
-    def _mine(self, path: str) -> bool:
-        """Whether the complete checkpoint at ``path`` is this job's (unknown counts as mine:
-        markers before identities, and Checkpointers without one)."""
-        job = self.identity.get("job")
-        return not job or integrity.owner(self._fs, path) in (None, job)
 
     # ---- saving --------------------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any], *, force_sync: bool = False) -> str:
@@ -252,14 +235,13 @@ class Checkpointer:
         if error is None:
             return
         if self._rank == 0:  # on failure retention removes it later (torn, older)
-            with contextlib.suppress(OSError):
-                self._fs.rm(path, recursive=True)
+            self.fast.remove(path)
         try:  # every rank says the same: the first one to record the error is reported
             newest = [r.step for r in self.complete()]
         except OSError:
             newest = []
         raise CheckpointStorageError(
-            checkpoint_io.storage_failure(step, self.root, error, newest, local=self._local)
+            checkpoint_io.storage_failure(step, self.root, error, newest, local=self.fast.local)
         ) from None
 
     def _committed(self, step: int, started: float) -> None:
@@ -272,8 +254,8 @@ class Checkpointer:
     def _new_dir(self, step: int) -> str:
         # Checked before the name is shared: once it is, other ranks start writing into it.
         for _ in range(8):
-            path = self._join(self._root_path, f"step_{step:09d}-{secrets.token_hex(3)}")
-            if not self._fs.exists(path):
+            path = self.fast.join(self.fast.root_path, f"step_{step:09d}-{secrets.token_hex(3)}")
+            if not self.fast.fs.exists(path):
                 return path
         raise CheckpointError(f"no unused checkpoint directory name for step {step} in {self.root}")
 
@@ -331,24 +313,13 @@ class Checkpointer:
         if self._rank != 0:
             return
         world = dist.get_world_size() if self._distributed else 1
-        files = integrity.file_digests(self._fs, path)
+        files = integrity.file_digests(self.fast.fs, path)
         marker = {"step": step, "world_size": world, "seconds": time.perf_counter() - started,
                   "identity": self.identity, "files": files}  # fmt: skip
-        self._write_atomic(self._join(path, MARKER), json.dumps(marker).encode())
-        self._purge(step)
-
-    def _purge(self, newest: int) -> None:
-        dirs = self.list_dirs()
-        complete = [p for _, p, ok in dirs if ok and self._mine(p)]  # never another job's
-        doomed = complete[: max(0, len(complete) - self.keep)]
+        self.fast.write_atomic(self.fast.join(path, MARKER), json.dumps(marker).encode())
         # Torn directories at or below the newest commit can never complete; newer ones may
-        # belong to a save still being written, so they stay.
-        doomed += [p for s, p, ok in dirs if not ok and s <= newest]
-        for path in doomed:
-            try:
-                self._fs.rm(path, recursive=True)
-            except OSError as exc:  # a failed delete must not fail training; retried next time
-                self._log(f"gpufleet: could not delete old checkpoint {path}: {exc}")
+        # belong to a save still being written, so they stay (Tier.purge).
+        self.fast.purge(step, self.keep)
 
     # ---- loading -------------------------------------------------------------------------
     def load_latest(self, state: dict[str, Any]) -> CheckpointRef | None:
@@ -370,23 +341,15 @@ class Checkpointer:
 
     # ---- helpers -------------------------------------------------------------------------
     def _writer(self, path: str) -> StorageWriter:
-        return checkpoint_io.storage_writer(path, self._url(path), local=self._local)
+        return checkpoint_io.storage_writer(path, self.fast.url(path), local=self.fast.local)
 
-    def _reader(self, path: str) -> StorageReader:
-        return checkpoint_io.storage_reader(path, self._url(path), local=self._local)
-
-    def _fs_path(self, url: str) -> str:
-        """A path as the filesystem object names it (a ref's path may carry the scheme)."""
-        return url if self._local else str(self._fs._strip_protocol(url))
+    def _reader(self, url: str) -> StorageReader:
+        """DCP's reader of a checkpoint on either tier (its URL says which storage)."""
+        local = is_local(url)
+        return checkpoint_io.storage_reader(url, url, local=local)
 
     def _url(self, path: str) -> str:
-        """A path as users and DCP's fsspec reader name it: plain locally, with scheme else."""
-        return path if self._local else str(self._fs.unstrip_protocol(path))
-
-    def _write_atomic(self, path: str, data: bytes) -> None:
-        checkpoint_io.write_atomic(self._fs, path, data, local=self._local)
-
-    _join = staticmethod(integrity.join)
+        return self.fast.url(path)
 
     def _broadcast(self, obj: Any) -> Any:
         if not self._distributed:

@@ -1,5 +1,5 @@
 """The Checkpointer's storage side (gpufleet.runtime.checkpoint): DCP readers and writers for
-local paths and fsspec URIs, the atomic marker write, the staging buffers of async saves, storage
+local paths and fsspec URIs, the staging buffers of async saves, storage
 errors a restart cannot fix, and whose checkpoint is whose (model fingerprint, identity)."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import secrets
 import shutil
 from typing import Any
 
@@ -67,11 +66,6 @@ def storage_failure(step: int, root: str, error: OSError, newest: list[int], *, 
     )
 
 
-def is_local(root: str) -> bool:
-    """Whether ``root`` is a local path (plain or ``file://``) rather than an fsspec URI."""
-    return "://" not in root or root.startswith("file://")
-
-
 def storage_writer(path: str, url: str, *, local: bool) -> StorageWriter:
     """DCP's writer for a checkpoint directory: the file system's (fsynced) or fsspec's."""
     if local:
@@ -90,25 +84,6 @@ def storage_reader(path: str, url: str, *, local: bool) -> StorageReader:
 
     reader: StorageReader = FsspecReader(url)
     return reader
-
-
-def write_atomic(fs: Any, path: str, data: bytes, *, local: bool) -> None:
-    """Write ``data`` at ``path`` all or nothing: temp file, fsync, rename and a directory
-    fsync locally; one PUT on object stores, which make it visible atomically."""
-    if not local:
-        fs.pipe_file(path, data)
-        return
-    tmp = f"{path}.tmp-{secrets.token_hex(4)}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def new_stager() -> DefaultStager:

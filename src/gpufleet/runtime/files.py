@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -34,3 +35,23 @@ def read_json(path: Path) -> Any | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def write_atomic_fs(fs: Any, path: str, data: bytes, *, local: bool) -> None:
+    """Write ``data`` at ``path`` of fsspec filesystem ``fs`` all or nothing and durably: a
+    temp file, fsync, rename and a directory fsync locally; one PUT on object stores, which
+    make it visible atomically."""
+    if not local:
+        fs.pipe_file(path, data)
+        return
+    tmp = f"{path}.tmp-{secrets.token_hex(4)}"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
