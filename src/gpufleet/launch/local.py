@@ -38,6 +38,7 @@ from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
 from gpufleet.launch.secrets import resolve_env
+from gpufleet.launch.uploads import FINAL_UPLOAD_WAIT, durable_uploads, finish
 from gpufleet.launch.worker import (
     DEFAULT_RUN_ROOT,
     local_notes,
@@ -72,6 +73,9 @@ class RunSummary:
     state_digest: str | None = None
     run_dir: str = ""
     message: str | None = None
+    # With spec.checkpoint.durable: the newest durable step, whether the last checkpoint got
+    # there, the ones that never did, and the last upload error.
+    durable: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -153,17 +157,18 @@ def check_framework(job: TrainingJob) -> None:
 
 
 def check_checkpoint_storage(job: TrainingJob) -> None:
-    """Fail before starting anything when the checkpoint URI's filesystem is not installed."""
-    uri = job.spec.checkpoint.dir
-    if not uri or "://" not in uri:
-        return
-    scheme = uri.split("://", 1)[0]
-    try:
-        fsspec.get_filesystem_class(scheme)
-    except (ImportError, ValueError) as exc:
-        hint = f" ({install_hint('s3')})" if scheme in ("s3", "s3a") else ""
-        msg = f"no fsspec filesystem for {scheme}://: {exc}{hint}"
-        raise UserInputError([FieldError("spec.checkpoint.dir", msg)]) from None
+    """Fail before starting anything when a checkpoint URI's filesystem is not installed."""
+    c = job.spec.checkpoint
+    for path, uri in (("dir", c.dir), ("durable.dir", c.durable.dir if c.durable else None)):
+        if not uri or "://" not in uri:
+            continue
+        scheme = uri.split("://", 1)[0]
+        try:
+            fsspec.get_filesystem_class(scheme)
+        except (ImportError, ValueError) as exc:
+            hint = f" ({install_hint('s3')})" if scheme in ("s3", "s3a") else ""
+            msg = f"no fsspec filesystem for {scheme}://: {exc}{hint}"
+            raise UserInputError([FieldError(f"spec.checkpoint.{path}", msg)]) from None
 
 
 def run_local(
@@ -184,7 +189,7 @@ def run_local(
     check_framework(job)
     secret_env = resolve_env(job)  # the spec's Secret/ConfigMap references, before anything
     with job_lock(run_root, job.metadata.name, job.spec.checkpoint.dir):
-        if fresh and job.spec.checkpoint.dir:
+        if fresh:
             set_checkpoints_aside(job, echo)
         return _run_locked(job, run_root, fresh, echo, secret_env)
 
@@ -225,7 +230,10 @@ def _run_locked(
         )
         for i in range(s.nodes)
     ]
-    with serve_metrics(job, run_dir):
+    with (
+        serve_metrics(job, run_dir),
+        durable_uploads(s.checkpoint.settings(run_dir), job.metadata.name, run_dir, echo) as up,
+    ):
         if s.framework == "ray":  # a Ray cluster and its driver, not torchrun's agents
             from gpufleet.frameworks.ray.local import run_ray  # it imports this module
 
@@ -234,7 +242,10 @@ def _run_locked(
             outcomes = [launch_node(configs[0])]
         else:
             outcomes = _launch_node_processes(configs)
+        wait = s.preemption.grace_period if files.preempted.exists() else FINAL_UPLOAD_WAIT
+        durable = finish(up, wait, echo)
     summary = _summarize(job, run_dir, outcomes, started)
+    summary.durable = durable
     state["launches"].append(
         {"started": started, "status": summary.status, "restarts": summary.restarts}
     )

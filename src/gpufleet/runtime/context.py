@@ -23,6 +23,9 @@ ENV_CHECKPOINT_DIR = "GPUFLEET_CHECKPOINT_DIR"
 ENV_CHECKPOINT_EVERY = "GPUFLEET_CHECKPOINT_EVERY"
 ENV_CHECKPOINT_KEEP = "GPUFLEET_CHECKPOINT_KEEP"
 ENV_CHECKPOINT_ASYNC = "GPUFLEET_CHECKPOINT_ASYNC"
+# spec.checkpoint.durable: the durable tier the node's uploader fills, read on resume
+ENV_CHECKPOINT_DURABLE = "GPUFLEET_CHECKPOINT_DURABLE"
+ENV_CHECKPOINT_DURABLE_KEEP = "GPUFLEET_CHECKPOINT_DURABLE_KEEP"
 ENV_HANG_TIMEOUT = "GPUFLEET_HANG_TIMEOUT"
 # Set for command jobs with an explicit hangTimeout: the worker shim's watchdog then counts
 # from the worker's last output or gpufleet.runtime.heartbeat() (gpufleet.runtime.watchdog).
@@ -76,6 +79,10 @@ class CheckpointSettings:
     every_steps: int = 50
     keep: int = 3  # complete checkpoints kept, newest first
     async_save: bool = False
+    # The durable tier (a directory or fsspec URI), filled in the background from the fast
+    # tier above by each node's uploader (gpufleet.runtime.durable); None: one tier.
+    durable: str | None = None
+    durable_keep: int = 5  # complete checkpoints kept on the durable tier, newest first
 
     def root(self, run_dir: Path) -> str:
         """The checkpoint directory (or URI) of a job whose run directory is ``run_dir``."""
@@ -151,6 +158,8 @@ class JobContext:
             every_steps=int(e.get(ENV_CHECKPOINT_EVERY, d.every_steps)),
             keep=int(e.get(ENV_CHECKPOINT_KEEP, d.keep)),
             async_save=e.get(ENV_CHECKPOINT_ASYNC, "1" if d.async_save else "0") == "1",
+            durable=e.get(ENV_CHECKPOINT_DURABLE) or None,
+            durable_keep=int(e.get(ENV_CHECKPOINT_DURABLE_KEEP, d.durable_keep)),
         )
         return cls(
             name=name,
@@ -187,6 +196,9 @@ class JobContext:
             env[ENV_ON_NON_FINITE] = self.on_non_finite
         if self.checkpoint.dir:
             env[ENV_CHECKPOINT_DIR] = self.checkpoint.dir
+        if self.checkpoint.durable:
+            env[ENV_CHECKPOINT_DURABLE] = self.checkpoint.durable
+            env[ENV_CHECKPOINT_DURABLE_KEEP] = str(self.checkpoint.durable_keep)
         if self.workload:
             env[ENV_WORKLOAD] = json.dumps(self.workload, sort_keys=True)
         if self.metrics_dir:

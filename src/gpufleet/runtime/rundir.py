@@ -8,6 +8,7 @@
     preempted.json   # each node's first worker after its preemption checkpoint
     fatal.json       # a worker's error no restart can fix (gpufleet.launch.fatal)
     state.json       # the launcher's record of every launch of the job
+    durable.json     # the node's uploader: what reached the durable tier (gpufleet.runtime.durable)
     logs/node<N>/    # the elastic agent's per-rank logs of node N
     metrics/         # workers' job metrics files (prometheus_client multiprocess mode)
     checkpoints/     # checkpoints, unless spec.checkpoint.dir names another place
@@ -26,6 +27,7 @@ PROGRESS_FILE = "progress.json"
 PREEMPTED_FILE = "preempted.json"
 FATAL_FILE = "fatal.json"
 STATE_FILE = "state.json"
+DURABLE_FILE = "durable.json"
 LOGS_DIR = "logs"
 METRICS_DIR = "metrics"
 # Where checkpoints go when spec.checkpoint.dir does not say.
@@ -66,6 +68,11 @@ class RunDir:
         return self.path / STATE_FILE
 
     @property
+    def durable(self) -> Path:
+        """The node's uploader's state: newest durable step, lag, the last failure."""
+        return self.path / DURABLE_FILE
+
+    @property
     def logs(self) -> Path:
         """The agents' per-rank logs, one directory per node."""
         return self.path / LOGS_DIR
@@ -86,5 +93,5 @@ class RunDir:
 
     def stale_files(self) -> tuple[Path, ...]:
         """What a previous launch leaves that a new launch must not read as its own: its
-        result, progress, preemption mark and fatal error."""
-        return (self.result, self.preempted, self.progress, self.fatal)
+        result, progress, preemption mark, fatal error and uploader state."""
+        return (self.result, self.preempted, self.progress, self.fatal, self.durable)

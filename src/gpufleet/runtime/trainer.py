@@ -127,8 +127,7 @@ class Trainer:
         self.after_step = after_step
 
     def _checkpointer(self, model_class: str, fingerprint: str) -> Checkpointer:
-        """The job's Checkpointer (collective), with its settings and the identity it writes
-        into every marker and checks before loading."""
+        """The job's Checkpointer (collective): its settings, the identity in its markers."""
         c, workload = self.context, self.context.workload.get("name")
         return Checkpointer(
             c.checkpoint_root,
@@ -136,6 +135,7 @@ class Trainer:
             async_save=c.checkpoint.async_save,
             every_steps=c.checkpoint.every_steps,
             log=self._log,
+            durable=c.checkpoint.durable,
             identity={
                 "job": c.name,
                 "workload": str(workload) if workload else model_class,
@@ -283,7 +283,7 @@ class Trainer:
         """Load ``ref`` at the start of fit(), and say so (and how, after a resize)."""
         if self._load(ref, state):
             self._log_main(resized_note(ref, self.info.world_size, self.progress.global_batch))
-        self._log_main(f"gpufleet: resumed from step {ref.step} ({ref.path})")
+        self._log_main(f"gpufleet: resumed from step {ref.step} ({ref.path}, {ref.tier} tier)")
         if self.metrics is not None:
             self.metrics.record_resume(ref.step)
 

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from gpufleet.runtime.context import (
-    CHECKPOINT_DEFAULTS,
     DEFAULT_FRAMEWORK,
     MAX_ROLLBACKS,
     PARALLELISM_DEFAULTS,
-    CheckpointSettings,
     ParallelismSettings,
 )
+from gpufleet.spec.checkpoint import Checkpoint as Checkpoint
 from gpufleet.spec.env import CREDENTIAL_NAME, ENV_NAME, EnvFromSource, EnvSource, EnvValue
 from gpufleet.spec.names import API_VERSION, DnsLabel, Metadata
 from gpufleet.spec.resources import Rdma, Resources, Topology, Volume
@@ -41,42 +39,6 @@ from gpufleet.spec.workloads import WORKLOAD_KINDS, Workload
 # A training job cannot step without every rank: waiting Kubernetes' 300 s for a lost node to
 # come back only delays the restart. Long enough to ride out a kubelet restart.
 NODE_LOSS_TIMEOUT = 30.0
-
-
-class Checkpoint(SpecModel):
-    """Where and how often the runtime checkpoints (torch.distributed.checkpoint)."""
-
-    dir: str | None = Field(
-        default=None,
-        description="Directory or fsspec URI (s3://...). Default: <run dir>/checkpoints.",
-    )
-    every_steps: int = Field(
-        default=CHECKPOINT_DEFAULTS.every_steps,
-        ge=1,
-        le=INT32_MAX,
-        description="Checkpoint every N steps.",
-    )
-    keep: int = Field(
-        default=CHECKPOINT_DEFAULTS.keep,
-        ge=1,
-        le=INT32_MAX,
-        description="Complete checkpoints to keep (newest).",
-    )
-    async_save: bool = Field(
-        default=CHECKPOINT_DEFAULTS.async_save,
-        alias="async",
-        description="Write in the background after staging to CPU memory.",
-    )
-
-    def settings(self, run_dir: Path) -> CheckpointSettings:
-        """These fields as the runtime's settings for a job whose run directory is ``run_dir``,
-        the directory resolved (``dir``, else <run_dir>/checkpoints) so every worker agrees."""
-        return CheckpointSettings(
-            dir=CheckpointSettings(dir=self.dir).root(run_dir),
-            every_steps=self.every_steps,
-            keep=self.keep,
-            async_save=self.async_save,
-        )
 
 
 class Parallelism(SpecModel):

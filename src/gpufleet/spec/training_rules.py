@@ -107,6 +107,10 @@ def _checkpoint_problems(data: dict[str, Any], label: str) -> list[Problem]:
         problems.append((("checkpoint", "dir"), f"{label} writes checkpoints to a filesystem "
                          "(a local directory or a mounted volume), not an object "
                          "store"))  # fmt: skip
+    if checkpoint.get("durable") is not None:
+        problems.append((("checkpoint", "durable"), "the durable tier's uploader is "
+                         f"gpufleet's PyTorch runtime's; {label} checkpoints to one place: "
+                         "put it in spec.checkpoint.dir"))  # fmt: skip
     if checkpoint.get("async") is True:
         problems.append((("checkpoint", "async"), "asynchronous saves are "
                          f"torch.distributed.checkpoint's; {label} saves "
