@@ -5,9 +5,11 @@ resume takes the newest copy that verifies on either tier. The durable tier is a
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +23,18 @@ from gpufleet.runtime.checkpoint import Checkpointer
 from gpufleet.runtime.durable import Uploader, tiers
 from gpufleet.runtime.files import read_json
 from gpufleet.runtime.integrity import MARKER
+from gpufleet.runtime.metrics import (
+    DURABLE_LAG_SECONDS,
+    DURABLE_LAG_STEPS,
+    DURABLE_STEP,
+    UPLOAD_FAILURES,
+)
 from tests.support.cli import cli_env, gpufleet_cmd, run_cli, summary_of
+from tests.support.podlauncher import finish as finish_pod
+from tests.support.podlauncher import pod_process
 from tests.support.procs import poll_until
 from tests.support.s3 import S3, in_environment, needs_versitygw, versitygw
+from tests.support.scrape import scrape_port
 from tests.support.specs import digits_job, write_spec
 
 pytestmark = [pytest.mark.slow, needs_versitygw]
@@ -233,3 +244,46 @@ def test_a_bucket_outage_mid_run_does_not_stop_training(
     assert s["state_digest"] == baseline["state_digest"]  # training never noticed
     assert s["durable"]["complete"] and s["durable"]["newest"] == LONG["steps"], s["durable"]
     assert "WARNING durable tier" in err
+
+
+# ---- a pod's launcher --------------------------------------------------------------------
+def pod_with_tiers(workdir: Path, s3: S3, prefix: str, **spec: Any) -> tuple[Any, int]:
+    checkpoint = {"dir": "/ckpt/run", "everySteps": 5, "durable": {"dir": f"s3://{prefix}"}}
+    workload = {"name": "digits", "steps": 5000, "logEvery": 50}
+    return pod_process(workdir, workload=workload, checkpoint=checkpoint, extra_env=s3.env, **spec)
+
+
+def test_a_pod_serves_the_durable_lag_and_uploads_its_preemption_checkpoint(
+    workdir: Path, s3: S3
+) -> None:
+    proc, port = pod_with_tiers(workdir, s3, "durable/pod-a")
+    durable = poll_until(lambda: scrape_port(port)[1].get(DURABLE_STEP), what="durable series",
+                         alive=proc, retry_on=(OSError,))  # fmt: skip
+    assert durable[0][0] == {"job_name": "train"} and durable[0][1] >= 5
+    _, samples = scrape_port(port)
+    assert {DURABLE_LAG_STEPS, DURABLE_LAG_SECONDS, f"{UPLOAD_FAILURES}_total"} <= set(samples)
+    os.kill(proc.pid, signal.SIGTERM)
+    code, out = finish_pod(proc)
+    assert code == EXIT_PREEMPTED, out
+    stopped = read_json(workdir / "run" / "preempted.json")["step"]
+    fs = s3.fs()
+    complete = [p for p in fs.ls("durable/pod-a") if fs.exists(f"{p}/{MARKER}")]
+    assert max(int(p.rsplit("step_", 1)[1][:9]) for p in complete) == stopped, out[-3000:]
+
+
+def test_a_pod_whose_grace_period_ends_before_the_upload_says_so(workdir: Path, s3: S3) -> None:
+    proc, port = pod_with_tiers(workdir, s3, "durable/pod-b", preemption={"gracePeriod": "6s"})
+    poll_until(lambda: scrape_port(port)[1].get(DURABLE_STEP), what="durable series",
+               alive=proc, retry_on=(OSError,))  # fmt: skip
+    s3.stop()
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+        started = time.monotonic()
+        code, out = finish_pod(proc)
+        waited = time.monotonic() - started
+    finally:
+        s3.start()
+    assert code == EXIT_PREEMPTED, out
+    stopped = read_json(workdir / "run" / "preempted.json")["step"]
+    assert f"the checkpoint of step {stopped} did not reach the durable tier" in out, out[-3000:]
+    assert waited < 6 + 10, waited  # within the grace period, not the final 600 s wait

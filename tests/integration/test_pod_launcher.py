@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,83 +23,10 @@ import pytest
 
 from gpufleet.errors import EXIT_FAILED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_PREEMPTED
 from gpufleet.net import free_port
-from gpufleet.render import render
-from gpufleet.spec import validate_training_job
-from tests.support.cli import cli_env
-from tests.support.procs import poll_until
-from tests.support.scrape import scrape_port, steps_by_rank
-from tests.support.specs import cluster_job
+from tests.support.podlauncher import finish, pod_process, wait_for_steps
+from tests.support.scrape import scrape_port
 
 pytestmark = pytest.mark.slow
-
-
-def pod_process(
-    workdir: Path,
-    *,
-    faults: str = "",
-    node: int = 0,
-    here: str = "",
-    rdzv_conf: str = "",
-    replacement: int = 0,
-    **spec: Any,
-) -> tuple[subprocess.Popen[str], int]:
-    """Start the rendered worker pod ``node``'s command here; returns it and its metrics port.
-    Its rendezvous host is ``here`` (default: a free loopback port); ``rdzv_conf`` is passed
-    as torchrun's ``--rdzv-conf``. Each pod has its own run directory (an emptyDir; a new one
-    for the ``replacement``-th pod of the same index) and all share the checkpoint volume. The
-    pod leads a process group of its own (a node)."""
-    port = free_port()
-    job = validate_training_job(
-        cluster_job(**{"nodes": 1, "procsPerNode": 2, "metrics": {"port": port}, **spec})
-    )
-    (_, indexed) = render(job, "job")
-    (container,) = indexed["spec"]["template"]["spec"]["containers"]
-    rdzv = f"{job.metadata.name}-0.{job.metadata.name}:29400"
-    here = here or f"127.0.0.1:{free_port()}"
-    command = [
-        sys.executable if a == "python" else a.replace(rdzv, here) for a in container["command"]
-    ]
-    assert command[1:3] == ["-m", "gpufleet.launch.pod"]
-    if rdzv_conf:
-        command.insert(3, f"--rdzv-conf={rdzv_conf}")
-    env = {e["name"]: e["value"] for e in container["env"]}
-    assert (
-        env["GPUFLEET_METRICS_PORT"] == str(port) and env["GPUFLEET_METRICS_ADDRESS"] == "0.0.0.0"
-    )
-    run = workdir / ("run" if node == 0 else f"run-{node}")
-    run = run.with_name(f"{run.name}-{replacement}") if replacement else run
-    # The pod's emptyDir and volume, moved here; listen on loopback only on a shared machine.
-    env.update(
-        GPUFLEET_RUN_DIR=str(run),
-        PROMETHEUS_MULTIPROC_DIR=str(run / "metrics"),
-        GPUFLEET_CHECKPOINT_DIR=str(workdir / "ckpt"),
-        GPUFLEET_METRICS_ADDRESS="127.0.0.1",
-    )
-    if faults:
-        env["GPUFLEET_FAULTS"] = faults
-    proc = subprocess.Popen(
-        command, cwd=workdir, env={**cli_env(), **env}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
-    return proc, port
-
-
-def wait_for_steps(
-    proc: subprocess.Popen[str], port: int, at_least: int, ranks: set[str] | None = None
-) -> dict[str, float]:
-    ranks = {"0", "1"} if ranks is None else ranks
-
-    def stepped() -> dict[str, float] | None:
-        steps = steps_by_rank(scrape_port(port)[1])
-        return steps if set(steps) == ranks and min(steps.values()) >= at_least else None
-
-    what = f"step {at_least} from both ranks on :{port}"
-    return poll_until(stepped, what=what, alive=proc, retry_on=(OSError,))
-
-
-def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=120)
-    return proc.returncode, out
 
 
 def test_pod_serves_job_metrics_and_exits_0(workdir: Path) -> None:

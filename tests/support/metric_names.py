@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
+import tempfile
+from pathlib import Path
 
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufleet.launch.uploads import DurableCollector
 from gpufleet.observe.devices import SimulatedDevice
 from gpufleet.observe.exporter import GpuCollector
 from gpufleet.observe.podresources import Allocation, Attribution
+from gpufleet.runtime.durable import UploadState
 from gpufleet.runtime.metrics import JobMetrics
 from tests.support.paths import REPO
 
@@ -54,6 +59,13 @@ def recorded() -> set[str]:
     return {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
 
 
+def _durable_collector() -> DurableCollector:
+    """The node uploader's series, from a state file as its launcher writes it."""
+    state = Path(tempfile.mkdtemp()) / "durable.json"
+    state.write_text(json.dumps(UploadState(newest_fast=20, newest_durable=10).to_json()))
+    return DurableCollector(state, "j")
+
+
 def produced() -> set[str]:
     """Sample names the exporter and the job metrics expose (on a private registry), the series
     the recording rules produce, Triton's and Kueue's."""
@@ -66,6 +78,7 @@ def produced() -> set[str]:
     metrics.record_step(1, 0.1, 0.01, 8)
     metrics.record_checkpoint(1, 0.5, 0.1)
     metrics.loss.set(1.0)
+    registry.register(_durable_collector())
     text = generate_latest(registry).decode()
     names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     return names | recorded() | triton() | kueue()

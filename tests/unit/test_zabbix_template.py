@@ -13,8 +13,14 @@ import yaml
 
 from gpufleet.observe.devices import APPLICATION_XIDS, HARDWARE_XIDS
 from gpufleet.observe.exporter import METRICS
-from gpufleet.observe.zabbix.export import alerts_of, export, export_yaml
-from gpufleet.observe.zabbix.triggers import MACROS, MIRRORS, NOT_MIRRORED
+from gpufleet.observe.zabbix.export import (
+    JOB_TEMPLATE,
+    NODE_TEMPLATE,
+    alerts_of,
+    export,
+    export_yaml,
+)
+from gpufleet.observe.zabbix.triggers import JOB_MACROS, MACROS, MIRRORS, NOT_MIRRORED
 from tests.support.metric_names import NAME, produced
 from tests.support.paths import REPO
 
@@ -102,18 +108,20 @@ def test_the_xid_items_count_the_codes_the_alerts_name(alert: str, codes: tuple[
     assert (result, function) == ("function", "sum")
 
 
-@pytest.mark.parametrize(("macro", "alert", "threshold"), [
-    ("{$GPUFLEET.GPU.TEMP.MAX}", "GpufleetGpuHighTemperature", r"> (\S+)$"),
-    ("{$GPUFLEET.GPU.IDLE.MAX}", "GpufleetGpuAllocatedIdle", r"< (\S+)$"),
+@pytest.mark.parametrize(("macro", "alert", "threshold", "template"), [
+    ("{$GPUFLEET.GPU.TEMP.MAX}", "GpufleetGpuHighTemperature", r"> (\S+)$", NODE_TEMPLATE),
+    ("{$GPUFLEET.GPU.IDLE.MAX}", "GpufleetGpuAllocatedIdle", r"< (\S+)$", NODE_TEMPLATE),
+    ("{$GPUFLEET.DURABLE.LAG.MAX}", "GpufleetCheckpointNotDurable", r"> (\S+)$", JOB_TEMPLATE),
 ])  # fmt: skip
 def test_threshold_macros_default_to_the_rules_numbers(
-    macro: str, alert: str, threshold: str
+    macro: str, alert: str, threshold: str, template: str
 ) -> None:
     found = re.search(threshold, ALERTS[alert]["expr"].strip())
     assert found is not None
-    assert float(MACROS[macro][0]) == float(found.group(1))
-    macros = {m["macro"]: m["value"] for m in TEMPLATES["gpufleet GPU node by HTTP"]["macros"]}
-    assert macros[macro] == MACROS[macro][0]
+    default = {**MACROS, **JOB_MACROS}[macro][0]
+    assert float(default) == float(found.group(1))
+    macros = {m["macro"]: m["value"] for m in TEMPLATES[template]["macros"]}
+    assert macros[macro] == default
 
 
 def test_uuids_are_unique_version_4() -> None:

@@ -38,7 +38,7 @@ from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
 from gpufleet.launch.secrets import resolve_env
-from gpufleet.launch.uploads import FINAL_UPLOAD_WAIT, durable_uploads, finish
+from gpufleet.launch.uploads import DurableCollector, durable_uploads, finish, upload_wait
 from gpufleet.launch.worker import (
     DEFAULT_RUN_ROOT,
     local_notes,
@@ -120,7 +120,9 @@ def serve_metrics(job: TrainingJob, run_dir: Path) -> Iterator[None]:
         yield
         return
     try:
-        with serve_metrics_dir(RunDir(run_dir).metrics, "127.0.0.1", port):
+        extra = (DurableCollector(RunDir(run_dir).durable, job.metadata.name),)
+        durable = extra if job.spec.checkpoint.durable else ()
+        with serve_metrics_dir(RunDir(run_dir).metrics, "127.0.0.1", port, durable):
             yield
     except MetricsPortError as exc:
         raise UserInputError([FieldError("spec.metrics.port", str(exc))]) from exc
@@ -242,8 +244,7 @@ def _run_locked(
             outcomes = [launch_node(configs[0])]
         else:
             outcomes = _launch_node_processes(configs)
-        wait = s.preemption.grace_period if files.preempted.exists() else FINAL_UPLOAD_WAIT
-        durable = finish(up, wait, echo)
+        durable = finish(up, upload_wait(run_dir, s.preemption.grace_period), echo)
     summary = _summarize(job, run_dir, outcomes, started)
     summary.durable = durable
     state["launches"].append(

@@ -11,12 +11,16 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 @contextmanager
-def serve_metrics_dir(directory: Path, address: str, port: int) -> Iterator[int]:
-    """Empty ``directory``, then serve what workers write there on ``address:port`` until the
-    block ends; yields the port (useful with port 0). MetricsPortError if it cannot listen."""
+def serve_metrics_dir(
+    directory: Path, address: str, port: int, extra: tuple[Any, ...] = ()
+) -> Iterator[int]:
+    """Empty ``directory``, then serve what workers write there, and the ``extra`` collectors
+    of this process, on ``address:port`` until the block ends; yields the port (useful with
+    port 0). MetricsPortError if it cannot listen."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -26,6 +30,8 @@ def serve_metrics_dir(directory: Path, address: str, port: int) -> Iterator[int]
     directory.mkdir(parents=True)
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    for collector in extra:
+        registry.register(collector)
     server, _ = start_metrics_server(registry, address, port, "gpufleet job metrics")
     try:
         yield server.server_port

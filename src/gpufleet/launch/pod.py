@@ -46,11 +46,16 @@ from typing import Any
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
 from gpufleet.launch.fatal import no_restart_after_fatal, read_fatal
 from gpufleet.launch.keptlogs import keep, kept_name
+from gpufleet.launch.uploads import DurableCollector, durable_uploads, finish, upload_wait
 from gpufleet.runtime.context import (
     DEFAULT_FRAMEWORK,
     ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_DURABLE,
+    ENV_GRACE_PERIOD,
+    ENV_JOB_NAME,
     ENV_METRICS_DIR,
     ENV_RUN_DIR,
+    JobContext,
     env_framework,
 )
 from gpufleet.runtime.rundir import RunDir
@@ -69,7 +74,12 @@ def _metrics(env: dict[str, str]) -> AbstractContextManager[Any]:
         return nullcontext()
     from gpufleet.launch.metrics_server import serve_metrics_dir
 
-    return serve_metrics_dir(Path(directory), env.get(ENV_METRICS_ADDRESS, "127.0.0.1"), port)
+    extra: tuple[Any, ...] = ()
+    if env.get(ENV_CHECKPOINT_DURABLE):  # the node's uploader's series (its state file)
+        state = RunDir(Path(env.get(ENV_RUN_DIR, "."))).durable
+        extra = (DurableCollector(state, env.get(ENV_JOB_NAME, "job")),)
+    address = env.get(ENV_METRICS_ADDRESS, "127.0.0.1")
+    return serve_metrics_dir(Path(directory), address, port, extra)
 
 
 def rendezvous_conf(conf: str, endpoint: str, hostname: str) -> str:
@@ -243,11 +253,8 @@ def _run(args: Any) -> None:
 
 
 def _launch(args: Any, run_dir: Path, keep_logs: Callable[[], None]) -> int:
-    """torchrun's ``run(args)``, its outcome mapped to gpufleet's exit codes."""
-    from torch.distributed.elastic.multiprocessing import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous import RendezvousError
-
+    """torchrun's ``run(args)``, its outcome mapped to gpufleet's exit codes, and then the wait
+    for the last checkpoint's durable upload (a job with spec.checkpoint.durable)."""
     if args.rdzv_backend == "c10d" and args.rdzv_endpoint:
         import socket
 
@@ -259,36 +266,55 @@ def _launch(args: Any, run_dir: Path, keep_logs: Callable[[], None]) -> int:
     # failing the job that should resume. Unshared, rank 0 writes them every round and the
     # workers' store is hosted by worker rank 0, new in each round.
     os.environ.setdefault(ENV_NO_SHARED_STORE, "1")
-    for stale in (RunDir(run_dir).preempted, RunDir(run_dir).fatal):  # this pod's last try's
+    files = RunDir(run_dir)
+    for stale in (files.preempted, files.fatal, files.durable):  # this pod's last try's
         stale.unlink(missing_ok=True)
     watch = _RendezvousWatch()
+    context = JobContext.from_env()
+    grace = float(os.environ.get(ENV_GRACE_PERIOD) or 0)
     with (
         _metrics(dict(os.environ)),
         no_restart_after_fatal(run_dir),
         _host_watch(args, watch, keep_logs),
+        durable_uploads(context.checkpoint, context.name, run_dir) as uploader,
     ):
-        try:
-            _run(args)
-        except RendezvousError as exc:
-            where = args.rdzv_endpoint or "the rendezvous"
-            if watch.formed:
-                print(f"gpufleet: lost the rendezvous host {where} after the group formed "
-                      f"({_cause(exc)}); exit {EXIT_PREEMPTED}: retry, the job resumes from its "
-                      "last checkpoint", file=sys.stderr, flush=True)  # fmt: skip
-                return EXIT_PREEMPTED
-            print(f"gpufleet: no rendezvous at {where}: {_cause(exc)}", file=sys.stderr, flush=True)
-            return EXIT_FAILED
-        except ChildFailedError as exc:
-            fatal = read_fatal(run_dir)
-            if fatal is not None:  # said once by the worker; no restart was made
-                return int(fatal["exit_code"])
-            print(f"gpufleet: {exc}", file=sys.stderr, flush=True)
-            return EXIT_FAILED
-        except SignalException as exc:
-            if RunDir(run_dir).preempted.exists():
-                print("gpufleet: preempted after a checkpoint", file=sys.stderr, flush=True)
-                return EXIT_PREEMPTED
-            return 128 + int(exc.sigval)
+        code = _outcome(args, run_dir, watch)
+        finish(uploader, upload_wait(run_dir, grace), _say)
+    return code
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _outcome(args: Any, run_dir: Path, watch: _RendezvousWatch) -> int:
+    """torchrun's run, its outcome as gpufleet's exit code."""
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
+
+    try:
+        _run(args)
+    except RendezvousError as exc:
+        where = args.rdzv_endpoint or "the rendezvous"
+        if watch.formed:
+            print(f"gpufleet: lost the rendezvous host {where} after the group formed "
+                  f"({_cause(exc)}); exit {EXIT_PREEMPTED}: retry, the job resumes from its "
+                  "last checkpoint", file=sys.stderr, flush=True)  # fmt: skip
+            return EXIT_PREEMPTED
+        print(f"gpufleet: no rendezvous at {where}: {_cause(exc)}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    except ChildFailedError as exc:
+        fatal = read_fatal(run_dir)
+        if fatal is not None:  # said once by the worker; no restart was made
+            return int(fatal["exit_code"])
+        print(f"gpufleet: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    except SignalException as exc:
+        if RunDir(run_dir).preempted.exists():
+            print("gpufleet: preempted after a checkpoint", file=sys.stderr, flush=True)
+            return EXIT_PREEMPTED
+        return 128 + int(exc.sigval)
     return EXIT_OK
 
 

@@ -5,6 +5,7 @@ the newest checkpoint's upload (gpufleet.runtime.durable)."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,12 +13,31 @@ from typing import Any
 
 from gpufleet.runtime.context import CheckpointSettings
 from gpufleet.runtime.durable import Uploader, UploadState, tiers
-from gpufleet.runtime.files import write_json_atomic
+from gpufleet.runtime.files import read_json, write_json_atomic
+from gpufleet.runtime.metrics import (
+    DURABLE_LAG_SECONDS,
+    DURABLE_LAG_STEPS,
+    DURABLE_STEP,
+    UPLOAD_FAILURES,
+)
 from gpufleet.runtime.rundir import RunDir
 
 # How long a finished job waits for its last checkpoint to become durable. A preempted one
-# waits at most its grace period (the kubelet's SIGKILL ends it anyway).
+# waits what is left of its grace period (the kubelet's SIGKILL ends it anyway) less
+# GRACE_MARGIN, the launcher's time to keep the logs and exit.
 FINAL_UPLOAD_WAIT = 600.0
+GRACE_MARGIN = 2.0
+
+
+def upload_wait(run_dir: Path, grace: float) -> float:
+    """How long the launcher waits for the last upload: FINAL_UPLOAD_WAIT, or, after a
+    preemption checkpoint, what is left of the ``grace`` period since the workers' signal."""
+    mark = read_json(RunDir(run_dir).preempted)
+    if not isinstance(mark, dict):
+        return FINAL_UPLOAD_WAIT
+    since = mark.get("signalled_at")
+    used = time.time() - since if isinstance(since, (int, float)) else 0.0
+    return max(0.0, grace - used - GRACE_MARGIN)
 
 
 @contextmanager
@@ -64,3 +84,36 @@ def finish(uploader: Uploader | None, timeout: float, log: Callable[[str], None]
             "their upload, or their uploads failed)")  # fmt: skip
     return {"root": uploader.durable.root, "newest": state.newest_durable, "complete": drained,
             "never_durable": state.never_durable, "error": state.error}  # fmt: skip
+
+
+class DurableCollector:
+    """The node's uploader's state (its ``durable.json``) as Prometheus series, read at each
+    scrape: the uploader runs in this process's thread, the metrics server in another, and
+    the file is what both already share (and outlives a scrape that comes mid-update)."""
+
+    def __init__(self, state_file: Path, job: str) -> None:
+        self.state_file, self.job = state_file, job
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        state = read_json(self.state_file)
+        if not isinstance(state, dict):
+            return
+        lag = UploadState(**{k: v for k, v in state.items() if k in UploadState.__annotations__})
+        label = ["job_name"]
+        families: list[tuple[Any, str, str, float | None]] = [
+            (GaugeMetricFamily, DURABLE_STEP, "Newest step verified on the durable tier.",
+             lag.newest_durable),
+            (GaugeMetricFamily, DURABLE_LAG_STEPS, "Steps between the newest committed "
+             "checkpoint and the newest durable one.", lag.lag_steps()),
+            (GaugeMetricFamily, DURABLE_LAG_SECONDS, "Seconds since the oldest committed "
+             "checkpoint not yet durable was committed (0: none waiting).", lag.lag_seconds()),
+            (CounterMetricFamily, UPLOAD_FAILURES, "Failed uploads to the durable tier.",
+             lag.failures),
+        ]  # fmt: skip
+        for kind, name, doc, value in families:
+            if value is not None:
+                family = kind(name, doc, labels=label)
+                family.add_metric([self.job], float(value))
+                yield family

@@ -46,7 +46,6 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from gpufleet.errors import (
     CheckpointError,
-    CheckpointMismatchError,
     CheckpointStorageError,
     NoUsableCheckpointError,
 )
@@ -146,7 +145,7 @@ class Checkpointer:
         if self._rank == 0:
             try:
                 found = self._newest_usable()
-            except (NoUsableCheckpointError, CheckpointMismatchError) as exc:
+            except CheckpointError as exc:
                 found = exc  # every rank raises rank 0's verdict
         decided: CheckpointRef | CheckpointError | None = self._broadcast(found)
         if isinstance(decided, CheckpointError):
@@ -158,7 +157,7 @@ class Checkpointer:
         tiers = [t for t in (self.fast, self.durable) if t is not None]
         copies: dict[int, list[tuple[Tier, CheckpointRef]]] = {}
         for tier in tiers:
-            for ref in tier.complete():
+            for ref in self._listed(tier):
                 copies.setdefault(ref.step, []).append((tier, ref))
         set_aside = []
         for step in sorted(copies, reverse=True):
@@ -183,6 +182,25 @@ class Checkpointer:
                 f"{', '.join(set_aside)}); run with --fresh to start over from step 0"
             )
         return None
+
+    def _listed(self, tier: Tier) -> list[CheckpointRef]:
+        """``tier``'s complete checkpoints. An unreachable durable tier is a warning while the
+        fast tier has a checkpoint to resume from, and an error (a restart retries) when it has
+        none: starting at step 0 could throw the durable tier's progress away."""
+        if tier is self.fast:
+            return tier.complete()
+        try:
+            return tier.complete()
+        except Exception as exc:  # the object store's client errors are not all OSErrors
+            if not self.fast.complete():
+                raise CheckpointError(
+                    f"the durable tier {tier.root} is unreachable ({exc}) and the fast tier "
+                    f"{self.fast.root} holds no checkpoint: resuming from step 0 could throw "
+                    "the durable checkpoints away; the job retries"
+                ) from None
+            self._log(f"gpufleet: WARNING the durable tier {tier.root} is unreachable ({exc}); "
+                      "resuming from the fast tier alone")  # fmt: skip
+            return []
 
     # ---- saving --------------------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any], *, force_sync: bool = False) -> str:

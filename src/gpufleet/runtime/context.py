@@ -26,6 +26,8 @@ ENV_CHECKPOINT_ASYNC = "GPUFLEET_CHECKPOINT_ASYNC"
 # spec.checkpoint.durable: the durable tier the node's uploader fills, read on resume
 ENV_CHECKPOINT_DURABLE = "GPUFLEET_CHECKPOINT_DURABLE"
 ENV_CHECKPOINT_DURABLE_KEEP = "GPUFLEET_CHECKPOINT_DURABLE_KEEP"
+# spec.preemption.gracePeriod in seconds, for a pod launcher's wait for the durable upload
+ENV_GRACE_PERIOD = "GPUFLEET_GRACE_PERIOD"
 ENV_HANG_TIMEOUT = "GPUFLEET_HANG_TIMEOUT"
 # Set for command jobs with an explicit hangTimeout: the worker shim's watchdog then counts
 # from the worker's last output or gpufleet.runtime.heartbeat() (gpufleet.runtime.watchdog).

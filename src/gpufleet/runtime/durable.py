@@ -28,7 +28,6 @@ the missing files, and a resume reads the durable tier's older complete checkpoi
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
@@ -166,6 +165,8 @@ class Uploader:
     def _copy_verified(self, src: str, dst: str, want: dict[str, Any]) -> None:
         delay, last = BACKOFF[0], ""
         for attempt in range(ATTEMPTS):
+            if self._stop.is_set():
+                raise UploadError(f"stopped while uploading {_name(src)}")
             if attempt:
                 self._stop.wait(delay)  # a stop ends the waiting, not the attempts
                 delay = min(delay * 2, BACKOFF[1])
@@ -203,7 +204,7 @@ class Uploader:
         path = self.durable.join(self.durable.join(self.durable.root_path, name), MARKER)
         try:
             return bool(self.durable.fs.exists(path))
-        except OSError:
+        except Exception:  # unreachable (the store's client errors): not known durable
             return False
 
     # ---- state ---------------------------------------------------------------------------
@@ -268,17 +269,17 @@ class Uploader:
         steps = [r.step for r in self.fast.complete()]
         return steps[-1] if steps else None
 
-    def stop(self) -> UploadState:
-        """End the loop (an upload in progress finishes its current file's tries); the state,
-        every commit never made durable listed."""
+    def stop(self, join: float = 2.0) -> UploadState:
+        """End the loop, waiting up to ``join`` seconds for an upload in progress to give up
+        (a request to a store that does not answer can take longer: the thread is a daemon,
+        and the process's exit ends it); the state, every commit never made durable listed."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(join)
             self._thread = None
-        known = set(self._durable or ())
-        with contextlib.suppress(OSError):  # the durable tier unreachable: what it knew
-            known |= {r.step for r in self.durable.complete()}
-        self.state.never_durable = sorted(self._seen - known)
+        # What it knows (listed at its first pass, and its own uploads): no request here, the
+        # store may be the reason it stops.
+        self.state.never_durable = sorted(self._seen - (self._durable or set()))
         return self.state
 
 

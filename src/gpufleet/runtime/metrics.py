@@ -34,6 +34,12 @@ LAST_PROGRESS = "gpufleet_job_last_progress_timestamp_seconds"
 RESUMED_FROM = "gpufleet_job_resumed_from_step"
 HUNG_AT = "gpufleet_job_hung_at_step"
 STEP_SECONDS = "gpufleet_job_step_duration_seconds"  # a Histogram: _sum, _count, _bucket
+# The durable tier (spec.checkpoint.durable), from each node's uploader in its launcher
+# (gpufleet.launch.uploads.DurableCollector), labelled job_name alone: one series per node.
+DURABLE_STEP = "gpufleet_job_checkpoint_durable_step"
+DURABLE_LAG_STEPS = "gpufleet_job_checkpoint_durable_lag_steps"
+DURABLE_LAG_SECONDS = "gpufleet_job_checkpoint_durable_lag_seconds"
+UPLOAD_FAILURES = "gpufleet_job_checkpoint_upload_failures"  # a Counter: exposed + "_total"
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 CKPT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)

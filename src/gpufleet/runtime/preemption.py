@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 
 import torch
@@ -27,6 +28,9 @@ class PreemptionGuard:
         self._buf = torch.zeros(1, dtype=torch.int32)
         self._previous: dict[int, object] = {}
         self._stopped = False  # the ranks agreed to stop: the process exits 75 next
+        # When this process got its signal (time.time()): the grace period counts from it, and
+        # the launcher's wait for the durable upload gets what is left (gpufleet.launch.uploads).
+        self.signalled_at: float | None = None
 
     def install(self) -> PreemptionGuard:
         """Install the signal handlers (main thread only; elsewhere a no-op)."""
@@ -51,6 +55,8 @@ class PreemptionGuard:
             name = signal.Signals(signum).name
             print(f"gpufleet: got {name}; checkpointing at the next step boundary", file=sys.stderr)
         self._signal = signum
+        if self.signalled_at is None:
+            self.signalled_at = time.time()
         self._requested.set()
 
     def request(self) -> None:

@@ -117,13 +117,12 @@ class Reporter:
             write_json_atomic(self.files.result, result.to_json())
             self.log(f"gpufleet: {result.steps} steps; state digest {result.state_digest}")
 
-    def write_preempted(self, result: TrainResult) -> None:
+    def write_preempted(self, result: TrainResult, signalled_at: float | None = None) -> None:
         """After a preemption checkpoint: ``result.json`` (rank 0) and every node's
         ``preempted.json`` (its first worker; in a pod, the pod's own run directory), so each
         node's launcher reports "preempted" rather than "killed by SIGTERM"."""
         self.write_result(result)
         if self.info.local_rank == 0:
-            write_json_atomic(
-                self.files.preempted, {"step": result.steps, "checkpoint": result.checkpoint}
-            )
+            mark = {"step": result.steps, "checkpoint": result.checkpoint}
+            write_json_atomic(self.files.preempted, {**mark, "signalled_at": signalled_at})
         self.log_main(f"gpufleet: preempted at step {result.steps}; checkpoint {result.checkpoint}")

@@ -392,7 +392,7 @@ class Trainer:
         self.reporter.write_result(result)
 
     def _finish_preempted(self, result: TrainResult) -> None:
-        self.reporter.write_preempted(result)
+        self.reporter.write_preempted(result, self.guard.signalled_at)
         from gpufleet.runtime.distributed import shutdown_distributed
 
         shutdown_distributed()

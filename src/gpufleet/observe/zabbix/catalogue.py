@@ -135,6 +135,18 @@ def job_items() -> list[Item]:
              job.LAST_PROGRESS,
              "Seconds since any rank completed a step, at collection time.", result="max",
              units="s", javascript="return Math.floor(Date.now() / 1000) - Number(value);"),
+        # The durable tier's (spec.checkpoint.durable); a job without one has no lag.
+        Item("gpufleet.job.durable.step", "Job: newest durable checkpoint step",
+             job.DURABLE_STEP, "Newest step verified on the durable tier.", result="max"),
+        Item("gpufleet.job.durable.lag_steps", "Job: durable tier lag (steps)",
+             job.DURABLE_LAG_STEPS, "Steps between the newest committed checkpoint and the "
+             "newest durable one.", result="max", default="0"),
+        Item("gpufleet.job.durable.lag_seconds", "Job: durable tier lag",
+             job.DURABLE_LAG_SECONDS, "Seconds the oldest committed checkpoint not yet durable "
+             "has waited.", result="max", units="s", default="0"),
+        Item("gpufleet.job.durable.upload_failures", "Job: failed uploads per second",
+             f"{job.UPLOAD_FAILURES}_total", "Failed uploads to the durable tier.",
+             result="sum", rate=True, default="0"),
     ]  # fmt: skip
 
 

@@ -22,7 +22,16 @@ import yaml
 from gpufleet.observe.exporter import EXPORTER_PORT
 from gpufleet.observe.zabbix import catalogue
 from gpufleet.observe.zabbix.catalogue import Item
-from gpufleet.observe.zabbix.triggers import GPU, JOB, MACROS, MIRRORS, NODE, PRIORITY, Mirror
+from gpufleet.observe.zabbix.triggers import (
+    GPU,
+    JOB,
+    JOB_MACROS,
+    MACROS,
+    MIRRORS,
+    NODE,
+    PRIORITY,
+    Mirror,
+)
 from gpufleet.render.serving import METRICS as TRITON_METRICS_PORT
 
 GROUP = "Templates/gpufleet"
@@ -192,7 +201,8 @@ def _job(rules: dict[str, dict[str, Any]]) -> dict[str, Any]:
         macros=_macros(INTERVAL, ("{$GPUFLEET.SCHEME}", "http", "http or https."),
                        ("{$GPUFLEET.JOB.PORT}", str(JOB_METRICS_PORT), "The spec's metrics.port."),
                        ("{$GPUFLEET.JOB.NAME}", "", "The job's name (tags, trigger names)."),
-                       ("{$GPUFLEET.JOB.NAMESPACE}", "", "The job's namespace (tenant).")),
+                       ("{$GPUFLEET.JOB.NAMESPACE}", "", "The job's namespace (tenant)."),
+                       *((m, v, d) for m, (v, d) in JOB_MACROS.items())),
         tags=[{"tag": "class", "value": "application"}, {"tag": "target", "value": "gpufleet"}],
     )  # fmt: skip
 

@@ -24,6 +24,11 @@ MACROS = {
     "{$GPUFLEET.GPU.IDLE.MAX}": ("0.05", "Utilization below which a held GPU is idle (30 min)."),
     "{$GPUFLEET.EXPORTER.NODATA}": ("5m", "No answer from the exporter this long: it is down."),
 }
+# The job template's.
+JOB_MACROS = {
+    "{$GPUFLEET.DURABLE.LAG.MAX}": ("900", "Seconds a committed checkpoint may wait for its "
+                                    "durable copy (2 minutes over it: a problem)."),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,10 @@ MIRRORS = (
            "Job {$GPUFLEET.JOB.NAMESPACE}/{$GPUFLEET.JOB.NAME}: under half its usual speed",
            "max(/{t}/gpufleet.job.samples.rate,10m)"
            "<0.5*percentile(/{t}/gpufleet.job.samples.rate,1h,50)"),
+    Mirror("GpufleetCheckpointNotDurable", JOB,
+           "Job {$GPUFLEET.JOB.NAMESPACE}/{$GPUFLEET.JOB.NAME}: a checkpoint not durable in 15 "
+           "minutes",
+           "min(/{t}/gpufleet.job.durable.lag_seconds,2m)>{$GPUFLEET.DURABLE.LAG.MAX}"),
 )  # fmt: skip
 
 # Alerts with no trigger, and why.
