@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-from s3fs import S3FileSystem
 
 from gpufleet.errors import EXIT_PREEMPTED
 from gpufleet.runtime.checkpoint import Checkpointer
@@ -33,7 +32,7 @@ from tests.support.cli import cli_env, gpufleet_cmd, run_cli, summary_of
 from tests.support.podlauncher import finish as finish_pod
 from tests.support.podlauncher import pod_process
 from tests.support.procs import poll_until
-from tests.support.s3 import S3, in_environment, needs_versitygw, versitygw
+from tests.support.s3 import S3, bucket_env, needs_versitygw
 from tests.support.scrape import scrape_port
 from tests.support.specs import digits_job, write_spec
 
@@ -45,11 +44,8 @@ JOB = "tiers"
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
     """versitygw with bucket 'durable', in this process's environment (s3fs reads it)."""
-    with versitygw(tmp_path_factory.mktemp("s3")) as server, in_environment(server.env):
-        S3FileSystem.clear_instance_cache()
-        server.bucket("durable")
+    with bucket_env(tmp_path_factory.mktemp("s3"), "durable") as server:
         yield server
-    S3FileSystem.clear_instance_cache()
 
 
 def state(step: int, size: int = 64) -> dict[str, Any]:

@@ -158,3 +158,17 @@ def in_environment(env: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextmanager
+def bucket_env(directory: Path, bucket: str) -> Iterator[S3]:
+    """versitygw with ``bucket``, in this process's environment (s3fs reads it), s3fs's
+    instances cleared before and after (one per set of arguments: another server's must not
+    be reused)."""
+    import s3fs
+
+    with versitygw(directory) as server, in_environment(server.env):
+        s3fs.S3FileSystem.clear_instance_cache()
+        server.bucket(bucket)
+        yield server
+    s3fs.S3FileSystem.clear_instance_cache()

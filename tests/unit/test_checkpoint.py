@@ -12,7 +12,7 @@ import torch
 
 from gpufleet.errors import CheckpointError, CheckpointMismatchError
 from gpufleet.runtime.checkpoint import Checkpointer
-from gpufleet.runtime.context import CHECKPOINT_DEFAULTS
+from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, node_id
 from gpufleet.runtime.integrity import MARKER
 
 
@@ -170,7 +170,8 @@ def test_marker_records_a_sha256_of_every_file(tmp_path: Path, async_save: bool)
     assert sorted(files) == on_disk and ".metadata" in files
     for name, entry in files.items():
         data = (path / name).read_bytes()
-        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                         "host": node_id()}  # fmt: skip
     ckpt.close()
 
 

@@ -78,10 +78,11 @@ def finish(uploader: Uploader | None, timeout: float, log: Callable[[str], None]
             f"durable tier {uploader.durable.root} within {timeout:g} s ("
             f"{state.error or 'still uploading'}); the newest durable one is step "
             f"{state.newest_durable}")  # fmt: skip
-    if state.never_durable:
-        log(f"gpufleet: checkpoints never copied to the durable tier: step "
-            f"{', '.join(map(str, state.never_durable))} (superseded by a newer one before "
-            "their upload, or their uploads failed)")  # fmt: skip
+    if never := state.never_durable:
+        steps = ", ".join(map(str, [*never[:3], "...", *never[-3:]] if len(never) > 8 else never))
+        log(f"gpufleet: {len(never)} checkpoint(s) never copied to the durable tier: step "
+            f"{steps} (superseded by a newer one before their upload, or their uploads "
+            "failed)")  # fmt: skip
     return {"root": uploader.durable.root, "newest": state.newest_durable, "complete": drained,
             "never_durable": state.never_durable, "error": state.error}  # fmt: skip
 

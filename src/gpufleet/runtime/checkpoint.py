@@ -28,6 +28,7 @@ fast copy resumes from the durable one.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import time
@@ -47,12 +48,11 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 from gpufleet.errors import (
     CheckpointError,
     CheckpointStorageError,
-    NoUsableCheckpointError,
 )
-from gpufleet.runtime import checkpoint_io, faults, integrity
+from gpufleet.runtime import checkpoint_io, choose, faults, integrity
 from gpufleet.runtime.checkpoint_io import model_fingerprint as model_fingerprint
 from gpufleet.runtime.checkpoint_io import storage_error
-from gpufleet.runtime.context import CHECKPOINT_DEFAULTS
+from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, node_id
 from gpufleet.runtime.integrity import MARKER
 from gpufleet.runtime.tier import DURABLE, FAST, Tier, is_local
 from gpufleet.runtime.tier import CheckpointRef as CheckpointRef
@@ -103,6 +103,12 @@ class Checkpointer:
         self.every_steps = every_steps
         self._distributed = dist.is_available() and dist.is_initialized()
         self._rank = dist.get_rank() if self._distributed else 0
+        world = dist.get_world_size() if self._distributed else 1
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if self._distributed else 1
+        self._nodes = max(1, world // max(1, local))  # torchrun's nodes (agents)
+        self._local_rank = int(os.environ.get("LOCAL_RANK", 0)) if self._distributed else 0
+        self._node = node_id()  # whose disk this process's fast tier is, in the marker
+        self._purges_own = self._rank == 0  # a node whose fast tier only its ranks see purges
         # DCP's planning collectives get their own gloo group: an async save runs them in a
         # background thread, and collectives on one group must be issued in the same order on
         # every rank, which a thread racing the training loop cannot promise.
@@ -141,10 +147,14 @@ class Checkpointer:
         ranks (rank 0 decides). Corrupt ones on the way are set aside with a warning. Raises
         NoUsableCheckpointError when checkpoints exist but none is usable: starting over from step 0
         is what ``--fresh`` does, never a silent fallback."""
+        self.wait()  # its commit's collectives first, on the same group
+        incomplete = self._incomplete_on_some_node() if self._nodes > 1 else frozenset()
         found: CheckpointRef | CheckpointError | None = None
         if self._rank == 0:
             try:
-                found = self._newest_usable()
+                found = choose.newest_usable(
+                    self.fast, self.durable, self.identity, self._log, incomplete
+                )
             except CheckpointError as exc:
                 found = exc  # every rank raises rank 0's verdict
         decided: CheckpointRef | CheckpointError | None = self._broadcast(found)
@@ -152,55 +162,12 @@ class Checkpointer:
             raise decided
         return decided
 
-    def _newest_usable(self) -> CheckpointRef | None:
-        """The newest step with a copy that verifies, the fast tier's copy tried first."""
-        tiers = [t for t in (self.fast, self.durable) if t is not None]
-        copies: dict[int, list[tuple[Tier, CheckpointRef]]] = {}
-        for tier in tiers:
-            for ref in self._listed(tier):
-                copies.setdefault(ref.step, []).append((tier, ref))
-        set_aside = []
-        for step in sorted(copies, reverse=True):
-            for tier, ref in copies[step]:
-                marker, problems = tier.check(ref)
-                if problems is None:
-                    self._log(f"gpufleet: checkpoint step {step} ({ref.path}) predates "
-                              "checksums: loading it unverified")  # fmt: skip
-                elif problems:
-                    aside = tier.set_aside(ref)
-                    set_aside.append(aside)
-                    self._log(f"gpufleet: WARNING checkpoint step {step} is corrupt ("
-                              f"{'; '.join(map(str, problems))}); set aside as {aside}, trying "
-                              "the next copy")  # fmt: skip
-                    continue
-                integrity.check_identity(self.identity, marker, root=tier.root, step=step)
-                return CheckpointRef(step, ref.path, marker.get("world_size"), tier.name)
-        if set_aside:
-            roots = " or ".join(t.root for t in tiers)
-            raise NoUsableCheckpointError(
-                f"no usable checkpoint in {roots}: every complete one is corrupt (set aside: "
-                f"{', '.join(set_aside)}); run with --fresh to start over from step 0"
-            )
-        return None
-
-    def _listed(self, tier: Tier) -> list[CheckpointRef]:
-        """``tier``'s complete checkpoints. An unreachable durable tier is a warning while the
-        fast tier has a checkpoint to resume from, and an error (a restart retries) when it has
-        none: starting at step 0 could throw the durable tier's progress away."""
-        if tier is self.fast:
-            return tier.complete()
-        try:
-            return tier.complete()
-        except Exception as exc:  # the object store's client errors are not all OSErrors
-            if not self.fast.complete():
-                raise CheckpointError(
-                    f"the durable tier {tier.root} is unreachable ({exc}) and the fast tier "
-                    f"{self.fast.root} holds no checkpoint: resuming from step 0 could throw "
-                    "the durable checkpoints away; the job retries"
-                ) from None
-            self._log(f"gpufleet: WARNING the durable tier {tier.root} is unreachable ({exc}); "
-                      "resuming from the fast tier alone")  # fmt: skip
-            return []
+    def _incomplete_on_some_node(self) -> frozenset[str]:
+        """The fast checkpoints some rank's view lacks a file of (every rank looks: a node's
+        own disk holds only its ranks' files). Collective."""
+        wanted = self._broadcast(choose.wanted(self.fast) if self._rank == 0 else None)
+        lacking = self._gather(choose.lacking(self.fast, wanted))
+        return frozenset().union(*lacking) if lacking else frozenset()
 
     # ---- saving --------------------------------------------------------------------------
     def save(self, step: int, state: dict[str, Any], *, force_sync: bool = False) -> str:
@@ -210,7 +177,10 @@ class Checkpointer:
         ``poll()`` or ``wait()``; at most one is in flight (a new save waits for the previous).
         """
         self.wait()
-        path: str = self._broadcast(self._new_dir(step) if self._rank == 0 else None)
+        # The name alone: every rank writes under its own root (the same place, or on a node's
+        # own disk, the same path there).
+        name: str = self._broadcast(self._new_dir(step) if self._rank == 0 else None)
+        path = self.fast.join(self.fast.root_path, name)
         started = time.perf_counter()
         writer = self._writer(path)
         if self.async_save and not force_sync:
@@ -272,9 +242,9 @@ class Checkpointer:
     def _new_dir(self, step: int) -> str:
         # Checked before the name is shared: once it is, other ranks start writing into it.
         for _ in range(8):
-            path = self.fast.join(self.fast.root_path, f"step_{step:09d}-{secrets.token_hex(3)}")
-            if not self.fast.fs.exists(path):
-                return path
+            name = f"step_{step:09d}-{secrets.token_hex(3)}"
+            if not self.fast.fs.exists(self.fast.join(self.fast.root_path, name)):
+                return name
         raise CheckpointError(f"no unused checkpoint directory name for step {step} in {self.root}")
 
     def _stager(self) -> DefaultStager:
@@ -326,18 +296,35 @@ class Checkpointer:
         self._committed(pending.step, pending.started)
 
     def _commit(self, path: str, step: int, started: float) -> None:
-        # DCP's finish step (rank 0 writes .metadata after every rank reported its writes) has
-        # run when save() or the future returns, so every rank's data is on storage here.
-        if self._rank != 0:
-            return
-        world = dist.get_world_size() if self._distributed else 1
-        files = integrity.file_digests(self.fast.fs, path)
-        marker = {"step": step, "world_size": world, "seconds": time.perf_counter() - started,
-                  "identity": self.identity, "files": files}  # fmt: skip
-        self.fast.write_atomic(self.fast.join(path, MARKER), json.dumps(marker).encode())
-        # Torn directories at or below the newest commit can never complete; newer ones may
-        # belong to a save still being written, so they stay (Tier.purge).
-        self.fast.purge(step, self.keep)
+        """Every rank hashes the files it wrote (at once, each on its own node's disk), rank 0
+        writes the marker with all of them; on a node whose fast tier rank 0's marker is not
+        on (its own disk), its first rank writes the same marker: that node's uploader and
+        retention go by it. Collective, after DCP's finish step: every rank's data is on
+        storage here."""
+        files = integrity.file_digests(
+            self.fast.fs, path, keep=lambda name: checkpoint_io.writer_rank(name) == self._rank
+        )
+        for entry in files.values():
+            entry["host"] = self._node
+        gathered = self._gather(files)
+        marker_path = self.fast.join(path, MARKER)
+        data = b""
+        if self._rank == 0:
+            world = dist.get_world_size() if self._distributed else 1
+            every = dict(sorted(kv for part in gathered for kv in part.items()))
+            marker = {"step": step, "world_size": world, "seconds": time.perf_counter() - started,
+                      "identity": self.identity, "host": self._node, "files": every}  # fmt: skip
+            data = json.dumps(marker).encode()
+            self.fast.write_atomic(marker_path, data)
+        if self._nodes > 1:
+            data = self._broadcast(data)
+            if self._local_rank == 0 and self._rank != 0 and not self.fast.fs.exists(marker_path):
+                self.fast.write_atomic(marker_path, data)
+                self._purges_own = True
+        if self._purges_own:
+            # Torn directories at or below the newest commit can never complete; newer ones
+            # may belong to a save still being written, so they stay (Tier.purge).
+            self.fast.purge(step, self.keep)
 
     # ---- loading -------------------------------------------------------------------------
     def load_latest(self, state: dict[str, Any]) -> CheckpointRef | None:
@@ -368,6 +355,14 @@ class Checkpointer:
 
     def _url(self, path: str) -> str:
         return self.fast.url(path)
+
+    def _gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` on rank 0 (others get []). Collective."""
+        if not self._distributed:
+            return [obj]
+        out: list[Any] | None = [None] * dist.get_world_size() if self._rank == 0 else None
+        dist.gather_object(obj, out, dst=0, group=self._pg)
+        return out or []
 
     def _broadcast(self, obj: Any) -> Any:
         if not self._distributed:

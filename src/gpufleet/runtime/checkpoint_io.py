@@ -8,6 +8,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import shutil
 from typing import Any
 
@@ -64,6 +65,16 @@ def storage_failure(step: int, root: str, error: OSError, newest: list[int], *, 
         f"was removed and the complete checkpoints stay loadable ({kept}): free space or "
         "fix the permissions, then run again to resume"
     )
+
+
+_WRITER = re.compile(r"^__(\d+)_")
+
+
+def writer_rank(name: str) -> int:
+    """The rank that wrote a checkpoint file: DCP's file writers name each rank's data files
+    ``__<rank>_<n>.distcp``; anything else (``.metadata``, DCP's coordinator's) is rank 0's."""
+    match = _WRITER.match(name)
+    return int(match.group(1)) if match else 0
 
 
 def storage_writer(path: str, url: str, *, local: bool) -> StorageWriter:

@@ -28,6 +28,9 @@ ENV_CHECKPOINT_DURABLE = "GPUFLEET_CHECKPOINT_DURABLE"
 ENV_CHECKPOINT_DURABLE_KEEP = "GPUFLEET_CHECKPOINT_DURABLE_KEEP"
 # spec.preemption.gracePeriod in seconds, for a pod launcher's wait for the durable upload
 ENV_GRACE_PERIOD = "GPUFLEET_GRACE_PERIOD"
+# Whose disk a node's fast checkpoint tier is: the host name (a pod's name) unless set. Two
+# processes with the same one share their fast tier's files (gpufleet.runtime.durable).
+ENV_NODE_ID = "GPUFLEET_NODE_ID"
 ENV_HANG_TIMEOUT = "GPUFLEET_HANG_TIMEOUT"
 # Set for command jobs with an explicit hangTimeout: the worker shim's watchdog then counts
 # from the worker's last output or gpufleet.runtime.heartbeat() (gpufleet.runtime.watchdog).
@@ -57,6 +60,13 @@ ENV_CACHE_DIR = "GPUFLEET_CACHE_DIR"
 def env_framework() -> str:
     """This worker's spec.framework, from its environment (ENV_FRAMEWORK; unset: PyTorch)."""
     return os.environ.get(ENV_FRAMEWORK, DEFAULT_FRAMEWORK)
+
+
+def node_id() -> str:
+    """This process's node, as checkpoint markers and the uploader name it (ENV_NODE_ID)."""
+    import socket
+
+    return os.environ.get(ENV_NODE_ID) or socket.gethostname()
 
 
 def restart_count() -> int:

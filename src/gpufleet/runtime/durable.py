@@ -20,16 +20,20 @@ What makes a durable copy trustworthy:
 - Durable retention keeps ``keep`` of this job's complete checkpoints, and runs only after a
   verified upload, so it never deletes the newest verified durable copy.
 
-Files of ranks on other nodes: this uploader copies what its fast tier holds; a fast tier
-shared by every node (or one node) holds them all. Node-local fast tiers of a multi-node job
-need each node's part uploaded by that node (not yet built: their uploads fail loudly, naming
-the missing files, and a resume reads the durable tier's older complete checkpoints).
+A job on several nodes: the marker names the node (``host``, gpufleet.runtime.context.node_id)
+whose ranks wrote each file. Each node's uploader copies its own node's files, from its own disk
+or from a fast tier all nodes share, and then writes ``.parts/<node>.json`` beside them on the
+durable tier; the uploader of the node that wrote the marker (rank 0's) writes the durable
+marker once every node's part is there. A node that never uploads its part (lost with its
+disk) leaves that checkpoint incomplete on the durable tier, its lag growing, until a newer
+checkpoint is uploaded whole.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -37,17 +41,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpufleet.runtime import integrity
+from gpufleet.runtime.context import node_id
 from gpufleet.runtime.integrity import MARKER
 from gpufleet.runtime.tier import DURABLE, FAST, CheckpointRef, Tier
 
 ATTEMPTS = 4  # tries per file within one pass
 BACKOFF = (0.5, 8.0)  # the first retry's delay and the cap, doubling in between (seconds)
 RETRY_AFTER = 5.0  # seconds before a failed checkpoint is tried again in a later pass
-POLL = 0.25  # seconds between looks at the fast tier
+POLL = 0.5  # seconds between looks at the fast tier
+PARTS = ".parts"  # in a durable checkpoint directory: each node's record of its files uploaded
 
 
 class UploadError(Exception):
     """A checkpoint could not be made durable in this pass (the message says why)."""
+
+
+class Waiting(Exception):
+    """This node's part is up; the checkpoint waits for other nodes' (not a failure)."""
 
 
 @dataclass
@@ -61,6 +71,7 @@ class UploadState:
     never_durable: list[int] = field(default_factory=list)  # superseded or failed for good
     failures: int = 0  # failed passes, in total
     error: str | None = None  # the last failure's reason, None once a later upload worked
+    waiting: str | None = None  # what the newest checkpoint waits for (other nodes' files)
     upload_seconds: float = 0.0  # the last upload's duration, verification included
 
     def lag_steps(self) -> int:
@@ -88,13 +99,16 @@ class Uploader:
         *,
         keep: int,
         on_change: Callable[[UploadState], None] | None = None,
+        node: str | None = None,
     ) -> None:
         self.fast, self.durable, self.keep = fast, durable, keep
+        self.node = node or node_id()  # whose files this uploader copies
         self.state = UploadState()
         self._on_change = on_change
         self._seen: set[int] = set()  # committed steps seen on the fast tier
         self._durable: set[int] | None = None  # steps known durable (listed at the first pass)
         self._failed_at: dict[str, float] = {}  # directory name -> when its last pass failed
+        self._parts: set[str] = set()  # directories whose part this node has uploaded
         self._stop = threading.Event()
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -132,7 +146,11 @@ class Uploader:
             return None
         started = time.monotonic()
         try:
-            self.upload(newest)
+            if not self.upload(newest):
+                return None  # this node's part is up; the marker is another node's to write
+        except Waiting as exc:
+            self.state.waiting = str(exc)
+            return None
         # Any error of the object store's client (botocore's are not OSErrors): a failed
         # upload is retried and reported, never allowed to end the uploads or the training.
         except Exception as exc:
@@ -144,23 +162,44 @@ class Uploader:
         return newest
 
     # ---- one checkpoint ------------------------------------------------------------------
-    def upload(self, ref: CheckpointRef) -> None:
-        """Copy ``ref``'s files to the durable tier, each verified, then its marker."""
+    def upload(self, ref: CheckpointRef) -> bool:
+        """Copy this node's files of ``ref`` to the durable tier, each verified, then its part
+        record; on the marker's node, once every node's part is there, the marker. True when
+        the marker is written; Waiting while other nodes' parts are missing."""
         src = self.fast.fs_path(ref.path)
         name = _name(src)
         try:
             marker_bytes = self.fast.fs.cat_file(self.fast.join(src, MARKER))
         except FileNotFoundError:
             raise UploadError("its fast copy was removed (retention) before upload") from None
-        files = json.loads(marker_bytes).get("files")
+        marker = json.loads(marker_bytes)
+        files = marker.get("files")
         if not isinstance(files, dict):
             raise UploadError("its marker has no checksums (written before gpufleet had them)")
+        writer = str(marker.get("host") or self.node)  # no hosts: one node's, this one's
+        hosts = {str(f.get("host") or writer) for f in files.values()}
         dst = self.durable.join(self.durable.root_path, name)
-        self.durable.fs.makedirs(dst, exist_ok=True)  # a directory tier's; a no-op on S3
-        for file, want in files.items():
-            self._copy_verified(self.fast.join(src, file), self.durable.join(dst, file), want)
+        if name not in self._parts and not self.durable.fs.exists(self._part(dst, self.node)):
+            self.durable.fs.makedirs(dst, exist_ok=True)  # a directory tier's; no-op on S3
+            mine = sorted(n for n, f in files.items() if str(f.get("host") or writer) == self.node)
+            for file in mine:
+                self._copy_verified(self.fast.join(src, file), self.durable.join(dst, file),
+                                    files[file])  # fmt: skip
+            self.durable.fs.makedirs(self.durable.join(dst, PARTS), exist_ok=True)
+            self.durable.write_atomic(self._part(dst, self.node), json.dumps(mine).encode())
+        self._parts.add(name)
+        if self.node != writer:
+            return False
+        missing = sorted(h for h in hosts if not self.durable.fs.exists(self._part(dst, h)))
+        if missing:
+            raise Waiting(f"step {ref.step} waits for the files of node {', '.join(missing)}")
         self.durable.write_atomic(self.durable.join(dst, MARKER), marker_bytes)
         self.durable.purge(ref.step, self.keep)
+        return True
+
+    def _part(self, directory: str, node: str) -> str:
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", node)
+        return self.durable.join(self.durable.join(directory, PARTS), f"{safe}.json")
 
     def _copy_verified(self, src: str, dst: str, want: dict[str, Any]) -> None:
         delay, last = BACKOFF[0], ""
@@ -227,6 +266,7 @@ class Uploader:
             if uploaded:
                 self.state.uploaded.append(step)
                 self.state.error = None
+            self.state.waiting = None
             self.state.never_durable = sorted(s for s in self._seen - known if s < step)
             if step == self.state.newest_fast:
                 self.state.pending_since = None

@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,13 +55,15 @@ def sha256_of(fs: Any, path: str) -> str:
     return digest.hexdigest()
 
 
-def file_digests(fs: Any, directory: str) -> dict[str, dict[str, Any]]:
+def file_digests(
+    fs: Any, directory: str, keep: Callable[[str], bool] = lambda _: True
+) -> dict[str, dict[str, Any]]:
     """``{name: {"size", "sha256"}}`` for every file in ``directory`` (DCP's shards and its
-    ``.metadata``) but the marker and the marker's temporary file."""
+    ``.metadata``) that ``keep`` takes, but the marker and the marker's temporary file."""
     out = {}
     for info in fs.ls(directory, detail=True):
         name = _name(info["name"])
-        if info.get("type") == "directory" or name.startswith(MARKER):
+        if info.get("type") == "directory" or name.startswith(MARKER) or not keep(name):
             continue
         out[name] = {"size": int(info["size"]), "sha256": sha256_of(fs, info["name"])}
     return dict(sorted(out.items()))

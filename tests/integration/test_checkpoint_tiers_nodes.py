@@ -1,0 +1,107 @@
+"""Tiered checkpoints of a job on two nodes whose fast tiers are their own disks: two rendered
+worker pods run here (tests/support/podlauncher.py), each with its own fast checkpoint directory
+and node name, the durable tier a real S3 server (versitygw). Each node's uploader copies its
+ranks' files; node 0's writes the durable marker once both parts are up. A node lost with its
+disk (its fast directory wiped) resumes from the durable tier, exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.errors import EXIT_OK, EXIT_PREEMPTED
+from gpufleet.net import free_port
+from gpufleet.runtime.context import ENV_CHECKPOINT_DIR, ENV_NODE_ID
+from gpufleet.runtime.integrity import MARKER
+from tests.support.podlauncher import finish, pod_process
+from tests.support.procs import poll_until
+from tests.support.s3 import S3, bucket_env, needs_versitygw
+
+pytestmark = [pytest.mark.slow, needs_versitygw]
+
+STEPS = 1500
+SPEC: dict[str, Any] = {
+    "nodes": 2, "procsPerNode": 1, "maxRestarts": 1,
+    "workload": {"name": "digits", "steps": STEPS, "logEvery": 100},
+    "checkpoint": {"dir": "/ckpt/run", "everySteps": 25, "durable": {"dir": "s3://durable/job"}},
+    "preemption": {"gracePeriod": "60s"},
+}  # fmt: skip
+
+
+@pytest.fixture
+def s3(tmp_path: Path) -> Iterator[S3]:
+    with bucket_env(tmp_path / "s3", "durable") as server:
+        yield server
+
+
+def start_pods(workdir: Path, where: str, s3: S3) -> list[Any]:
+    """Both pods of the job, each with its own fast tier (workdir/fast-<n>) and node name."""
+    (workdir / where).mkdir()
+    here = f"127.0.0.1:{free_port()}"
+    return [
+        pod_process(workdir / where, node=n, here=here, rdzv_conf=f"is_host={str(n == 0).lower()}",
+                    extra_env={**s3.env, ENV_CHECKPOINT_DIR: str(workdir / f"fast-{n}"),
+                               ENV_NODE_ID: f"node-{n}"}, **SPEC)[0]
+        for n in (0, 1)
+    ]  # fmt: skip
+
+
+def durable_markers(s3: S3) -> dict[int, dict[str, Any]]:
+    fs = s3.fs()
+    out = {}
+    for path in fs.ls("durable/job") if fs.exists("durable/job") else []:
+        if fs.exists(f"{path}/{MARKER}"):
+            out[int(path.rsplit("step_", 1)[1][:9])] = json.loads(fs.cat_file(f"{path}/{MARKER}"))
+    return out
+
+
+def ended(pods: list[Any]) -> list[tuple[int, str]]:
+    try:
+        return [finish(p) for p in pods]
+    finally:
+        for proc in pods:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate(timeout=30)
+
+
+def result(workdir: Path, where: str) -> dict[str, Any]:
+    return dict(json.loads((workdir / where / "run" / "result.json").read_text()))
+
+
+def test_a_node_lost_with_its_disk_resumes_from_the_durable_tier_exactly(
+    workdir: Path, s3: S3
+) -> None:
+    straight = ended(start_pods(workdir, "straight", s3))
+    assert [c for c, _ in straight] == [EXIT_OK, EXIT_OK], straight
+    markers = durable_markers(s3)
+    assert max(markers) == STEPS
+    hosts = {f["host"] for f in markers[STEPS]["files"].values()}
+    assert hosts == {"node-0", "node-1"}  # each node's ranks wrote, and uploaded, their files
+    baseline = result(workdir, "straight")["state_digest"]
+    # the same job again, from nothing, preempted after a checkpoint is durable
+    for path in [workdir / "fast-0", workdir / "fast-1"]:
+        shutil.rmtree(path)
+    s3.fs().rm("durable/job", recursive=True)
+    pods = start_pods(workdir, "first", s3)
+    poll_until(lambda: durable_markers(s3), what="a durable checkpoint", alive=pods[1])
+    for proc in pods:
+        os.kill(proc.pid, signal.SIGTERM)  # the kubelets' SIGTERM, as a preemption sends it
+    first = ended(pods)
+    assert [c for c, _ in first] == [EXIT_PREEMPTED, EXIT_PREEMPTED], first
+    stopped = json.loads((workdir / "first" / "run" / "preempted.json").read_text())["step"]
+    assert max(durable_markers(s3)) == stopped, first[0][1][-3000:]  # both parts up in time
+    shutil.rmtree(workdir / "fast-1")  # node 1 is gone; its replacement has an empty disk
+    again = ended(start_pods(workdir, "again", s3))
+    assert [c for c, _ in again] == [EXIT_OK, EXIT_OK], again
+    out = again[0][1]
+    assert "split over the nodes' own disks: resuming from the durable tier" in out, out[-3000:]
+    final = result(workdir, "again")
+    assert final["resumed_from"] == stopped and final["state_digest"] == baseline
