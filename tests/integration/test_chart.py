@@ -168,6 +168,14 @@ def _alerting(**values: Any) -> Any:
     return change
 
 
+_SIDE = {"endpoint": "http://minio.minio.svc:9000", "existingSecret": "minio-credentials"}
+
+
+def _mirror(source: str, destination: str) -> Any:
+    return _set(["storage", "mirror"], {"enabled": True, "source": {**_SIDE, "path": source},
+                                        "destination": {**_SIDE, "path": destination}})  # fmt: skip
+
+
 BAD_VALUES = [
     ("duplicate tenant", lambda v: v["tenants"].append(copy.deepcopy(v["tenants"][0])),
      "tenants[2].name"),
@@ -219,6 +227,11 @@ BAD_VALUES = [
      "https://x.example"}}]), "/monitoring/alerting/receivers/0"),
     ("hook URL in the values", _alerting(receivers=[{"name": "chat", "slack": {"url":
      "https://hooks.slack.com/services/T/B/X"}}]), "/monitoring/alerting/receivers/0"),
+    ("mirror without a source", _mirror("", "backup"), "storage.mirror.source.path: required"),
+    ("mirror onto itself", _mirror("ckpt/jobs", "ckpt/jobs/"),
+     "storage.mirror.destination.path: the same bucket and path"),
+    ("local NVMe kept by mistake", _set(["storage", "localNvme", "reclaimPolicy"], "Recycle"),
+     "/storage/localNvme/reclaimPolicy"),
 ]  # fmt: skip
 
 

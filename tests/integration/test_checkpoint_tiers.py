@@ -140,17 +140,28 @@ def test_a_half_uploaded_checkpoint_is_never_loaded_and_the_next_pass_completes_
     assert loaded(reader, 256) == (10, "durable", 10.0)
 
 
-def test_a_corrupt_fast_file_is_not_made_durable(tmp_path: Path, s3: S3) -> None:
+def test_a_corrupt_fast_file_is_not_made_durable_nor_costs_the_older_durable_copy(
+    tmp_path: Path, s3: S3
+) -> None:
     """A fast copy that no longer matches its marker (bit rot after the commit) is refused by
-    the upload, loudly, rather than copied and called durable."""
-    ckpt, up = two_tiers(tmp_path / "fast", "s3://durable/e")
+    the upload, loudly, rather than copied and called durable; durable retention (keep 1) runs
+    only after a verified upload, so the older durable copy, now the only verified one, stays."""
+    ckpt, up = two_tiers(tmp_path / "fast", "s3://durable/e", keep=1)
     ckpt.save(5, state(5))
+    assert up.pass_once() is not None
+    ckpt.save(10, state(10))
     src = Path(ckpt.complete()[-1].path)
     shard = max((p for p in src.iterdir() if p.name != MARKER), key=lambda p: p.stat().st_size)
     shard.write_bytes(b"rot" + shard.read_bytes()[3:])
     assert up.pass_once() is None
     assert up.state.error and "does not match its marker" in up.state.error
-    assert not s3.fs().exists(f"durable/e/{src.name}/{MARKER}")
+    fs = s3.fs()
+    assert not fs.exists(f"durable/e/{src.name}/{MARKER}")
+    assert [
+        p.rsplit("/", 1)[-1][:14] for p in fs.ls("durable/e") if fs.exists(f"{p}/{MARKER}")
+    ] == ["step_000000005"]
+    shutil.rmtree(tmp_path / "fast")
+    assert loaded(ckpt) == (5, "durable", 5.0)
 
 
 def test_a_directory_durable_tier(tmp_path: Path) -> None:

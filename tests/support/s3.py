@@ -92,10 +92,10 @@ class S3:
 
     def start(self) -> None:
         assert self.data is not None and self.log is not None, "only versitygw restarts"
-        port = int(self.endpoint.rsplit(":", 1)[1])
+        address = self.endpoint.removeprefix("http://")
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [str(VERSITYGW), "--port", f"127.0.0.1:{port}", "--health", "/health", "--quiet",
+                [str(VERSITYGW), "--port", address, "--health", "/health", "--quiet",
                  "posix", str(self.data)],
                 env={**os.environ, "ROOT_ACCESS_KEY_ID": self.access_key,
                      "ROOT_SECRET_ACCESS_KEY": self.secret_key},
@@ -114,12 +114,12 @@ def _healthy(url: str) -> bool:
 
 
 @contextmanager
-def versitygw(directory: Path) -> Iterator[S3]:
-    """versitygw on 127.0.0.1 serving the buckets of ``directory``/s3; stopped on exit."""
+def versitygw(directory: Path, host: str = "127.0.0.1") -> Iterator[S3]:
+    """versitygw on ``host`` serving the buckets of ``directory``/s3; stopped on exit."""
     data = directory / "s3"
     data.mkdir(parents=True, exist_ok=True)
     server = S3(
-        endpoint=f"http://127.0.0.1:{free_port()}",
+        endpoint=f"http://{host}:{free_port()}",
         access_key=f"gpufleet-{secrets.token_hex(4)}",
         secret_key=secrets.token_hex(20),
         data=data,

@@ -3,13 +3,18 @@ runtime's own JobMetrics, as a pod's workers write them)."""
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpufleet.cluster.progress import progress_line
 from gpufleet.cluster.status import JobStatus
+from gpufleet.launch.uploads import DurableCollector
+from gpufleet.runtime.durable import UploadState
 from gpufleet.runtime.metrics import JobMetrics
 
 
@@ -37,6 +42,32 @@ def test_rank_zero_says_how_far_how_fast_how_long_and_where_a_restart_resumes() 
 def test_without_a_total_or_a_checkpoint_it_says_what_it_knows() -> None:
     line = progress_line([pod_text(0, 3, total=0, checkpoint=None)])
     assert line == "progress: step 3, 64 samples/s"
+
+
+def uploader_text(tmp_path: Path, node: str, **state: Any) -> str:
+    """What a pod's launcher serves for its uploader in ``state`` (its durable.json)."""
+    registry = CollectorRegistry()
+    path = tmp_path / f"{node}.json"
+    path.write_text(json.dumps(UploadState(**state).to_json()))
+    registry.register(DurableCollector(path, "digits"))
+    return generate_latest(registry).decode()
+
+
+def test_the_durable_tier_shows_the_step_every_node_reached_and_the_worst_lag(
+    tmp_path: Path,
+) -> None:
+    now = time.time()
+    a = uploader_text(tmp_path, "a", newest_fast=40, newest_durable=30,
+                      pending_since=now - 125, failures=2)  # fmt: skip
+    b = uploader_text(tmp_path, "b", newest_fast=40, newest_durable=20, failures=1)
+    line = str(progress_line([pod_text(0, 40, total=100, checkpoint=40), a, b]))
+    # 125 s is "2 min" (duration()); the least durable step, the worst lag, all failures
+    assert line.endswith("last checkpoint at step 40, durable at step 20 (20 steps behind, "
+                         "2 min; 3 failed uploads)"), line  # fmt: skip
+    caught_up = [pod_text(0, 40, total=100, checkpoint=40),
+                 uploader_text(tmp_path, "c", newest_fast=40, newest_durable=40)]  # fmt: skip
+    assert str(progress_line(caught_up)).endswith("durable at step 40")
+    assert "durable" not in str(progress_line([pod_text(0, 40, total=100, checkpoint=40)]))
 
 
 def test_no_rank_zero_step_yet_means_no_line() -> None:

@@ -8,6 +8,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpufleet.runtime.metrics import (
+    DURABLE_LAG_SECONDS,
+    DURABLE_LAG_STEPS,
+    DURABLE_STEP,
     HANG_TIMEOUT,
     HUNG_AT,
     LAST_CHECKPOINT_STEP,
@@ -17,6 +20,7 @@ from gpufleet.runtime.metrics import (
     STEP,
     STEP_SECONDS,
     TOTAL_STEPS,
+    UPLOAD_FAILURES,
 )
 
 
@@ -59,8 +63,34 @@ def progress_line(texts: list[str]) -> str | None:
             parts.append(f"about {duration((total - step) * busy / count)} to go")
     if zero.get(LAST_CHECKPOINT_STEP):
         parts.append(f"last checkpoint at step {int(zero[LAST_CHECKPOINT_STEP])}")
+    if durable := durable_note(texts):
+        parts.append(durable)
     note = restart_note(ranks)
     return "progress: " + ", ".join(parts) + (f"; {note}" if note else "")
+
+
+def durable_note(texts: list[str]) -> str | None:
+    """``durable at step 300 (1 checkpoint behind: 50 steps, 4 min; 3 failed uploads)``
+    from the pods' uploaders (spec.checkpoint.durable): the job's durable step is the one every
+    node has reached (the least), its lag the worst; None without a durable tier."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    nodes: list[dict[str, float]] = []
+    for text in texts:
+        values = {s.name: s.value for f in text_string_to_metric_families(text)
+                  for s in f.samples if "rank" not in s.labels}  # fmt: skip
+        if DURABLE_LAG_STEPS in values:
+            nodes.append(values)
+    if not nodes:
+        return None
+    steps = [n[DURABLE_STEP] for n in nodes if DURABLE_STEP in n]
+    where = f"durable at step {int(min(steps))}" if steps else "nothing durable yet"
+    behind = max(n[DURABLE_LAG_STEPS] for n in nodes)
+    late = max(n.get(DURABLE_LAG_SECONDS, 0.0) for n in nodes)
+    failed = int(sum(n.get(UPLOAD_FAILURES + "_total", 0.0) for n in nodes))
+    lag = [f"{int(behind)} steps behind, {duration(late)}"] if behind or late else []
+    lag += [f"{failed} failed upload{'s' if failed != 1 else ''}"] if failed else []
+    return where + (f" ({'; '.join(lag)})" if lag else "")
 
 
 def restart_note(ranks: dict[str, dict[str, float]]) -> str | None:
