@@ -154,6 +154,19 @@ def pod_s3(reallab: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
             reallab.core.delete_namespaced_secret("s3-ckpt", TENANT)
 
 
+def run_with_s3(cluster: DevCluster, name: str, checkpoint: dict[str, Any]) -> None:
+    """Submit the real-node digits job ``name`` with ``checkpoint`` changed and the bucket's
+    credentials by envFrom; it must succeed."""
+    doc = real_job(name, 2, 1)
+    doc["spec"]["checkpoint"].update(checkpoint)
+    doc["spec"]["envFrom"] = [{"secretRef": {"name": "s3-ckpt"}}]
+    path = write_spec(cluster.root, doc, f"{name}.yaml")
+    submit = cluster.gpufleet("submit", str(path), "--target", "job")
+    assert submit.returncode == 0, submit.stderr[-2000:]
+    phase, _ = cluster.run_to_end(name, TENANT, timeout=300)
+    assert phase == "Succeeded", cluster.gpufleet("logs", name, "-n", TENANT).stdout[-3000:]
+
+
 def test_pods_checkpoint_to_s3_and_end_with_the_local_runs_weights(
     reallab: DevCluster, pod_s3: S3
 ) -> None:
@@ -161,14 +174,7 @@ def test_pods_checkpoint_to_s3_and_end_with_the_local_runs_weights(
     credentials from the Secret by envFrom); rank 0's marker completes each checkpoint."""
 
     name = "digits-s3"
-    doc = real_job(name, 2, 1)
-    doc["spec"]["checkpoint"]["dir"] = f"s3://ckpt/{name}"
-    doc["spec"]["envFrom"] = [{"secretRef": {"name": "s3-ckpt"}}]
-    path = write_spec(reallab.root, doc, f"{name}.yaml")
-    submit = reallab.gpufleet("submit", str(path), "--target", "job")
-    assert submit.returncode == 0, submit.stderr[-2000:]
-    phase, _ = reallab.run_to_end(name, TENANT, timeout=300)
-    assert phase == "Succeeded", reallab.gpufleet("logs", name, "-n", TENANT).stdout[-3000:]
+    run_with_s3(reallab, name, {"dir": f"s3://ckpt/{name}"})
     s3 = pod_s3.client()
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="ckpt", Prefix=name)["Contents"]]
     steps = {k.split("/")[1] for k in keys if k.endswith(MARKER)}
@@ -188,14 +194,7 @@ def test_pods_with_a_durable_tier_each_upload_their_ranks_files_and_end_exact(
     launcher uploads the files of its own rank, its part recorded; the marker, written last,
     names both pods; the job still ends with the local run's weights."""
     name = "digits-tiers"
-    doc = real_job(name, 2, 1)
-    doc["spec"]["checkpoint"]["durable"] = {"dir": f"s3://ckpt/{name}", "keep": 2}
-    doc["spec"]["envFrom"] = [{"secretRef": {"name": "s3-ckpt"}}]
-    path = write_spec(reallab.root, doc, f"{name}.yaml")
-    submit = reallab.gpufleet("submit", str(path), "--target", "job")
-    assert submit.returncode == 0, submit.stderr[-2000:]
-    phase, _ = reallab.run_to_end(name, TENANT, timeout=300)
-    assert phase == "Succeeded", reallab.gpufleet("logs", name, "-n", TENANT).stdout[-3000:]
+    run_with_s3(reallab, name, {"durable": {"dir": f"s3://ckpt/{name}", "keep": 2}})
     fs = pod_s3.fs()
     complete = sorted(p for p in fs.ls(f"ckpt/{name}") if fs.exists(f"{p}/{MARKER}"))
     assert len(complete) == 2 and "step_000000040-" in complete[-1], complete

@@ -191,6 +191,18 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return summary_of(proc)
 
 
+def start_run(
+    workdir: Path, name: str, env: dict[str, str]
+) -> tuple[Path, Path, subprocess.Popen[str]]:
+    """`gpufleet run` of a tiered job ``name`` (durable tier s3://durable/job-<name>) in the
+    background: its spec, its run directory and the launcher."""
+    spec = write_spec(workdir, tiered_job(name, f"s3://durable/job-{name}"), f"{name}.yaml")
+    launcher = subprocess.Popen(gpufleet_cmd("run", str(spec), "-o", "json"), cwd=workdir,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+    return spec, workdir / ".gpufleet" / "runs" / name, launcher
+
+
 def durable_state(run_dir: Path) -> dict[str, Any]:
     return read_json(run_dir / "durable.json") or {}
 
@@ -202,11 +214,7 @@ def test_preempted_job_waits_for_its_upload_then_resumes_exactly_from_the_durabl
     launcher exits; the fast tier is then wiped (a lost node) and the next run resumes from the
     durable tier and ends with the uninterrupted run's weights."""
     env = {**cli_env(), **s3.env}
-    spec = write_spec(workdir, tiered_job("preempt", "s3://durable/job-p"))
-    run_dir = workdir / ".gpufleet/runs/preempt"
-    launcher = subprocess.Popen(gpufleet_cmd("run", str(spec), "-o", "json"), cwd=workdir,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)  # fmt: skip
+    spec, run_dir, launcher = start_run(workdir, "preempt", env)
     poll_until(lambda: (read_json(run_dir / "progress.json") or {}).get("step", 0) >= 30,
                what="step 30", alive=launcher, interval=0.05)  # fmt: skip
     launcher.send_signal(signal.SIGTERM)
@@ -230,12 +238,7 @@ def test_a_bucket_outage_mid_run_does_not_stop_training(
     """The object store goes away after the first upload: training goes on, the failures show
     in the uploader's state and the log, and once the store is back the last checkpoint
     reaches it before the job ends."""
-    env = {**cli_env(), **s3.env}
-    spec = write_spec(workdir, tiered_job("outage", "s3://durable/job-o"))
-    run_dir = workdir / ".gpufleet/runs/outage"
-    launcher = subprocess.Popen(gpufleet_cmd("run", str(spec), "-o", "json"), cwd=workdir,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)  # fmt: skip
+    _, run_dir, launcher = start_run(workdir, "outage", {**cli_env(), **s3.env})
     try:
         poll_until(lambda: durable_state(run_dir).get("newest_durable"), what="a durable copy",
                    alive=launcher, interval=0.05)  # fmt: skip
