@@ -10,6 +10,7 @@ import fsspec
 import pytest
 
 from gpufleet.cluster.keptlogs import READER_LABEL, reader_pod
+from gpufleet.errors import UserInputError
 from gpufleet.kube import job_selector
 from gpufleet.launch.keptlogs import MODULE, keep, kept_name, main
 from gpufleet.render import TARGETS, check_restricted, render
@@ -106,3 +107,31 @@ def test_the_reader_pod_mounts_the_jobs_checkpoints_under_restricted(target: str
     assert labels[READER_LABEL] == job.metadata.name
     key, value = job_selector(job.metadata.name).split("=")
     assert labels.get(key) != value  # not counted among the job's pods
+
+
+def test_a_tiered_jobs_fast_tier_may_be_the_pods_own_disk_and_its_logs_go_durable() -> None:
+    """With spec.checkpoint.durable and no dir, the fast tier is the pod's run directory (an
+    emptyDir: node-local, lost with the pod), so the ranks' logs are kept on the durable tier,
+    and the reader pod reads them there."""
+    job = validate_training_job(cluster_job(
+        checkpoint={"durable": {"dir": "s3://ckpt/train"}}, volumes=[],
+        envFrom=[{"secretRef": {"name": "s3"}}]))  # fmt: skip
+    rendered = next(o for o in render(job, "job") if o["kind"] == "Job")
+    (worker,) = rendered["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in worker["env"]}
+    assert env["GPUFLEET_CHECKPOINT_DIR"] == "/run/gpufleet/checkpoints"
+    assert env["GPUFLEET_CHECKPOINT_DURABLE"] == "s3://ckpt/train"
+    run = next(v for v in rendered["spec"]["template"]["spec"]["volumes"] if v["name"] == "run")
+    assert "emptyDir" in run
+    (reader,) = reader_pod(rendered)["spec"]["containers"]
+    assert {e["name"]: e.get("value") for e in reader["env"]}["GPUFLEET_CHECKPOINT_DURABLE"] == (
+        "s3://ckpt/train"
+    )
+
+
+def test_a_durable_tier_that_dies_with_the_pod_is_refused() -> None:
+    job = validate_training_job(cluster_job(checkpoint={"durable": {"dir": "/scratch/ckpt"}}))
+    with pytest.raises(UserInputError) as caught:
+        render(job, "job")
+    assert "spec.checkpoint.durable.dir" in str(caught.value)
+    assert "must outlive the pod" in str(caught.value)

@@ -229,19 +229,22 @@ def test_run_dir_names_every_file_of_a_run_directory(tmp_path: Path) -> None:
     files = RunDir(tmp_path)
     named = {"result.json": files.result, "progress.json": files.progress,
              "preempted.json": files.preempted, "fatal.json": files.fatal,
-             "state.json": files.state}  # fmt: skip
+             "state.json": files.state, "durable.json": files.durable}  # fmt: skip
     assert all(path == tmp_path / name for name, path in named.items())
     assert files.node_logs(1) == tmp_path / "logs" / "node1"
     assert files.metrics == tmp_path / "metrics"
     assert CheckpointSettings().root(tmp_path) == str(files.checkpoints)
-    # A new launch forgets the last one's outcome, but not the count of launches (state.json).
-    assert set(files.stale_files()) == {files.result, files.progress, files.preempted, files.fatal}
+    # A new launch forgets the last one's outcome and uploads, not the count of launches
+    # (state.json).
+    assert set(files.stale_files()) == {files.result, files.progress, files.preempted, files.fatal,
+                                        files.durable}  # fmt: skip
 
 
 def test_run_directory_file_names_are_written_nowhere_but_rundir() -> None:
     """A module that spells ``"progress.json"`` itself drifts from the one the others read."""
     src = Path(gpufleet.__file__).parent
-    names = ("result.json", "progress.json", "preempted.json", "fatal.json", "state.json")
+    names = ("result.json", "progress.json", "preempted.json", "fatal.json", "state.json",
+             "durable.json")  # fmt: skip
     # Files of other directories that share a name: a LoadGen report, the dev cluster's state.
     others = {src / "serve" / "loadgen" / "report.py", src / "devcluster" / "state.py"}
     spelled = [

@@ -20,7 +20,7 @@ from gpufleet.kube import Obj
 from gpufleet.launch.keptlogs import MODULE
 from gpufleet.render.podsecurity import pod_specs_in
 from gpufleet.render.podspec import CONTAINER_SECURITY, POD_SECURITY
-from gpufleet.runtime.context import ENV_CHECKPOINT_DIR
+from gpufleet.runtime.context import ENV_CHECKPOINT_DIR, kept_logs_root
 
 READER_TIMEOUT = 120.0  # seconds for the reader pod to be scheduled, start and finish
 READER_RESOURCES = {"cpu": "100m", "memory": "256Mi"}
@@ -28,8 +28,9 @@ READER_LABEL = "gpufleet.dev/logs-of"  # on the reader pod: the job whose logs i
 
 
 def _checkpoint_dir(container: Obj) -> str | None:
-    return next((e.get("value") for e in container.get("env") or []
-                 if e.get("name") == ENV_CHECKPOINT_DIR), None)  # fmt: skip
+    """Where the container's launcher keeps its logs (gpufleet.runtime.context.kept_logs_root)."""
+    env = {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+    return kept_logs_root(env)
 
 
 def _reaches(container: Obj, directory: str) -> bool:

@@ -110,16 +110,17 @@ def kept_lines(fs: Any, root: str, tail: int | None = None) -> Iterator[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``[--tail N] [CHECKPOINT_DIR]``: print the logs kept under a checkpoint directory (a
-    path, a URI, or the job's own, ``GPUFLEET_CHECKPOINT_DIR``); 1 when there are none."""
+    path, a URI, or the job's own: its durable tier's, else ``GPUFLEET_CHECKPOINT_DIR``); 1
+    when there are none."""
     import argparse
 
     import fsspec
 
-    from gpufleet.runtime.context import ENV_CHECKPOINT_DIR
+    from gpufleet.runtime.context import ENV_CHECKPOINT_DIR, kept_logs_root
 
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     parser.add_argument("--tail", type=int, default=None)
-    parser.add_argument("where", nargs="?", default=os.environ.get(ENV_CHECKPOINT_DIR))
+    parser.add_argument("where", nargs="?", default=kept_logs_root(os.environ))
     args = parser.parse_args(argv)
     if not args.where:
         parser.error(f"no checkpoint directory: give one or set {ENV_CHECKPOINT_DIR}")

@@ -49,7 +49,6 @@ from gpufleet.launch.keptlogs import keep, kept_name
 from gpufleet.launch.uploads import DurableCollector, durable_uploads, finish, upload_wait
 from gpufleet.runtime.context import (
     DEFAULT_FRAMEWORK,
-    ENV_CHECKPOINT_DIR,
     ENV_CHECKPOINT_DURABLE,
     ENV_GRACE_PERIOD,
     ENV_JOB_NAME,
@@ -57,6 +56,7 @@ from gpufleet.runtime.context import (
     ENV_RUN_DIR,
     JobContext,
     env_framework,
+    kept_logs_root,
 )
 from gpufleet.runtime.rundir import RunDir
 
@@ -186,12 +186,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _keeper(log_dir: str | None, started: float) -> Callable[[], None]:
-    """What keeps the ranks' logs beside the checkpoints (once; nothing for a ``--log-dir``
-    given on the command line, or with no checkpoint directory)."""
+    """What keeps the ranks' logs beside the checkpoints (the durable tier's, with one: once;
+    nothing for a ``--log-dir`` given on the command line, or with no checkpoint directory)."""
     done = threading.Lock()
 
     def keep_logs() -> None:
-        checkpoints = os.environ.get(ENV_CHECKPOINT_DIR)
+        checkpoints = kept_logs_root(os.environ)
         if log_dir is None or not checkpoints or not done.acquire(blocking=False):
             return
         import signal

@@ -58,7 +58,15 @@ def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldErr
         errors.append(FieldError("spec.image", "required on Kubernetes: the container image"))
     ckpt = s.checkpoint.dir
     mounts = [v.mount_path for v in s.volumes]
-    if not ckpt:
+    durable = s.checkpoint.durable.dir if s.checkpoint.durable else None
+    if durable and "://" not in durable and not any(_is_under(durable, m) for m in mounts):
+        errors.append(FieldError("spec.checkpoint.durable.dir", f"{durable} is not on a volume: "
+                                 "the durable tier must outlive the pod; mount one "
+                                 "(spec.volumes) at a parent directory or use an fsspec "
+                                 "URI"))  # fmt: skip
+    if not ckpt and durable:
+        pass  # the fast tier in the pod's own run directory (an emptyDir): node-local
+    elif not ckpt:
         errors.append(
             FieldError(
                 "spec.checkpoint.dir",

@@ -162,7 +162,7 @@ def worker_env(job: TrainingJob) -> dict[str, str]:
     """The environment of every worker pod's workers: gpufleet.launch.worker.worker_env (the
     same as ``gpufleet run``'s) for the pod's run directory, job metrics served on all the
     pod's addresses."""
-    assert job.spec.checkpoint.dir, "call require_cluster_ready first"
+    assert job.spec.checkpoint.dir or job.spec.checkpoint.durable, "call require_cluster_ready"
     return any_worker_env(job, Path(RUN_DIR), metrics_address="0.0.0.0")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -60,6 +61,13 @@ ENV_CACHE_DIR = "GPUFLEET_CACHE_DIR"
 def env_framework() -> str:
     """This worker's spec.framework, from its environment (ENV_FRAMEWORK; unset: PyTorch)."""
     return os.environ.get(ENV_FRAMEWORK, DEFAULT_FRAMEWORK)
+
+
+def kept_logs_root(env: Mapping[str, str]) -> str | None:
+    """Where a pod's launcher keeps its ranks' logs, in a worker environment ``env``: beside
+    the checkpoints that outlive the pod, the durable tier's when the job has one (its fast tier
+    may be the pod's own disk), else the checkpoint directory."""
+    return env.get(ENV_CHECKPOINT_DURABLE) or env.get(ENV_CHECKPOINT_DIR) or None
 
 
 def node_id() -> str:
