@@ -46,7 +46,9 @@ class Checkpoint(CrossFieldModel):
         default=None,
         description=(
             "Directory or fsspec URI (s3://...) the training loop saves to: with durable, the "
-            "fast tier (a node-local path). Default: <run dir>/checkpoints."
+            "fast tier (a node-local path). Default: <run dir>/checkpoints; on Kubernetes "
+            "required unless durable is set, which makes the pod's own run directory (an "
+            "emptyDir) the fast tier."
         ),
     )
     every_steps: int = Field(
