@@ -22,6 +22,7 @@ from gpufleet.kube import MULTUS_NETWORKS
 from gpufleet.render.podsecurity import RDMA_CAPABILITY
 from gpufleet.render.podspec import CONTAINER_SECURITY, POD_SECURITY
 from gpufleet.spec import DEFAULT_RDMA_RESOURCE
+from tests.support.chart import expected_namespaces
 from tests.support.devcluster import CHART, DevCluster, needs_controlplane, start, stop
 from tests.support.procs import poll_until
 from tests.support.specs import cluster_job, write_spec
@@ -41,7 +42,8 @@ def design(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
                     without=("mpi-operator",),
                     extra=("--pods-ready-timeout", f"{PODS_READY_TIMEOUT_S}s"))  # fmt: skip
     try:
-        cluster.ensure_namespace(ALERTMANAGER_NAMESPACE)
+        for namespace in expected_namespaces(VALUES):  # its Alertmanager's, its mirror's
+            cluster.ensure_namespace(namespace)
         cluster.helm("install", "onprem", str(CHART), "-f", str(VALUES), "-n", "gpufleet-system",
                      "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
         yield cluster

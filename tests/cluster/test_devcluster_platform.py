@@ -21,6 +21,7 @@ import yaml
 
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from gpufleet.kube import Obj
+from tests.support.chart import expected_namespaces
 from tests.support.devcluster import (
     CHART,
     DevCluster,
@@ -81,9 +82,8 @@ def test_chart_installs_is_accepted_by_kueue_and_uninstalls_clean(
     devcluster: DevCluster, values: Path
 ) -> None:
     release, ns = "gf-ci", "gpufleet-ci"
-    alerting = values_of(values).get("monitoring", {}).get("alerting", {})
-    if alerting.get("namespace"):  # the Alertmanager's, which the values expect to exist
-        devcluster.ensure_namespace(alerting["namespace"])
+    for namespace in expected_namespaces(values):  # its Alertmanager's, its mirror's
+        devcluster.ensure_namespace(namespace)
     installed = devcluster.helm("install", release, str(CHART), "-f", str(values), "-n", ns,
                                 "--create-namespace", "--wait", "--timeout", "120s",
                                 check=False)  # fmt: skip

@@ -30,3 +30,14 @@ def template(values: Path | None = None) -> list[dict[str, Any]]:
     proc = helm(*args, *(["-f", str(values)] if values else []))
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def expected_namespaces(values: Path) -> list[str]:
+    """The namespaces a values file puts objects in that the chart does not create (its
+    Alertmanager's, its checkpoint mirror's): a cluster that installs it must have them."""
+    v = yaml.safe_load(values.read_text()) or {}
+    alerting = (v.get("monitoring") or {}).get("alerting") or {}
+    mirror = (v.get("storage") or {}).get("mirror") or {}
+    names = [alerting.get("namespace") if alerting.get("enabled") else None,
+             mirror.get("namespace") if mirror.get("enabled") else None]  # fmt: skip
+    return sorted({n for n in names if n})
