@@ -35,7 +35,7 @@ import torch
 from common import environment, environment_section, median, result_path
 
 from gpufleet.runtime.checkpoint import Checkpointer
-from gpufleet.runtime.durable import Uploader, tiers
+from gpufleet.runtime.durable import Uploader, UploadState, tiers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
 from tests.support.s3 import VERSITYGW, bucket_env
@@ -61,21 +61,22 @@ def run(kind: str, root: Path, bucket: str, args: argparse.Namespace) -> dict[st
     fast, durable = str(root / "fast"), f"{bucket}/{kind}-{root.name}"
     target = durable if kind == "durable" else fast
     ckpt = Checkpointer(target, keep=2, identity={"job": JOB})
+    durable_at: dict[int, float] = {}  # when the uploader made each step durable
+
+    def durable_now(st: UploadState) -> None:
+        if st.newest_durable is not None:
+            durable_at.setdefault(st.newest_durable, time.perf_counter())
+
     uploader = None
     if kind == "tiers":
-        uploader = Uploader(*tiers(fast, durable, JOB), keep=2).start()
+        uploader = Uploader(*tiers(fast, durable, JOB), keep=2, on_change=durable_now).start()
     commits: dict[int, float] = {}
     ckpt.on_commit = lambda step, *_: commits.setdefault(step, time.perf_counter())
-    durable_at: dict[int, float] = {}
     for i in range(1, args.saves + 1):
         train_for(args.interval)
         ckpt.save(i, state(args.mb, i))
-        if uploader is not None:
-            for step in uploader.state.uploaded:
-                durable_at.setdefault(step, time.perf_counter())
     if uploader is not None:
         uploader.drain(120)
-        durable_at.setdefault(args.saves, time.perf_counter())
         uploader.stop()
     ckpt.close()
     lag = [durable_at[s] - commits[s] for s in durable_at if s in commits]
