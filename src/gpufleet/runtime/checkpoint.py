@@ -207,7 +207,7 @@ class Checkpointer:
                 raise
             self._blocked(step, time.perf_counter() - started)
             self._committed(step, started)
-        return self._url(path)
+        return self.fast.url(path)
 
     def _finish(self, upload: Future[Any], path: str, step: int, started: float) -> None:
         """An async save's end, in the committer thread: the upload, then the commit."""
@@ -352,9 +352,6 @@ class Checkpointer:
         """DCP's reader of a checkpoint on either tier (its URL says which storage)."""
         local = is_local(url)
         return checkpoint_io.storage_reader(url, url, local=local)
-
-    def _url(self, path: str) -> str:
-        return self.fast.url(path)
 
     def _gather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` on rank 0 (others get []). Collective."""

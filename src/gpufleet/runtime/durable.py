@@ -109,6 +109,7 @@ class Uploader:
         self._durable: set[int] | None = None  # steps known durable (listed at the first pass)
         self._failed_at: dict[str, float] = {}  # directory name -> when its last pass failed
         self._parts: set[str] = set()  # directories whose part this node has uploaded
+        self._owned: dict[str, bool] = {}  # fast directory name -> whether it is this job's
         self._stop = threading.Event()
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -131,7 +132,7 @@ class Uploader:
     def pass_once(self) -> CheckpointRef | None:
         """Make the newest committed fast checkpoint durable, if it is not; returns it once it
         is durable (None: nothing to do, or it failed this pass)."""
-        committed = [r for r in self.fast.complete() if self.fast.mine(self.fast.fs_path(r.path))]
+        committed = [r for r in self.fast.complete() if self._mine(r)]
         if not committed:
             return None
         newest = committed[-1]
@@ -160,6 +161,14 @@ class Uploader:
         self.state.upload_seconds = time.monotonic() - started
         self._done(newest.step, uploaded=True)
         return newest
+
+    def _mine(self, ref: CheckpointRef) -> bool:
+        """Whether ``ref`` is this job's: read from its marker once per directory (a
+        directory's marker never changes), not on every pass."""
+        name = _name(ref.path)
+        if name not in self._owned:
+            self._owned[name] = self.fast.mine(self.fast.fs_path(ref.path))
+        return self._owned[name]
 
     # ---- one checkpoint ------------------------------------------------------------------
     def upload(self, ref: CheckpointRef) -> bool:
