@@ -14,6 +14,7 @@ import os
 import runpy
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,29 @@ def _shim(argv: list[str]) -> None:
     from torch.distributed.elastic.multiprocessing.errors import record
 
     with _safe_group_teardown():
-        record(_run)(argv)
+        _failing_last(lambda: record(_run)(argv))
+
+
+def _failing_last(run: Callable[[], None]) -> None:
+    """Run a PyTorch worker; one that fails prints its traceback first and only then closes its
+    process group's connections (without the exit barrier). Its peers, waiting in a collective
+    it never joins, see the connections close and leave at once (they would wait for the hang
+    watchdog), and the agent, which stops the whole group as soon as one of them exits, finds
+    the cause already in this rank's log (closed first, under load the agent's SIGTERM ended
+    this rank before its traceback was printed: the log said only that rank 0 lost a peer)."""
+    from gpufleet.runtime.distributed import shutdown_distributed
+
+    try:
+        run()
+    except SystemExit as exc:  # gpufleet's one-line errors; a peer lost (the group is closed)
+        if exc.code not in (None, 0):
+            shutdown_distributed(wait_for_peers=False)
+        raise
+    except Exception:  # any error of the user's code: its traceback, then exit 1
+        traceback.print_exc()
+        sys.stderr.flush()
+        shutdown_distributed(wait_for_peers=False)
+        sys.exit(1)
 
 
 def _framework_worker(argv: list[str]) -> None:

@@ -65,19 +65,17 @@ def main() -> int:
     context = JobContext.from_env()
     name = context.workload.get("name")
     init_distributed()
-    failed = False
-    try:
-        kind = WORKLOAD_KINDS.get(name) if isinstance(name, str) else None
-        if kind is None or kind not in RUNNERS:
-            print(f"gpufleet: unknown workload {name!r} in GPUFLEET_WORKLOAD", file=sys.stderr)
-            return 2
+    kind = WORKLOAD_KINDS.get(name) if isinstance(name, str) else None
+    if kind is None or kind not in RUNNERS:
+        print(f"gpufleet: unknown workload {name!r} in GPUFLEET_WORKLOAD", file=sys.stderr)
+        code = 2
+    else:
         RUNNERS[kind](kind.model_validate(context.workload), context)
-    except Exception:  # not SystemExit: a preempted group exits together, at the barrier
-        failed = True
-        raise
-    finally:
-        shutdown_distributed(wait_for_peers=not failed)
-    return 0
+        code = 0
+    # A failure raises past this: the shim (gpufleet.launch.shim) prints it, then closes the
+    # group without the barrier. A preempted group has met at the barrier and closed it.
+    shutdown_distributed()
+    return code
 
 
 if __name__ == "__main__":
