@@ -6,6 +6,7 @@ job ends with (its state digest, from rank 0's log through `gpufleet logs`)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +27,7 @@ from tests.support.realnodes import (
     pod_processes,
     real_job,
 )
+from tests.support.s3 import S3, VERSITYGW, versitygw
 from tests.support.specs import write_spec
 
 # The first test here may start the real-node cluster: importing a new image into both nodes
@@ -135,53 +137,45 @@ def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
 
 
 @pytest.fixture(scope="module")
-def pod_s3(reallab: DevCluster) -> Iterator[dict[str, str]]:
-    """moto's S3 server on the address the real nodes reach the host by (the bridge's), a
-    bucket 'ckpt', and its credentials in a Secret of the tenant (never in the job's spec)."""
-    pytest.importorskip("boto3")
-    server_mod = pytest.importorskip("moto.server")
-    server = server_mod.ThreadedMotoServer(ip_address=HOST_IP, port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "gpufleet-test", "AWS_SECRET_ACCESS_KEY": "gpufleet-test",
-           "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}  # fmt: skip
-    s3_client(env).create_bucket(Bucket="ckpt")
-    reallab.core.create_namespaced_secret(
-        TENANT, {"metadata": {"name": "s3-ckpt"}, "stringData": env}
-    )
-    try:
-        yield env
-    finally:
-        reallab.core.delete_namespaced_secret("s3-ckpt", TENANT)
-        server.stop()
+def pod_s3(reallab: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
+    """A real S3 server (versitygw) on the address the real nodes reach the host by (the
+    bridge's), a bucket 'ckpt', and its credentials in a Secret of the tenant (never in the
+    job's spec)."""
+    if not VERSITYGW.is_file():
+        pytest.skip(f"versitygw not built at {VERSITYGW} (scripts/build-controlplane.sh)")
+    with versitygw(tmp_path_factory.mktemp("s3"), host=HOST_IP) as server:
+        server.bucket("ckpt")
+        reallab.core.create_namespaced_secret(
+            TENANT, {"metadata": {"name": "s3-ckpt"}, "stringData": server.env}
+        )
+        try:
+            yield server
+        finally:
+            reallab.core.delete_namespaced_secret("s3-ckpt", TENANT)
 
 
-def s3_client(env: dict[str, str]) -> Any:
-    """boto3's S3 client on the test server, with the credentials the pods get."""
-    import boto3
-
-    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+def run_with_s3(cluster: DevCluster, name: str, checkpoint: dict[str, Any]) -> None:
+    """Submit the real-node digits job ``name`` with ``checkpoint`` changed and the bucket's
+    credentials by envFrom; it must succeed."""
+    doc = real_job(name, 2, 1)
+    doc["spec"]["checkpoint"].update(checkpoint)
+    doc["spec"]["envFrom"] = [{"secretRef": {"name": "s3-ckpt"}}]
+    path = write_spec(cluster.root, doc, f"{name}.yaml")
+    submit = cluster.gpufleet("submit", str(path), "--target", "job")
+    assert submit.returncode == 0, submit.stderr[-2000:]
+    phase, _ = cluster.run_to_end(name, TENANT, timeout=300)
+    assert phase == "Succeeded", cluster.gpufleet("logs", name, "-n", TENANT).stdout[-3000:]
 
 
 def test_pods_checkpoint_to_s3_and_end_with_the_local_runs_weights(
-    reallab: DevCluster, pod_s3: dict[str, str]
+    reallab: DevCluster, pod_s3: S3
 ) -> None:
     """Both pods write their checkpoint shards to the bucket through the Service network (the
     credentials from the Secret by envFrom); rank 0's marker completes each checkpoint."""
 
     name = "digits-s3"
-    doc = real_job(name, 2, 1)
-    doc["spec"]["checkpoint"]["dir"] = f"s3://ckpt/{name}"
-    doc["spec"]["envFrom"] = [{"secretRef": {"name": "s3-ckpt"}}]
-    path = write_spec(reallab.root, doc, f"{name}.yaml")
-    submit = reallab.gpufleet("submit", str(path), "--target", "job")
-    assert submit.returncode == 0, submit.stderr[-2000:]
-    phase, _ = reallab.run_to_end(name, TENANT, timeout=300)
-    assert phase == "Succeeded", reallab.gpufleet("logs", name, "-n", TENANT).stdout[-3000:]
-    s3 = s3_client(pod_s3)
+    run_with_s3(reallab, name, {"dir": f"s3://ckpt/{name}"})
+    s3 = pod_s3.client()
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="ckpt", Prefix=name)["Contents"]]
     steps = {k.split("/")[1] for k in keys if k.endswith(MARKER)}
     assert any(s.startswith("step_000000040-") for s in steps), keys
@@ -191,3 +185,24 @@ def test_pods_checkpoint_to_s3_and_end_with_the_local_runs_weights(
     # the ranks' logs kept in the bucket, read back with the job's own credentials
     assert any(k.startswith(f"{name}/logs/") and k.endswith("stdout.log") for k in keys), keys
     assert DIGEST.findall(kept_logs_once_pods_are_gone(reallab, name)) == [local]
+
+
+def test_pods_with_a_durable_tier_each_upload_their_ranks_files_and_end_exact(
+    reallab: DevCluster, pod_s3: S3
+) -> None:
+    """Fast tier on the claim, durable tier in the bucket (spec.checkpoint.durable): each pod's
+    launcher uploads the files of its own rank, its part recorded; the marker, written last,
+    names both pods; the job still ends with the local run's weights."""
+    name = "digits-tiers"
+    run_with_s3(reallab, name, {"durable": {"dir": f"s3://ckpt/{name}", "keep": 2}})
+    fs = pod_s3.fs()
+    complete = sorted(p for p in fs.ls(f"ckpt/{name}") if fs.exists(f"{p}/{MARKER}"))
+    # keep 2: at most two; how many of the four were uploaded before a newer one superseded
+    # them depends on the pods' pace, the last one (the run's end waits for it) never
+    assert 1 <= len(complete) <= 2 and "step_000000040-" in complete[-1], complete
+    marker = json.loads(fs.cat_file(f"{complete[-1]}/{MARKER}"))
+    hosts = {f["host"] for f in marker["files"].values()}
+    assert len(hosts) == 2, marker  # each pod's rank wrote (and its launcher uploaded) its own
+    parts = {p.rsplit("/", 1)[-1] for p in fs.ls(f"{complete[-1]}/.parts")}
+    assert parts == {f"{h}.json" for h in hosts}, parts
+    assert digests_in_logs(reallab, name) == [local_digest(reallab.root, 2, 1)]
