@@ -181,10 +181,10 @@ def _shim(argv: list[str]) -> None:
     from torch.distributed.elastic.multiprocessing.errors import record
 
     with _safe_group_teardown():
-        _failing_last(lambda: record(_run)(argv))
+        _failing_last(record(_run), argv)
 
 
-def _failing_last(run: Callable[[], None]) -> None:
+def _failing_last(run: Callable[[list[str]], None], argv: list[str]) -> None:
     """Run a PyTorch worker; one that fails prints its traceback first and only then closes its
     process group's connections (without the exit barrier). Its peers, waiting in a collective
     it never joins, see the connections close and leave at once (they would wait for the hang
@@ -194,7 +194,7 @@ def _failing_last(run: Callable[[], None]) -> None:
     from gpufleet.runtime.distributed import shutdown_distributed
 
     try:
-        run()
+        run(argv)
     except SystemExit as exc:  # gpufleet's one-line errors; a peer lost (the group is closed)
         if exc.code not in (None, 0):
             shutdown_distributed(wait_for_peers=False)
