@@ -11,7 +11,8 @@ STAMP := $(VENV)/.gpufleet-installed
 TOOLS := .tools/bin
 
 .PHONY: demo test lint unit fuzz fmt docs goldens schemas bench bench-controlplane clean tools \
-	controlplane image
+	controlplane image prepared measured coverage coverage-report \
+	mutation
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -60,18 +61,54 @@ lint: $(STAMP)
 # together, all of tests/cluster/ (tests/conftest.py, work_unit; tests/README.md).
 # PYTEST_WORKERS=0 runs them in this one process.
 PYTEST_WORKERS ?= auto
+# PYTEST_ARGS: which tests (default: all), e.g. make measured PYTEST_ARGS=tests/unit
+PYTEST_ARGS ?=
 # The image is for the real-node tests, which need root (they skip otherwise): built as root only,
 # beside the control plane (`tools` has installed what both need): from cold, its downloads and
 # disk work overlap the Go builds' CPU; both are no-ops when nothing changed. Its log follows.
 IMAGE_LOG := .tools/image-build.log
-test: lint tools
+test: prepared
+	$(MAKE) --no-print-directory measured
+
+prepared: lint tools
 	mkdir -p .tools; image=; \
 	if [ "$$(id -u)" = 0 ]; then bash scripts/build-image.sh cpu > $(IMAGE_LOG) 2>&1 & image=$$!; \
 	else echo "make test: image not built (not root; the real-node tests skip)"; fi; \
 	bash scripts/build-controlplane.sh; built=$$?; \
 	if [ -n "$$image" ]; then wait $$image; made=$$?; sed 's/^/image: /' $(IMAGE_LOG); \
 	  [ $$made = 0 ] || exit $$made; fi; exit $$built
-	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --durations=25
+
+# The suite under coverage.py: every test process, and every process that the tests of the
+# distributed parts start (tests/support/coverage.py; `make coverage`: of all tests), combined
+# into one report per package, HTML in .coverage-html/, failing under the floors in
+# pyproject.toml (scripts/coverage_report.py; docs/coverage.md). The report runs after failed
+# tests too; the tests' status wins.
+COVERAGE_DATA := $(CURDIR)/.coverage-data
+COV := COVERAGE_FILE=$(COVERAGE_DATA)/cov $(BIN)/coverage
+measured:
+	rm -rf $(COVERAGE_DATA) && mkdir -p $(COVERAGE_DATA)
+	status=0; PATH="$(CURDIR)/$(TOOLS):$$PATH" $(COV) run -m pytest -q -n $(PYTEST_WORKERS) \
+	  --durations=25 $(PYTEST_ARGS) || status=$$?; \
+	$(MAKE) --no-print-directory coverage-report; report=$$?; \
+	[ $$status = 0 ] || exit $$status; exit $$report
+
+coverage: prepared
+	GPUFLEET_COVERAGE_SCOPE=all $(MAKE) --no-print-directory measured
+
+coverage-report: $(STAMP)
+	$(COV) combine -q
+	$(COV) html -q --fail-under=0
+	$(COV) json -q --fail-under=0 -o $(COVERAGE_DATA)/coverage.json
+	$(BIN)/python scripts/coverage_report.py $(COVERAGE_DATA)/coverage.json
+
+# Mutation testing of the parts where a silent wrong result would hurt most ([tool.mutmut] in
+# pyproject.toml; docs/coverage.md): resumable, mutants/ keeps each mutant's verdict; the score
+# per module (scripts/mutation_score.py; --record writes benchmarks/results/mutation_*).
+MUTATION_CHILDREN ?= 2
+mutation: $(STAMP)
+	$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN)
+	$(BIN)/mutmut export-cicd-stats
+	$(BIN)/python scripts/mutation_score.py
 
 unit: $(STAMP) tools
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q tests/unit
@@ -110,4 +147,5 @@ bench-controlplane: $(STAMP) tools controlplane
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python benchmarks/controlplane.py
 
 clean:
-	rm -rf $(VENV) .gpufleet .mypy_cache .ruff_cache .pytest_cache .tools
+	rm -rf $(VENV) .gpufleet .mypy_cache .ruff_cache .pytest_cache .tools .coverage-data \
+	  .coverage-html mutants

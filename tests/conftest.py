@@ -1,7 +1,7 @@
 """Fixtures and pytest hooks only: a scratch directory checked for orphan processes, the
-session's cache, the skips by marker and the order of the work units (the clusters' fixtures:
-tests/cluster/conftest.py). The helpers the tests import live in tests/support/
-(tests/README.md)."""
+session's cache, the coverage scope, the skips by marker and the order of the work units (the
+clusters' fixtures: tests/cluster/conftest.py). The helpers the tests import live in
+tests/support/ (tests/README.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from tests.support.coverage import hold_environment, measured_children
 from tests.support.procs import wait_no_processes
+
+__all__ = ["measured_children"]  # the coverage scope's module fixture (tests/support/coverage.py)
 
 # Property tests: `ci` (the default, `make test`) draws the same examples on every run, each
 # test's seed derived from its name, so CI never fails at random; `explore` (`make fuzz`) draws
@@ -22,6 +25,13 @@ from tests.support.procs import wait_no_processes
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A process that runs tests passes coverage.py's environment on only where in scope; the
+    pytest-xdist controller keeps it for the workers it starts."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        hold_environment()
 
 
 @pytest.fixture
