@@ -4,8 +4,9 @@
 (pyproject.toml) coverage.py puts its configuration in the environment, and every interpreter of
 the venv started with it measures itself: the pytest-xdist workers, and every CLI, node agent,
 worker and pod launcher a test starts. Each test process is measured from its start; what its
-tests start is measured only for the modules in scope: measuring a process costs ~40 % more CPU
-(a local run's test: 72 s against 51 s), too much for the whole suite within CI's time, so
+tests start is measured only for the modules in scope: measuring costs ~28 % more CPU and ~21 %
+more time (benchmarks/results/coverage-overhead_*), too much for the whole suite within CI's
+time (71 min of 90 before), so
 `make test` measures the tests of the distributed parts (runtime/, launch/, the local runs,
 checkpoints, the chaos tests) and `make coverage` all of them.
 """
