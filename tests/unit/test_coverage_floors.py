@@ -4,6 +4,7 @@ floor."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -96,7 +97,7 @@ def test_no_commit_lowered_a_floor() -> None:
         pytest.skip("no git history of pyproject.toml here")
     history = [_floors_at(c) for c in reversed(log.stdout.split())] + [_floors()]
     floors = [f for f in history if f is not None]
-    for before, after in zip(floors, floors[1:], strict=False):
+    for before, after in itertools.pairwise(floors):
         for package, (lines, branches) in before.items():
             now = after.get(package)
             assert now is not None, f"floor of {package} removed"
