@@ -14,7 +14,7 @@ from typing import Any
 
 from gpufleet.cluster.access import as_dict, is_ours, items
 from gpufleet.cluster.admission import check_pod_security
-from gpufleet.cluster.apierrors import api_errors, status_code, to_cluster_error
+from gpufleet.cluster.apierrors import api_errors, server_message, status_code, to_cluster_error
 from gpufleet.cluster.keptlogs import read_kept_logs
 from gpufleet.cluster.kinds import (
     BUILTIN_KINDS,
@@ -54,8 +54,9 @@ class Cluster(ServingOperations):
             raise missing("cluster", "kubernetes", "the cluster commands") from exc
         try:
             config.load_kube_config(context=context)
-            _, active = config.list_kube_config_contexts()
-            default_ns = (active or {}).get("context", {}).get("namespace") or "default"
+            contexts, active = config.list_kube_config_contexts()
+            chosen = next((c for c in contexts if c.get("name") == context), active)
+            default_ns = (chosen or {}).get("context", {}).get("namespace") or "default"
         except (ConfigException, OSError, TypeError):
             try:
                 config.load_incluster_config()
@@ -248,7 +249,7 @@ class Cluster(ServingOperations):
                 text = self.core.read_namespaced_pod_log(p, self.namespace, tail_lines=tail)
             except api_errors() as exc:
                 if status_code(exc) == 400:  # not started yet
-                    yield f"[{p}] (no log yet: {getattr(exc, 'body', exc)})"
+                    yield f"[{p}] (no log yet: {server_message(exc)})"
                     continue
                 raise to_cluster_error(exc, f"read log of pod {p}") from exc
             for line in str(text).splitlines():
