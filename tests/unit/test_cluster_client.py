@@ -19,6 +19,7 @@ from kubernetes.client import Configuration
 from kubernetes.config import incluster_config, kube_config
 
 from gpufleet.cluster import Cluster
+from gpufleet.cluster import client as client_module
 from gpufleet.cluster.keptlogs import READER_LABEL
 from gpufleet.errors import EXIT_BAD_INPUT, ClusterError, UserInputError
 from gpufleet.kube import KUEUE_QUEUE_LABEL, LABEL_RDMA, Obj
@@ -162,8 +163,7 @@ def test_connect_with_a_context_takes_that_contexts_namespace(
 def test_connect_in_a_pod_uses_its_service_account(
     kube_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    if Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").exists():
-        pytest.skip("this machine is a pod: its own namespace file would be read")
+    kube_env.setattr(client_module, "SERVICE_ACCOUNT_NAMESPACE", str(tmp_path / "namespace"))
     (tmp_path / "token").write_text("pod-token")
     (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
     kube_env.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "token"))
@@ -175,6 +175,9 @@ def test_connect_in_a_pod_uses_its_service_account(
     config = cluster.core.api_client.configuration
     assert config.host == "https://10.96.0.1:443"
     assert config.api_key["BearerToken"] == "bearer pod-token"
+    (tmp_path / "namespace").write_text("team-b\n")
+    assert Cluster.connect().namespace == "team-b"  # the pod's own namespace
+    assert Cluster.connect(namespace="team-c").namespace == "team-c"
 
 
 def test_connect_without_the_client_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -339,10 +339,13 @@ class Cluster(ServingOperations):
         ]  # fmt: skip
 
 
+# Where the kubelet mounts a pod's namespace (beside its service account's token).
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
 def _incluster_namespace() -> str:
-    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
     try:
-        with open(path) as fh:
+        with open(SERVICE_ACCOUNT_NAMESPACE) as fh:
             return fh.read().strip() or "default"
     except OSError:
         return "default"
