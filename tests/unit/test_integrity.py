@@ -152,10 +152,14 @@ def test_set_aside_renames_a_local_checkpoint_and_keeps_every_file(tmp_path: Pat
     (step / "__0_0.distcp").write_bytes(b"flipped shard")
     (step / "sub" / "extra").write_bytes(b"kept")
 
+    inode = (step / "__0_0.distcp").stat().st_ino
+
     aside = set_aside(fsspec.filesystem("file"), f"{step}/")  # a trailing slash is no matter
 
     assert aside == f"{step}.corrupt"
     assert not step.exists()
+    # Renamed, not copied: no second copy of a checkpoint on a disk that may be full.
+    assert (Path(aside) / "__0_0.distcp").stat().st_ino == inode
     assert (Path(aside) / "__0_0.distcp").read_bytes() == b"flipped shard"
     assert (Path(aside) / "sub" / "extra").read_bytes() == b"kept"
 

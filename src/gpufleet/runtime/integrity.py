@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fsspec.implementations.local import LocalFileSystem
+
 from gpufleet.errors import CheckpointMismatchError
 
 MARKER = "COMPLETE.json"
@@ -136,8 +138,7 @@ def set_aside(fs: Any, directory: str) -> str:
     target = directory + SET_ASIDE
     if fs.exists(target):
         target = f"{target}-{int(time.time())}"
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    if "file" in protocols or "local" in protocols:
+    if isinstance(fs, LocalFileSystem):
         fs.mv(directory, target, recursive=True)  # one rename
         return target
     # An object store has no rename and no directories: copy each object, then delete.
