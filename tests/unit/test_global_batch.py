@@ -30,6 +30,16 @@ def test_each_epochs_order_is_torchs_permutation_seeded_with_seed_plus_epoch() -
     assert sampler(seed=5).order(2) == sampler(seed=2).order(5)
 
 
+def test_the_seed_is_0_unless_given_as_distributed_samplers_is() -> None:
+    plain = GlobalBatchSampler(24, global_batch=8, num_replicas=2, rank=0)
+    assert plain.order(1) == torch.randperm(24, generator=torch.Generator().manual_seed(1)).tolist()
+
+
+def test_a_global_batch_of_one_sample_on_one_rank_is_a_valid_cut() -> None:
+    s = GlobalBatchSampler(3, global_batch=1, num_replicas=1, rank=0, shuffle=False)
+    assert list(s) == [[0], [1], [2]]
+
+
 def test_a_fresh_epoch_yields_every_step_of_the_rank_in_order() -> None:
     s = sampler(shuffle=False, rank=1, micro_batches=2)  # 3 steps of 8; rank 1 takes 4..7
     assert list(s) == [[4, 5], [6, 7], [12, 13], [14, 15], [20, 21], [22, 23]]

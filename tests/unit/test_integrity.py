@@ -22,7 +22,11 @@ from gpufleet.runtime.integrity import (
     MARKER,
     Entry,
     Mismatch,
+    _name,
     check_identity,
+    file_digests,
+    join,
+    owner,
     set_aside,
     survey,
     verify,
@@ -254,3 +258,63 @@ def test_an_identity_with_nothing_to_compare_or_the_same_is_accepted(
     mine: dict[str, str], marker: dict[str, Any]
 ) -> None:
     check_identity(mine, marker, root="/ckpt", step=20)  # raises nothing
+
+
+def test_file_digests_record_every_file_but_the_marker_subdirectories_and_what_keep_drops(
+    tmp_path: Path,
+) -> None:
+    files = {".metadata": b"meta", "__0_0.distcp": b"shard 0", "__1_0.distcp": b"shard 1"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / MARKER).write_text("{}")  # listed between .metadata and the shards
+    (tmp_path / f"{MARKER}.tmp").write_text("{")  # the marker's temporary file
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x").write_bytes(b"x")
+    (tmp_path / "rank1.log").write_bytes(b"not the checkpoint's")
+
+    got = file_digests(fsspec.filesystem("file"), str(tmp_path), lambda n: n != "rank1.log")
+
+    assert got == recorded(files)
+    assert list(got) == sorted(files)
+
+
+def test_a_listing_entry_is_named_by_its_last_part_however_it_is_written() -> None:
+    # Object stores list a prefix with or without a trailing slash, a local root without one.
+    assert _name("bucket/ckpt/step_000000001-abcdef/") == "step_000000001-abcdef"
+    assert _name("/ckpt/step_000000001-abcdef") == "step_000000001-abcdef"
+    assert _name("step_000000001-abcdef") == "step_000000001-abcdef"
+    assert _name("/ckpt/rank_X") == "rank_X"
+    assert join("s3://bucket/ckpt/", "step") == "s3://bucket/ckpt/step"
+    assert join("/ckpt", "step") == "/ckpt/step"
+    assert join("/ckptX", "step") == "/ckptX/step"
+
+
+def write_marker(fs: Any, directory: str, marker: Any) -> None:
+    fs.pipe(f"{directory}/{MARKER}", json.dumps(marker).encode())
+
+
+def test_owner_is_the_markers_job_or_none_when_it_cannot_say(memfs: tuple[Any, str]) -> None:
+    fs, root = memfs
+    cases: dict[str, Any] = {
+        "named": {"identity": {"job": "job-a", "model": "m1"}},
+        "no-job": {"identity": {"model": "m1"}},
+        "empty-job": {"identity": {"job": ""}},
+        "identity-not-a-mapping": {"identity": "job-a"},
+        "before-identities": {"files": {}},
+    }
+    for name, marker in cases.items():
+        write_marker(fs, f"{root}/{name}", marker)
+    fs.pipe(f"{root}/unreadable/{MARKER}", b"{torn")
+    assert {name: owner(fs, f"{root}/{name}") for name in [*cases, "unreadable", "torn"]} == {
+        "named": "job-a", "no-job": None, "empty-job": None, "identity-not-a-mapping": None,
+        "before-identities": None, "unreadable": None, "torn": None,
+    }  # fmt: skip
+
+
+def test_set_aside_takes_any_directory_name(tmp_path: Path) -> None:
+    step = tmp_path / "stepX"
+    step.mkdir()
+    (step / "shard").write_bytes(b"kept")
+    aside = set_aside(fsspec.filesystem("file"), str(step))
+    assert aside == f"{step}.corrupt"
+    assert (Path(aside) / "shard").read_bytes() == b"kept"

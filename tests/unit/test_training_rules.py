@@ -100,6 +100,13 @@ def test_what_the_accumulation_rule_leaves_to_other_checks(value: Any, workload:
     assert accumulation(value, workload) == []
 
 
+def test_a_batch_of_one_cannot_be_accumulated() -> None:
+    assert accumulation(2, {"name": "digits", "batchSize": 1}) == [
+        (("parallelism", "gradientAccumulation"), "is 2, which does not divide "
+         "spec.workload.batchSize 1: each micro-batch must have the same size")
+    ]  # fmt: skip
+
+
 def test_an_absent_accumulation_is_one() -> None:
     data = {"parallelism": {"strategy": "fsdp"}, "workload": {"name": "digits", "batchSize": 7}}
     assert parallelism_problems(data, has_command=False) == []
