@@ -1,15 +1,21 @@
 """Processes that must not outlive their parent (gpufleet.launch.orphans), found by command line
-(gpufleet.launch.mpi_worker), ended on a signal (local.forward_signals) or on a lost host
-(pod._lost_host): real processes, started and ended here by pid."""
+(launch.mpi_worker), started once their peers answer (launch.mpi_launcher), ended on a signal, a
+lost host or an interrupted launcher, and the ranks' logs a launcher keeps as it exits: real
+processes, started and ended here by pid."""
 
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,10 +26,14 @@ import psutil
 import pytest
 
 from gpufleet.errors import EXIT_PREEMPTED
-from gpufleet.launch import orphans
+from gpufleet.launch import keptlogs, local, orphans, pod
+from gpufleet.launch.keptlogs import kept_name
 from gpufleet.launch.local import forward_signals
+from gpufleet.launch.mpi_launcher import ENV_HOSTFILE
+from gpufleet.launch.mpi_launcher import main as mpi_launcher_main
 from gpufleet.launch.mpi_worker import launchers
 from gpufleet.launch.mpi_worker import main as mpi_worker_main
+from gpufleet.launch.node import NodeConfig
 from gpufleet.procs import pid_alive
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -48,8 +58,7 @@ def wait_gone(pid: int, limit: float = 20.0) -> bool:
 
 @pytest.fixture
 def caught() -> Iterator[list[int]]:
-    """SIGUSR1 sent to this process recorded instead of acted on (the functions under test send
-    it in place of SIGKILL); this process's death signal put back afterwards."""
+    """SIGUSR1 to this process recorded (sent in place of SIGKILL); its death signal put back."""
     got: list[int] = []
     before = death_signal()
     previous = signal.signal(signal.SIGUSR1, lambda signum, _frame: got.append(signum))
@@ -135,32 +144,31 @@ def test_a_renamed_child_is_found_under_its_parent_whatever_its_name() -> None:
     assert orphans._parent_of(NO_SUCH_PID) is None
 
 
-def _release_and_report(conn: object) -> None:  # a worker forked by the forkserver
+# A worker forked by the forkserver: releases its copy of the pipe and reports, then waits.
+RELEASE = textwrap.dedent("""
+    import os
+    from multiprocessing import forkserver
+    from gpufleet.launch.orphans import release_forkserver
     server = forkserver._forkserver
-    fd = server._forkserver_alive_fd  # type: ignore[attr-defined]
-    orphans.release_forkserver()
-    try:
-        os.fstat(fd)
-        closed = False
-    except OSError:
-        closed = True
-    alive, address = server._forkserver_alive_fd, server._forkserver_address  # type: ignore[attr-defined]
-    conn.send((fd is not None, closed, alive, address))  # type: ignore[attr-defined]
-    conn.recv()  # type: ignore[attr-defined]  # stays alive until told
+    fd = server._forkserver_alive_fd
+    release_forkserver()
+    closed = not os.path.exists(f"/proc/self/fd/{fd}")
+    conn.send((fd is not None, closed, server._forkserver_alive_fd, server._forkserver_address))
+    conn.recv()
+""")
 
 
 def test_a_released_worker_lets_its_forkserver_end_with_the_agent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import multiprocessing
-
     server = forkserver.ForkServer()  # this test's own, with nothing to preload
+    server.set_forkserver_preload([])
     for name in ("ensure_running", "connect_to_new_process", "get_inherited_fds"):
         monkeypatch.setattr(forkserver, name, getattr(server, name))
     monkeypatch.setattr(forkserver, "_forkserver", server)
     ctx = multiprocessing.get_context("forkserver")
     ours, theirs = ctx.Pipe()
-    worker = ctx.Process(target=_release_and_report, args=(theirs,))
+    worker = ctx.Process(target=exec, args=(RELEASE, {"conn": theirs}))
     worker.start()
     try:
         assert ours.recv() == (True, True, None, None)
@@ -188,13 +196,14 @@ def test_a_process_no_forkserver_forked_keeps_the_servers_state(
 
 def test_pod_launchers_are_found_by_command_line_among_this_users_processes() -> None:
     marker = f"gpufleet-test-{uuid.uuid4().hex}"
-    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", marker],
-                          stdin=subprocess.PIPE) as child:  # fmt: skip
-        try:
+    with subprocess.Popen([sys.executable, "-c", NAMED, marker], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as child:  # fmt: skip
+        try:  # its cmdline is empty a moment after exec: look once it runs
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
             assert launchers(os.getuid(), marker) == [child.pid]
             assert launchers(os.getuid() + 1, marker) == []  # another user's are not ours
         finally:
-            child.communicate(b"", timeout=30)
+            child.communicate("", timeout=30)
 
 
 def test_launchers_skip_this_process_and_entries_that_cannot_be_read(tmp_path: Path) -> None:
@@ -235,17 +244,18 @@ def test_a_signal_to_the_launcher_reaches_each_running_node_as_sigterm(handlers_
     done = subprocess.Popen(["true"])
     done.wait()
     procs = [subprocess.Popen(["sleep", "30"]), done, subprocess.Popen(["sleep", "30"])]
-    before = signal.getsignal(signal.SIGINT)
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # not pytest's: a miss fails this test only
     try:
         with forward_signals(procs):  # type: ignore[arg-type]
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the handler runs, not KeyboardInterrupt
-            codes = [p.wait(timeout=30) for p in procs]
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C
+            codes = [p.wait(timeout=10) for p in procs]
     finally:
         for p in procs:
             p.kill()
             p.wait()
     assert codes == [-signal.SIGTERM, 0, -signal.SIGTERM]  # agents take SIGTERM as "checkpoint"
-    assert signal.getsignal(signal.SIGINT) is before
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # put back
 
 
 LOST_HOST = textwrap.dedent("""
@@ -277,3 +287,111 @@ def test_a_lost_rendezvous_host_ends_the_workers_keeps_the_logs_and_exits_75(
         f"(no reply in 30 s); exit {EXIT_PREEMPTED}: retry, the job resumes from its last "
         "checkpoint"
     )
+
+
+def test_the_ranks_logs_are_kept_once_beside_the_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handlers_kept: None
+) -> None:
+    rank = tmp_path / "logs" / "train_x1" / "attempt_0" / "0"
+    rank.mkdir(parents=True)
+    (rank / "stderr.log").write_text("err\n")
+    monkeypatch.delenv("GPUFLEET_CHECKPOINT_DURABLE", raising=False)
+    monkeypatch.delenv("GPUFLEET_CHECKPOINT_DIR", raising=False)
+    pod._keeper(str(tmp_path / "logs"), 0.0)()  # no checkpoint directory: nowhere to keep them
+    monkeypatch.setenv("GPUFLEET_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    pod._keeper(None, 0.0)()  # a --log-dir of the command line's: not ours to copy
+    assert not (tmp_path / "ckpt").exists()
+    started = 1_700_000_000.25
+    keep = pod._keeper(str(tmp_path / "logs"), started)
+    host_watch = threading.Thread(target=keep)  # the host watch's thread sets no handler
+    host_watch.start()
+    host_watch.join()
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+    kept = tmp_path / "ckpt" / "logs" / kept_name(started, socket.gethostname())
+    assert (kept / "train_x1" / "attempt_0" / "0" / "stderr.log").read_text() == "err\n"
+    shutil.rmtree(kept)
+    keep()  # once only
+    assert not kept.exists()
+    pod._keeper(str(tmp_path / "logs"), started)()  # the main thread: SIGTERM ignored meanwhile
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN and kept.is_dir()
+
+
+def test_kept_logs_that_take_too_long_are_one_line_and_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "stderr.log").write_text("err\n")
+    release = threading.Event()
+    monkeypatch.setattr(keptlogs, "_copy", lambda *_: release.wait(30))  # a storage that hangs
+    try:
+        assert keptlogs.keep(tmp_path / "logs", str(tmp_path / "ckpt"), "pod-0", 0.05) is None
+    finally:
+        release.set()
+    dest = f"{tmp_path}/ckpt/logs/pod-0"
+    assert (
+        capsys.readouterr().err
+        == f"gpufleet: could not keep the ranks' logs in {dest}: not done in 0 s\n"
+    )
+
+
+def test_a_log_directory_that_cannot_be_read_keeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unreadable(*_: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(keptlogs.Path, "rglob", unreadable)
+    assert keptlogs.keep(tmp_path, str(tmp_path / "ckpt"), "pod-0") is None
+    monkeypatch.undo()
+    assert capsys.readouterr().err.endswith(": [Errno 13] Permission denied\n")
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_an_mpi_launcher_without_a_command_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for argv in (["--"], ["--wait", "1"]):
+        with pytest.raises(SystemExit) as exit_:
+            mpi_launcher_main(argv)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.rstrip().endswith("error: no command (mpirun ...) after --")
+
+
+@pytest.mark.parametrize("hostfile", [None, "# slots for none yet\n"])
+def test_without_workers_to_wait_for_mpirun_starts_at_once(
+    tmp_path: Path, hostfile: str | None
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != ENV_HOSTFILE}
+    if hostfile is not None:
+        (tmp_path / "hostfile").write_text(hostfile)
+        env[ENV_HOSTFILE] = str(tmp_path / "hostfile")
+    done = subprocess.run([sys.executable, "-m", "gpufleet.launch.mpi_launcher", "--wait", "30",
+                           "--", "sh", "-c", "echo ran as $0", "mpirun"], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ran as mpirun\n", "")
+
+
+def test_an_interrupted_launcher_kills_its_node_agents_and_no_secret_is_in_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen: list[tuple[subprocess.Popen[bytes], str, bytes]] = []
+
+    def interrupted(proc: subprocess.Popen[bytes]) -> int:  # Ctrl-C while the launcher waits
+        config = next(tmp_path.glob("gpufleet-nodes-*/node0.json")).read_text()
+        environ, deadline = b"", time.monotonic() + 20  # empty a moment after exec
+        while not environ and time.monotonic() < deadline:
+            environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
+        seen.append((proc, config, environ))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(local, "wait_exit", interrupted)
+    node = NodeConfig(run_id="r", node_rank=0, nnodes=1, nproc_per_node=1, max_restarts=0,
+                      rdzv_endpoint="127.0.0.1:1", shutdown_timeout=1, log_dir=str(tmp_path),
+                      argv=["true"], env={}, secret_env={"HF_TOKEN": "s3cr3t"})  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        local._launch_node_processes([node])
+    ((agent, config, environ),) = seen
+    assert agent.wait(timeout=30) == -signal.SIGKILL
+    assert "s3cr3t" not in config and b"\0HF_TOKEN=s3cr3t\0" in environ  # its environment only
+    assert list(tmp_path.glob("gpufleet-nodes-*")) == []  # its config files removed

@@ -1,6 +1,7 @@
 """The worker shim (gpufleet.launch.shim) and the forked workers' entry point (launch.forked):
 the user's script or module run as Python would, a lost peer and a fatal gpufleet error each one
-line and an exit code, a TensorFlow worker's TF_CONFIG, and the shim as a process of its own."""
+line and an exit code, a TensorFlow worker's TF_CONFIG and scratch directory, the shim as a
+process of its own, and what a worker here ignores of the spec."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import torch.distributed as dist
 from torch.distributed import DistError
 from torch.distributed import distributed_c10d as c10d
@@ -24,7 +26,11 @@ from torch.multiprocessing.spawn import ProcessExitedException
 from gpufleet.errors import EXIT_BAD_INPUT, EXIT_HUNG, JobLockedError, NoUsableCheckpointError
 from gpufleet.launch import forked, shim
 from gpufleet.launch.fatal import read_fatal
+from gpufleet.launch.node import _scratch
+from gpufleet.launch.worker import local_notes
 from gpufleet.procs import pid_alive
+from gpufleet.spec import validate_training_job
+from tests.support.specs import digits_job
 
 # Everything the shim reads or sets in the environment: absent unless a test sets it.
 TOUCHED = ("RANK", "GPUFLEET_FRAMEWORK", "GPUFLEET_RUN_DIR", "GPUFLEET_OUTPUT_HANG_TIMEOUT",
@@ -103,7 +109,9 @@ def test_a_lost_peer_is_one_line_and_exit_1(
     )
 
 
-def test_any_other_runtime_error_keeps_its_traceback(tmp_path: Path, env: pytest.MonkeyPatch) -> None:
+def test_any_other_runtime_error_keeps_its_traceback(
+    tmp_path: Path, env: pytest.MonkeyPatch
+) -> None:
     env.setenv("PROBE_RAISE", "raise RuntimeError('CUDA out of memory')")
     with pytest.raises(RuntimeError, match="CUDA out of memory"):
         shim._run([str(probe(tmp_path))])
@@ -142,11 +150,15 @@ def test_a_gpufleet_error_that_is_not_fatal_or_has_no_run_dir_propagates(
 ) -> None:
     script = probe(tmp_path)
     env.setenv("GPUFLEET_RUN_DIR", str(tmp_path))
-    env.setenv("PROBE_RAISE", "from gpufleet.errors import JobLockedError; raise JobLockedError('x')")
+    env.setenv(
+        "PROBE_RAISE", "from gpufleet.errors import JobLockedError; raise JobLockedError('x')"
+    )
     with pytest.raises(JobLockedError):
         shim._run([str(script)])
     env.delenv("GPUFLEET_RUN_DIR")
-    env.setenv("PROBE_RAISE", "from gpufleet.errors import NonFiniteError; raise NonFiniteError('nan')")
+    env.setenv(
+        "PROBE_RAISE", "from gpufleet.errors import NonFiniteError; raise NonFiniteError('nan')"
+    )
     with pytest.raises(Exception, match="nan"):
         shim._run([str(script)])
     assert read_fatal(tmp_path) is None
@@ -180,31 +192,21 @@ def group(tmp_path: Path) -> Iterator[None]:
             dist.destroy_process_group()
 
 
-def _exit(code: int | None) -> Any:
-    def run(_argv: list[str]) -> None:
-        sys.exit(code)
-
-    return run
-
-
-def _fail(_argv: list[str]) -> None:
-    raise ValueError("bad batch")
-
-
 @pytest.mark.parametrize(("code", "group_closed"), [(0, False), (None, False), (3, True)])
 def test_a_failing_exit_closes_the_group_first(group: None, code: int | None,
                                                group_closed: bool) -> None:  # fmt: skip
     with pytest.raises(SystemExit) as exit_:
-        shim._failing_last(_exit(code), [])
+        shim._failing_last(lambda _argv: sys.exit(code), [])
     assert exit_.value.code == code
     assert dist.is_initialized() is not group_closed
 
 
-def test_a_users_exception_prints_its_traceback_then_closes_and_exits_1(
-    group: None, capsys: pytest.CaptureFixture[str]
+def test_a_pytorch_workers_error_prints_its_traceback_then_closes_and_exits_1(
+    tmp_path: Path, env: pytest.MonkeyPatch, group: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    env.setenv("PROBE_RAISE", "raise ValueError('bad batch')")
     with pytest.raises(SystemExit) as exit_:
-        shim._failing_last(_fail, [])
+        shim._shim([str(probe(tmp_path))])
     assert exit_.value.code == 1
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and err.rstrip().endswith("ValueError: bad batch")
@@ -214,9 +216,10 @@ def test_a_users_exception_prints_its_traceback_then_closes_and_exits_1(
 def test_a_tensorflow_worker_gets_its_tf_config_and_torchs_thread_counts(
     tmp_path: Path, env: pytest.MonkeyPatch
 ) -> None:
+    workers = "127.0.0.1:7001,127.0.0.1:7002"
     for name, value in {"GPUFLEET_FRAMEWORK": "tensorflow", "GPUFLEET_TF_INDEX": "1",
-                        "GPUFLEET_TF_WORKERS": "127.0.0.1:7001,127.0.0.1:7002",
-                        "TF_CONFIG": '{"from": "around us"}', "OMP_NUM_THREADS": "3"}.items():  # fmt: skip
+                        "GPUFLEET_TF_WORKERS": workers, "OMP_NUM_THREADS": "3",
+                        "TF_CONFIG": '{"from": "around us"}'}.items():  # fmt: skip
         env.setenv(name, value)
     script = probe(tmp_path)
     shim._shim([str(script)])
@@ -289,6 +292,13 @@ def test_a_worker_whose_agent_died_before_it_started_kills_itself(tmp_path: Path
     assert not script.with_suffix(".json").exists()
 
 
+def test_a_ray_drivers_own_connection_error_keeps_its_traceback(tmp_path: Path) -> None:
+    (tmp_path / "driver.py").write_text("raise RuntimeError('Connection reset by peer')")
+    done = run_shim(tmp_path, "driver.py")  # no torch in it: not a collective's peer
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr and "lost a peer" not in done.stderr
+
+
 def test_a_silent_command_job_is_ended_by_its_output_watchdog(tmp_path: Path) -> None:
     (tmp_path / "silent.py").write_text("import time; print('started', flush=True); time.sleep(60)")
     done = run_shim(tmp_path, "silent.py", GPUFLEET_OUTPUT_HANG_TIMEOUT="0.5", RANK="2")
@@ -337,6 +347,7 @@ def test_stop_ends_only_a_forkserver_that_a_forked_launch_started(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server = forkserver.ForkServer()  # this test's own, with nothing to preload
+    server.set_forkserver_preload([])
     monkeypatch.setattr(forkserver, "_forkserver", server)
     server.ensure_running()
     pid = server._forkserver_pid  # type: ignore[attr-defined]
@@ -361,3 +372,28 @@ def test_a_function_workers_exit_is_logged_without_the_agents_traceback() -> Non
     other = record(DistError("store down"))
     assert forked._no_exit_traceback(other) is True
     assert other.exc_info is not None  # any other error keeps its traceback
+
+
+def test_cluster_only_and_gpu_fields_are_noted_when_run_here() -> None:
+    notes = local_notes(validate_training_job(digits_job(resources={"cpu": "2", "gpu": 1},
+                                                       procsPerNode=1)))  # fmt: skip
+    assert notes[0] == "note: cluster-only fields ignored locally: resources.cpu/memory"
+    gloo = "note: spec.resources.gpu is set but no CUDA device is here; using gloo on CPU"
+    assert (gloo in notes) is not torch.cuda.is_available()
+    assert local_notes(validate_training_job(digits_job())) == []
+
+
+@pytest.mark.parametrize("before", [None, "/var/tmp"])
+def test_a_non_pytorch_agent_gives_its_workers_a_scratch_tmpdir_and_takes_it_back(
+    monkeypatch: pytest.MonkeyPatch, before: str | None
+) -> None:
+    monkeypatch.setenv("TMPDIR", before or "")
+    if before is None:
+        monkeypatch.delenv("TMPDIR")
+    with _scratch(False):
+        assert os.environ.get("TMPDIR") == before
+    with _scratch(True):
+        scratch = Path(os.environ["TMPDIR"])
+        assert scratch.is_dir() and scratch.name.startswith("gpufleet-workers-")
+        (scratch / "autograph_module.py").write_text("x = 1")
+    assert os.environ.get("TMPDIR") == before and not scratch.exists()
