@@ -6,8 +6,8 @@ Reads mutants/mutmut-cicd-stats.json (`mutmut export-cicd-stats`) for the totals
 `mutmut results --all true` for each mutant's status. Score = killed / (killed + survived),
 where a timeout counts as killed (the mutant made the tests hang) and a suspicious one as
 survived. A survivor no test can tell from the original is listed in pyproject.toml's
-`[tool.gpufleet.mutation-equivalent]` (its mutmut name = the changed line as `mutmut show`
-prints it, and why); the score leaves those out. --record writes
+`[tool.gpufleet.mutation-equivalent]` (its mutmut name = a line of its `mutmut show` diff,
+`+` or `-` and the text, and why); the score leaves those out. --record writes
 benchmarks/results/mutation_<date>.md with the survivors' names. Exit 1 below the goal
 (GOAL %), for a survivor neither killed nor explained, and for an explanation whose mutant is
 no longer that survivor (mutmut renumbers a function's mutants when it changes).
@@ -46,18 +46,20 @@ def equivalents() -> dict[str, dict[str, str]]:
 
 
 def mutated_lines(name: str) -> list[str]:
-    """The mutant's changed lines (`+` lines of `mutmut show NAME`), stripped."""
+    """The mutant's diff (`mutmut show NAME`): its `+` and `-` lines, each its sign and text."""
     diff = mutmut("show", name).splitlines()
-    return [line[1:].strip() for line in diff if line.startswith("+") and not line.startswith("++")]
+    return [line[0] + line[1:].strip() for line in diff
+            if line[:1] in "+-" and line[:3] not in ("+++", "---")]  # fmt: skip
 
 
 def stale(explained: dict[str, dict[str, str]], found: dict[str, str]) -> list[str]:
     """Explanations that no longer fit: the mutant is gone, was killed, or is another change."""
     wrong = []
     for name, entry in sorted(explained.items()):
+        line = entry["mutation"].strip()
         if found.get(name) not in MISSED:
             wrong.append(f"{name}: {found.get(name, 'no such mutant')}, not a survivor")
-        elif entry["mutation"].strip() not in mutated_lines(name):
+        elif line[:1] + line[1:].strip() not in mutated_lines(name):
             wrong.append(f"{name}: now changes {mutated_lines(name)}, not {entry['mutation']!r}")
     return wrong
 

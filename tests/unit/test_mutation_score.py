@@ -44,18 +44,18 @@ def test_the_report_rows_per_module_and_in_all(ms: ModuleType) -> None:
 def test_an_explanation_must_still_fit_a_surviving_mutant(
     ms: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    shown = {"m.x_f__mutmut_1": ["if a and b:"], "m.x_f__mutmut_2": ["return None"]}
+    shown = {"m.x_f__mutmut_1": ["-if a or b:", "+if a and b:"], "m.x_f__mutmut_2": ["-x = 1"]}
     monkeypatch.setattr(ms, "mutated_lines", lambda name: shown[name])
     found = {"m.x_f__mutmut_1": "survived", "m.x_f__mutmut_2": "survived",
              "m.x_f__mutmut_3": "killed"}  # fmt: skip
     explained = {
-        "m.x_f__mutmut_1": {"mutation": "  if a and b:", "why": "same truth table here"},
-        "m.x_f__mutmut_2": {"mutation": "if a or b:", "why": "renumbered since"},
+        "m.x_f__mutmut_1": {"mutation": "+if a and b:", "why": "same truth table here"},
+        "m.x_f__mutmut_2": {"mutation": "+if a or b:", "why": "renumbered since"},
         "m.x_f__mutmut_3": {"mutation": "x", "why": "a test kills it now"},
         "m.x_f__mutmut_9": {"mutation": "x", "why": "the function lost mutants"},
     }
     assert ms.stale(explained, found) == [
-        "m.x_f__mutmut_2: now changes ['return None'], not 'if a or b:'",
+        "m.x_f__mutmut_2: now changes ['-x = 1'], not '+if a or b:'",
         "m.x_f__mutmut_3: killed, not a survivor",
         "m.x_f__mutmut_9: no such mutant, not a survivor",
     ]
@@ -65,4 +65,5 @@ def test_every_explanation_in_pyproject_says_what_it_changes_and_why(ms: ModuleT
     for name, entry in ms.equivalents().items():
         assert name.startswith("gpufleet.") and "__mutmut_" in name, name
         assert sorted(entry) == ["mutation", "why"], name
-        assert entry["mutation"].strip() and len(entry["why"]) > 20, name
+        assert entry["mutation"][:1] in "+-" and entry["mutation"][1:].strip(), name
+        assert len(entry["why"]) > 20, name

@@ -139,7 +139,7 @@ def set_aside(fs: Any, directory: str) -> str:
     if fs.exists(target):
         target = f"{target}-{int(time.time())}"
     if isinstance(fs, LocalFileSystem):
-        fs.mv(directory, target, recursive=True)  # one rename
+        fs.mv(directory, target)  # one rename (fsspec: local moves are of the whole tree)
         return target
     # An object store has no rename and no directories: copy each object, then delete.
     for path in fs.find(directory):
