@@ -46,7 +46,8 @@ def init_distributed(timeout: timedelta = timedelta(minutes=30)) -> DistInfo:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available()
-    if use_cuda:
+    # Run on a GPU only: tests/unit/test_runtime_misc.py::test_a_gpu_worker_gets_its_local_rank_*
+    if use_cuda:  # pragma: no cover - GPU only
         deterministic_cuda()
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
@@ -57,7 +58,7 @@ def init_distributed(timeout: timedelta = timedelta(minutes=30)) -> DistInfo:
         # "cpu:gloo,cuda:nccl" lets CPU tensors (checkpoint planning, control flags) use gloo.
         pg_backend = "cpu:gloo,cuda:nccl" if use_cuda else "gloo"
         kwargs: dict[str, object] = {}
-        if use_cuda:
+        if use_cuda:  # pragma: no cover - GPU only: test_gpu.py (several ranks on several GPUs)
             kwargs["device_id"] = device
         dist.init_process_group(
             backend=pg_backend,

@@ -16,7 +16,8 @@ def capture_rng() -> dict[str, Any]:
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
+    # Run on a GPU only: tests/unit/test_runtime_misc.py::test_a_gpu_worker_gets_its_local_rank_*
+    if torch.cuda.is_available():  # pragma: no cover - GPU only
         state["cuda"] = torch.cuda.get_rng_state()
     return state
 
@@ -26,7 +27,7 @@ def restore_rng(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
+    if "cuda" in state and torch.cuda.is_available():  # pragma: no cover - GPU only, as above
         torch.cuda.set_rng_state(state["cuda"])
 
 
