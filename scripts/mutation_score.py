@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import platform
 import subprocess
 import sys
 import tomllib
 from collections import Counter
+from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,11 +108,23 @@ def report(found: dict[str, str]) -> list[str]:
     return lines
 
 
+def setting() -> str:
+    """Where and on what the score was measured: commit, versions, machine."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    versions = ", ".join(f"{p} {metadata.version(p)}" for p in ("mutmut", "torch", "pytest"))
+    return (f"Commit {commit or '?'}; Python {platform.python_version()}, {versions}; "
+            f"{platform.machine()} {platform.processor() or ''} with {os.cpu_count()} CPUs, "
+            f"{platform.system()} {platform.release()}; pyproject.toml's [tool.mutmut]."
+            )  # fmt: skip
+
+
 def record(lines: list[str], totals: object, survivors: list[str], explained: list[str]) -> None:
-    out = REPO / "benchmarks" / "results" / f"mutation_{dt.date.today().isoformat()}.md"
-    body = ["# Mutation score (make mutation, mutmut)", "", *lines, "",
+    name = f"mutation_cpu-{os.cpu_count()}core_{dt.date.today().isoformat()}.md"
+    out = REPO / "benchmarks" / "results" / name
+    body = ["# Mutation score (make mutation, mutmut)", "", setting(), "", *lines, "",
             f"mutmut's totals: `{json.dumps(totals)}`", "", "Survivors not explained:", "",
-            *[f"- `{n}`" for n in survivors], "", "Equivalent (pyproject.toml's "
+            *([f"- `{n}`" for n in survivors] or ["none"]), "", "Equivalent (pyproject.toml's "
             "[tool.gpufleet.mutation-equivalent]):", "", *[f"- `{n}`" for n in explained],
             ""]  # fmt: skip
     out.write_text("\n".join(body))
