@@ -80,6 +80,9 @@ CASES = [
     ("sysctl", _set(["securityContext", "sysctls"], [{"name": "kernel.msgmax", "value": "1"}]),
      "sysctls[0]"),
     ("apparmor", _set([*C0, "appArmorProfile"], {"type": "Unconfined"}), "appArmorProfile"),
+    ("host process", _set([*C0, "windowsOptions"], {"hostProcess": True}),
+     "containers[0].securityContext.windowsOptions.hostProcess"),
+    ("selinux type", _set([*C0, "seLinuxOptions"], {"type": "spc_t"}), "seLinuxOptions.type"),
     ("init escalation", _set(["initContainers", 0, "securityContext", "allowPrivilegeEscalation"],
      True), "initContainers[0]"),
 ]  # fmt: skip
@@ -112,4 +115,16 @@ def test_pod_specs_found_in_nested_objects() -> None:
     assert [p for p, _ in found] == [
         "spec.replicatedJobs[0].template.spec.template.spec",
         "spec.replicatedJobs[1].template.spec.template.spec",
+    ]
+
+
+def test_only_the_unsafe_sysctls_are_named() -> None:
+    pod = good_pod()
+    pod["securityContext"]["sysctls"] = [
+        {"name": "net.ipv4.ip_local_port_range", "value": "1024 65535"},  # safe
+        {"name": "kernel.shm_rmid_forced", "value": "1"},  # safe
+        {"name": "kernel.msgmax", "value": "1"},
+    ]
+    assert [(e.path, e.message) for e in check_restricted(pod)] == [
+        ("spec.securityContext.sysctls[2]", "unsafe sysctl 'kernel.msgmax'")
     ]
