@@ -62,8 +62,8 @@ def stale(explained: dict[str, dict[str, str]], found: dict[str, str]) -> list[s
         line = entry["mutation"].strip()
         if found.get(name) not in MISSED:
             wrong.append(f"{name}: {found.get(name, 'no such mutant')}, not a survivor")
-        elif line[:1] + line[1:].strip() not in mutated_lines(name):
-            wrong.append(f"{name}: now changes {mutated_lines(name)}, not {entry['mutation']!r}")
+        elif line[:1] + line[1:].strip() not in (shown := mutated_lines(name)):
+            wrong.append(f"{name}: now changes {shown}, not {entry['mutation']!r}")
     return wrong
 
 
