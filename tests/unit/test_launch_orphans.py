@@ -35,6 +35,7 @@ from gpufleet.launch.mpi_worker import launchers
 from gpufleet.launch.mpi_worker import main as mpi_worker_main
 from gpufleet.launch.node import NodeConfig
 from gpufleet.procs import pid_alive
+from tests.support.procs import poll_until
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _PR_SET_PDEATHSIG, _PR_GET_PDEATHSIG = 1, 2
@@ -379,9 +380,10 @@ def test_an_interrupted_launcher_kills_its_node_agents_and_no_secret_is_in_a_fil
 
     def interrupted(proc: subprocess.Popen[bytes]) -> int:  # Ctrl-C while the launcher waits
         config = next(tmp_path.glob("gpufleet-nodes-*/node0.json")).read_text()
-        environ, deadline = b"", time.monotonic() + 20  # empty a moment after exec
-        while not environ and time.monotonic() < deadline:
-            environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
+        environ = poll_until(  # empty a moment after exec
+            lambda: Path(f"/proc/{proc.pid}/environ").read_bytes(), what="the agent's environ",
+            timeout=20, interval=0.02,
+        )  # fmt: skip
         seen.append((proc, config, environ))
         raise KeyboardInterrupt
 
