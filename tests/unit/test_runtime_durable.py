@@ -6,9 +6,9 @@ must then do (retry, report, never write the marker of an unverified copy)."""
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,11 +19,9 @@ import fsspec
 import pytest
 
 from gpufleet.runtime import durable
-from gpufleet.runtime.durable import PARTS, Uploader, UploadState, tiers
+from gpufleet.runtime.durable import PARTS, UploadState
 from gpufleet.runtime.integrity import MARKER
-
-JOB = "up"
-FILES = {".metadata": b"meta" * 10, "__0_0.distcp": b"\x01\x02" * 500}
+from tests.support.checkpoints import FILES, commit, durable_steps, unchecked, uploader
 
 
 @pytest.fixture(autouse=True)
@@ -43,38 +41,6 @@ def mem() -> Iterator[str]:
     for key in [k for k in fs.store if k.startswith(base)]:
         del fs.store[key]
     fs.pseudo_dirs[:] = [d for d in fs.pseudo_dirs if not d.startswith(base)]
-
-
-def commit(root: str, step: int, files: dict[str, bytes] = FILES, **marker: Any) -> str:
-    """A committed checkpoint of ``step`` under ``root`` as the Checkpointer writes one: its
-    files, then the marker with each file's size and SHA-256 (``files=None``: no checksums)."""
-    fs, base = fsspec.core.url_to_fs(root.removeprefix("file://"))
-    name = f"step_{step:09d}-{step:06x}"
-    fs.makedirs(f"{base}/{name}", exist_ok=True)
-    for file, data in files.items():
-        fs.pipe_file(f"{base}/{name}/{file}", data)
-    hosts = marker.pop("hosts", {})
-    host = marker.setdefault("host", "n0")
-    sums = {f: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest(), "host": hosts.get(f, host)}
-            for f, d in files.items()}  # fmt: skip
-    body = {"step": step, "world_size": 1, "identity": {"job": JOB}, "files": sums, **marker}
-    fs.pipe_file(f"{base}/{name}/{MARKER}", json.dumps(body).encode())
-    return name
-
-
-def unchecked(root: Path, step: int) -> None:
-    """A checkpoint committed before gpufleet kept checksums (its marker lists no files)."""
-    name = commit(str(root), step, files={})
-    (root / name / MARKER).write_text(json.dumps({"step": step, "identity": {"job": JOB}}))
-
-
-def uploader(fast: str, dest: str, *, keep: int = 3, node: str = "n0", **kw: Any) -> Uploader:
-    f, d = tiers(fast, dest, JOB, log=kw.pop("log", lambda _m: None))
-    return Uploader(f, d, keep=keep, node=node, **kw)
-
-
-def durable_steps(up: Uploader) -> list[int]:
-    return [r.step for r in up.durable.complete()]
 
 
 def test_the_state_before_any_commit_has_no_lag_and_its_json_carries_the_lags() -> None:
@@ -384,3 +350,32 @@ def test_the_marker_waits_for_every_nodes_part(tmp_path: Path) -> None:
     assert json.loads((parts / "pod_a_0.json").read_text()) == [".metadata"]
     assert a.pass_once() is not None
     assert durable_steps(a) == [10] and a.state.waiting is None
+
+
+def test_what_it_remembers_per_checkpoint_ends_with_the_fast_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its memos per checkpoint directory (owner, last failure, part uploaded) keep only what
+    the fast tier still lists: over a job's life of checkpoints, retention bounds them."""
+    fast, up = tmp_path / "fast", uploader(str(tmp_path / "fast"), str(tmp_path / "pvc"), keep=2)
+    commit(str(fast), 5, identity={"job": "someone-else"})
+    monkeypatch.setattr(durable, "RETRY_AFTER", 60.0)
+    for step in range(10, 310, 10):
+        name = commit(str(fast), step)
+        if step == 10:  # one failed pass: remembered until its directory goes
+            with monkeypatch.context() as m:
+                m.setattr(os, "fsync", lambda _fd: throw(OSError(errno.ENOSPC, "full")))
+                assert up.pass_once() is None and name in up._failed_at
+            shutil.rmtree(fast / name)
+            continue
+        assert up.pass_once() is not None
+        for old in sorted(p for p in fast.iterdir() if p.name != name)[1:-1]:
+            shutil.rmtree(old)  # the fast tier's retention: the other job's and the newest two
+    listed = {p.name for p in fast.iterdir()}
+    assert up.pass_once() is not None  # the next pass forgets what retention removed
+    assert durable_steps(up) == [290, 300] and len(listed) == 3
+    assert set(up._owned) == listed and up._parts <= listed and not up._failed_at
+
+
+def throw(exc: Exception) -> None:
+    raise exc

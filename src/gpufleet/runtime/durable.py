@@ -132,7 +132,9 @@ class Uploader:
     def pass_once(self) -> CheckpointRef | None:
         """Make the newest committed fast checkpoint durable, if it is not; returns it once it
         is durable (None: nothing to do, or it failed this pass)."""
-        committed = [r for r in self.fast.complete() if self._mine(r)]
+        listed = self.fast.complete()
+        self._forget_all_but({_name(r.path) for r in listed})
+        committed = [r for r in listed if self._mine(r)]
         if not committed:
             return None
         newest = committed[-1]
@@ -169,6 +171,15 @@ class Uploader:
         if name not in self._owned:
             self._owned[name] = self.fast.mine(self.fast.fs_path(ref.path))
         return self._owned[name]
+
+    def _forget_all_but(self, names: set[str]) -> None:
+        """Keep what is remembered per checkpoint directory (its owner, its last failure,
+        its part uploaded) only for the directories the fast tier still lists: retention removes
+        the others, and a job's life of checkpoints would otherwise grow these by one each."""
+        for memo in (self._owned, self._failed_at):
+            for gone in memo.keys() - names:
+                del memo[gone]
+        self._parts &= names
 
     # ---- one checkpoint ------------------------------------------------------------------
     def upload(self, ref: CheckpointRef) -> bool:
