@@ -1,7 +1,7 @@
-"""The launchers' parts that need no worker: --fresh on real checkpoint directories, the ranks'
-log files, the job lock, local secrets, what `gpufleet run` refuses before starting anything,
-its summary of an outcome, the pod launcher's metrics, kept logs and exit codes, and the MPI
-launcher's command line."""
+"""The launchers' parts that need no worker: --fresh on real checkpoint directories, the job
+lock, local secrets, what `gpufleet run` refuses before starting anything, the pod launcher's
+metrics, kept logs and exit codes, and the MPI launcher's command line (the run's summary and
+the rank logs it quotes: test_launch_summary.py)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,6 @@ from gpufleet.launch import keptlogs, local, pod
 from gpufleet.launch.fatal import write_fatal
 from gpufleet.launch.fresh import set_checkpoints_aside
 from gpufleet.launch.lock import job_lock
-from gpufleet.launch.logs import last_lines_of_rank, rank_log_files
-from gpufleet.launch.node import NodeOutcome
 from gpufleet.launch.secrets import ENV_OBJECTS_DIR, resolve_env
 from gpufleet.net import free_port
 from gpufleet.runtime import integrity
@@ -85,29 +83,6 @@ def test_fresh_refuses_a_remote_directory_with_the_way_around() -> None:
     assert error.message == ("--fresh cannot move checkpoints in s3://team/ckpt aside; delete them "
                              "(e.g. `aws s3 rm --recursive s3://team/ckpt`) or point "
                              "spec.checkpoint.dir somewhere new, then run again")  # fmt: skip
-
-
-def rank_files(node: Path, attempt: int, stderr: str | None, stdout: str | None) -> Path:
-    where = node / "train_x1" / f"attempt_{attempt}" / "0"
-    where.mkdir(parents=True)
-    for name, text in (("stderr.log", stderr), ("stdout.log", stdout)):
-        if text is not None:
-            (where / name).write_text(text)
-    os.utime(where, (1_700_000_000, 1_700_000_000))  # same time: the attempt number decides
-    return where
-
-
-def test_the_newest_attempts_stderr_is_read_else_its_stdout(tmp_path: Path) -> None:
-    assert rank_log_files(tmp_path, 0) == [] and last_lines_of_rank(tmp_path, 0) is None
-    rank_files(tmp_path, 0, "old failure\n", None)
-    newest = rank_files(tmp_path, 1, "\n  \n", "step 1\nstep 2\n\nstep 3\n")
-    assert rank_log_files(tmp_path, 0) == [newest / "stderr.log", newest / "stdout.log"]
-    assert last_lines_of_rank(tmp_path, 0, n=2) == (
-        str(newest / "stdout.log"),
-        ["step 2", "step 3"],
-    )
-    (newest / "stdout.log").write_text(" \n")
-    assert last_lines_of_rank(tmp_path, 0) is None  # nothing but blank lines
 
 
 def refused(run_root: Path, name: str, checkpoint_dir: str | None) -> str:
@@ -234,56 +209,6 @@ def test_a_metrics_port_in_use_is_a_field_error(tmp_path: Path) -> None:
             pass
     path, message = only_error(info)
     assert path == "spec.metrics.port" and f"cannot listen on http://127.0.0.1:{port}" in message
-
-
-def outcome(**kw: Any) -> NodeOutcome:
-    return NodeOutcome(exit_code=kw.pop("exit_code", 1), **kw)
-
-
-@pytest.mark.parametrize(("code", "what"), [(-9, "signal SIGKILL"), (-40, "signal 40"),
-                                            (3, "exit code 3")])  # fmt: skip
-def test_a_failed_rank_is_named_with_how_it_ended_and_its_last_lines(
-    tmp_path: Path, code: int, what: str
-) -> None:
-    rank_files(RunDir(tmp_path).node_logs(0), 0, "Traceback\nValueError: bad\n", None)
-    summary = local._summarize(job(), tmp_path, [outcome(failed_rank=1, failed_local_rank=0,
-                                                         failed_exitcode=code)], 0.0)  # fmt: skip
-    assert (summary.status, summary.exit_code, summary.restarts) == ("Failed", 1, 2)
-    log = RunDir(tmp_path).node_logs(0) / "train_x1" / "attempt_0" / "0" / "stderr.log"
-    assert summary.message == (f"job fresh-job failed: rank 1 ended with {what} after 2 restart(s) "
-                               f"(spec.maxRestarts)\nlast lines of rank 1 ({log}):\n  Traceback\n"
-                               "  ValueError: bad")  # fmt: skip
-
-
-def test_a_drivers_own_failure_message_is_kept_and_a_rank_without_logs_has_no_tail(
-    tmp_path: Path,
-) -> None:
-    said = outcome(failed_message="ray: driver raised ValueError")
-    assert local._summarize(job(), tmp_path, [said], 0.0).message == said.failed_message
-    rank_0 = local._summarize(job(), tmp_path, [outcome(failed_rank=0, failed_exitcode=1)], 0.0)
-    assert rank_0.message == ("job fresh-job failed: rank 0 ended with exit code 1 after 2 "
-                              "restart(s) (spec.maxRestarts)")  # fmt: skip
-
-
-def test_a_fatal_error_wins_and_a_signal_is_a_preemption_only_after_its_checkpoint(
-    tmp_path: Path,
-) -> None:
-    files = RunDir(tmp_path)
-    files.result.write_text(json.dumps({"steps": 40, "metrics": {"accuracy": 0.9, "f1": 0.8}}))
-    ok = local._summarize(job(), tmp_path, [outcome(exit_code=0)], 0.0)
-    assert (ok.status, ok.steps, ok.accuracy, ok.extra) == ("Succeeded", 40, 0.9, {"f1": 0.8})
-    stopped = [outcome(exit_code=143, signal=15)]
-    interrupted = local._summarize(job(), tmp_path, stopped, 0.0)
-    assert (interrupted.status, interrupted.exit_code) == ("Interrupted", 143)
-    assert interrupted.message == "stopped by SIGTERM before a preemption checkpoint was confirmed"
-    files.preempted.write_text(json.dumps({"step": 30, "checkpoint": "step_30"}))
-    preempted = local._summarize(job(), tmp_path, stopped, 0.0)
-    assert (preempted.status, preempted.exit_code) == ("Preempted", 75)
-    assert preempted.message.startswith("preempted at step 30 after checkpoint step_30; run the")
-    write_fatal(tmp_path, 4, "every checkpoint is corrupt", 0)
-    fatal = local._summarize(job(), tmp_path, [outcome()], 0.0)
-    assert (fatal.status, fatal.exit_code) == ("Failed", 4)
-    assert fatal.message == "job fresh-job failed: every checkpoint is corrupt"
 
 
 def failing(exc: BaseException | None) -> Any:

@@ -301,6 +301,12 @@ def _summarize(
         summary.message = (
             f"stopped by {signal.Signals(sig).name} before a preemption checkpoint was confirmed"
         )
+    elif not job.spec.command and not result:  # a user's script may write none; ours always do
+        summary.status, summary.exit_code = "Failed", EXIT_FAILED
+        summary.message = (
+            f"job {job.metadata.name} failed: its workers exited 0 without a result "
+            f"({files.result.name}): the built-in workload ended without training"
+        )
     return summary
 
 
