@@ -17,6 +17,8 @@ from tests.support.coverage import hold_environment, measured_children
 from tests.support.procs import wait_no_processes
 
 __all__ = ["measured_children"]  # the coverage scope's module fixture (tests/support/coverage.py)
+# What each test costs, per phase, in its report and the JUnit XML (benchmarks/suite_durations.py).
+pytest_plugins = ["tests.support.timing"]
 
 # Property tests: `ci` (the default, `make test`) draws the same examples on every run, each
 # test's seed derived from its name, so CI never fails at random; `explore` (`make fuzz`) draws
