@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.test_devcluster_platform import bound_claim, lab, queued_job
 from tests.support.devcluster import DevCluster, condition, needs_controlplane, workload_of
+from tests.support.devlab import bound_claim, lab, queued_job
 from tests.support.procs import poll_until
 from tests.support.specs import write_spec
 

@@ -2,7 +2,7 @@
 scrapes, all on this machine, what the panels read: the exporter (simulated GPUs, allocations
 from a stand-in kubelet over its real gRPC API, pod labels as the API server gives them), a
 2-worker training job's metrics port, and `gpufleet serve`'s Triton under inference traffic.
-The Queues dashboard reads Kueue: test_devcluster_platform runs its queries against Kueue."""
+The Queues dashboard reads Kueue: test_devcluster_queues runs its queries against Kueue."""
 
 from __future__ import annotations
 

@@ -1,0 +1,105 @@
+"""The chart installed with the 3-node A30 lab's values on the session's local control plane
+(the `lab` module fixture: tenants research and product in cohort "lab"), and the queued jobs
+its tenants submit (tests/cluster/test_devcluster_queues.py, test_devcluster_tenancy.py,
+test_devcluster_ray.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.devcluster import CHART, DevCluster
+from tests.support.procs import poll_until
+from tests.support.specs import cluster_job
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+def active(obj: dict[str, Any]) -> bool:
+    conditions = obj.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+
+
+def release_objects(cluster: DevCluster, release: str) -> list[str]:
+    """Every object the chart's labels tie to ``release`` that is still in the API (cluster-
+    scoped kinds and the tenants' namespaced kinds)."""
+    selector = f"app.kubernetes.io/instance={release}"
+    found = []
+    for plural in ("resourceflavors", "clusterqueues", "workloadpriorityclasses", "topologies"):
+        listed = cluster.custom.list_cluster_custom_object(*KUEUE, plural, label_selector=selector)
+        found += [f"{plural}/{o['metadata']['name']}" for o in listed["items"]]
+    listed = cluster.custom.list_cluster_custom_object(*KUEUE, "localqueues",
+                                                       label_selector=selector)  # fmt: skip
+    found += [f"localqueues/{o['metadata']['name']}" for o in listed["items"]]
+    for n in cluster.core.list_namespace(label_selector=selector).items:
+        found.append(f"namespaces/{n.metadata.name}")
+    rbac, storage = cluster.typed("RbacAuthorizationV1Api"), cluster.typed("StorageV1Api")
+    for kind, listed in (
+        ("clusterroles", rbac.list_cluster_role(label_selector=selector)),
+        ("clusterrolebindings", rbac.list_cluster_role_binding(label_selector=selector)),
+        ("storageclasses", storage.list_storage_class(label_selector=selector)),
+    ):
+        found += [f"{kind}/{o.metadata.name}" for o in listed.items]
+    return found
+
+
+def namespaces(cluster: DevCluster, *names: str) -> list[str]:
+    """Those of ``names`` that still exist (a Terminating namespace still does)."""
+    return [n.metadata.name for n in cluster.core.list_namespace().items
+            if n.metadata.name in names]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def lab(devcluster: DevCluster) -> Iterator[DevCluster]:
+    """The chart installed with the 3-node A30 lab's values (tenants research and product in
+    cohort "lab"), uninstalled after this module."""
+    values = CHART / "ci" / "lab-3node-a30-values.yaml"
+    devcluster.helm("install", "lab", str(CHART), "-f", str(values), "-n", "gpufleet-system",
+                    "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
+    try:
+        poll_until(
+            lambda: all(active(devcluster.custom.get_cluster_custom_object(
+                *KUEUE, "clusterqueues", t)) for t in ("research", "product")),
+            what="the lab's ClusterQueues Active", timeout=60,
+        )  # fmt: skip
+        yield devcluster
+    finally:
+        devcluster.helm("uninstall", "lab", "-n", "gpufleet-system", "--wait")
+        devcluster.core.delete_namespace("gpufleet-system")
+        poll_until(lambda: not release_objects(devcluster, "lab")
+                   and not namespaces(devcluster, "gpufleet-system"),
+                   timeout=120, interval=1, what="the lab release to be gone")  # fmt: skip
+
+
+def queued_job(name: str, tenant: str, nodes: int, gpus: int, target: str | None = None,
+               **spec: Any) -> dict[str, Any]:  # fmt: skip
+    """A queued digits job of ``tenant``, its checkpoints in S3; for a TensorFlow or Ray
+    target, on the volume cluster_job names (they write to a filesystem: bound_claim makes
+    it)."""
+    where: dict[str, Any] = {"checkpoint": {"dir": "s3://bucket/ckpt"}, "volumes": []}
+    if target in ("tfjob", "rayjob"):
+        where = {}
+    doc = cluster_job(target=target, nodes=nodes, procsPerNode=gpus, resources={"gpu": gpus},
+                      queue=tenant, **where, **spec)  # fmt: skip
+    doc["metadata"] = {"name": name, "namespace": tenant}
+    return doc
+
+
+def bound_claim(cluster: DevCluster, namespace: str, claim: str) -> None:
+    """A PersistentVolumeClaim bound to a static PersistentVolume made for it (kwok's pods
+    mount nothing; the scheduler only wants the claim bound)."""
+    volume = f"{namespace}-{claim}"
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                   "storageClassName": "", "hostPath": {"path": f"/tmp/{namespace}-{claim}"},
+                   "claimRef": {"namespace": namespace, "name": claim}}}  # fmt: skip
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                    "volumeName": volume,
+                    "resources": {"requests": {"storage": "1Gi"}}}}  # fmt: skip
+    cluster.core.create_persistent_volume(pv)
+    cluster.core.create_namespaced_persistent_volume_claim(namespace, pvc)
+    poll_until(lambda: cluster.core.read_namespaced_persistent_volume_claim(claim, namespace)
+               .status.phase == "Bound", what=f"claim {claim} bound", timeout=60)  # fmt: skip
