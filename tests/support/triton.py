@@ -1,5 +1,6 @@
-"""gpufleet's model served for tests: a trained digits checkpoint, and `gpufleet serve` started
-as users start it."""
+"""gpufleet's model served for tests: a trained digits checkpoint, the digits model exported and
+served by real Triton for a test module (`served`: tests/integration/test_serving.py,
+test_serving_cli.py), and `gpufleet serve` started as users start it."""
 
 from __future__ import annotations
 
@@ -7,14 +8,23 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import psutil
+import pytest
 import torch
 
 from gpufleet.net import free_port
 from gpufleet.runtime.checkpoint import Checkpointer
+from gpufleet.serve.export import export
+from gpufleet.serve.repository import Batching
+from gpufleet.serve.server import Endpoints, ServeConfig, serving
 from gpufleet.workloads.digits import DigitsCNN, digits_datasets
 from tests.support.cli import cli_env, gpufleet_cmd
+from tests.support.oip import MODEL
 
 
 def trained_checkpoint(root: Path) -> DigitsCNN:
@@ -31,6 +41,43 @@ def trained_checkpoint(root: Path) -> DigitsCNN:
         opt.step()
     Checkpointer(str(root), log=lambda _: None).save(30, {"job": {"model": model.state_dict()}})
     return model.eval()
+
+
+@dataclass
+class Served:
+    endpoints: Endpoints
+    model: DigitsCNN
+    images: np.ndarray[Any, Any]
+    server: psutil.Process  # tritonserver
+
+    @property
+    def host(self) -> str:
+        return self.endpoints.http.removeprefix("http://")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    base = tmp_path_factory.mktemp("serving")
+    model = trained_checkpoint(base / "run" / "checkpoints")
+    entry, _ = export(
+        str(base / "run"),
+        base / "repo",
+        model=MODEL,
+        batching=Batching(max_batch_size=64, preferred_batch_sizes=(16, 32, 64)),
+    )
+    assert entry.directory == base / "repo" / MODEL
+    _, test = digits_datasets(0)
+    config = ServeConfig(
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        log_file=base / "triton.log",
+    )
+    with serving(base / "repo", config) as endpoints:
+        server = next(
+            p for p in psutil.Process().children(recursive=True) if p.name() == "tritonserver"
+        )
+        yield Served(endpoints, model, test.tensors[0].numpy(), server)
 
 
 def start_cli_serve(
