@@ -1,17 +1,17 @@
-"""Chaos: kill, hang and preempt training at many points; the final weights never change.
+"""Chaos: kill, hang and corrupt training at many points; the final weights never change.
 
 Each case runs the digits job (2 workers, 40 steps, a checkpoint every 10) with a fault and
-compares its ``state_digest`` to an uninterrupted run's: equal means bit-identical weights.
-The random choices come from GPUFLEET_CHAOS_SEED: a fixed one by default (`make test` runs the
-same cases every time), a new one under `make fuzz`; a failure prints its seed to replay it.
+compares its ``state_digest`` to an uninterrupted run's (``baseline``): equal means
+bit-identical weights. Here: crashes and hangs of a worker, a lost device, torn and corrupt
+checkpoints, NaN and its rollback, a full disk. Preemption and kills from outside:
+test_resume_preemption.py; another world size and FSDP: test_resume_world_size.py.
+The random choices come from GPUFLEET_CHAOS_SEED (tests/support/chaos.py); a failure prints
+its seed to replay it.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import random
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,33 +19,13 @@ from typing import Any
 
 import pytest
 
-from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_NON_FINITE, EXIT_PREEMPTED, EXIT_STORAGE
-from gpufleet.runtime.context import PREEMPTED_FILE
-from gpufleet.runtime.files import read_json
-from gpufleet.runtime.samplelog import read_sample_log
-from tests.support.cli import cli_env, gpufleet_cmd, run_cli, summary_of
+from gpufleet.errors import EXIT_NO_CHECKPOINT, EXIT_NON_FINITE, EXIT_STORAGE
+from tests.support.chaos import RNG, SEED, STEPS, rank_logs, straight_run
+from tests.support.cli import cli_env, run_cli, summary_of
 from tests.support.disk import fill_disk
-from tests.support.procs import poll_until, workers_in
 from tests.support.specs import digits_job, write_spec
 
 pytestmark = pytest.mark.slow
-
-SEED = int(os.environ.get("GPUFLEET_CHAOS_SEED") or 20261124)
-RNG = random.Random(SEED)
-STEPS = 40
-
-
-def straight_run(
-    factory: pytest.TempPathFactory,
-    where: str,
-    doc: dict[str, Any],
-    env: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """The summary of an uninterrupted run of ``doc`` in a fresh directory named ``where``."""
-    wd = factory.mktemp(where)
-    proc = run_cli("run", str(write_spec(wd, doc)), "-o", "json", cwd=wd, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return summary_of(proc)
 
 
 @pytest.fixture(scope="module")
@@ -54,22 +34,6 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     s = straight_run(tmp_path_factory, "baseline", digits_job("straight"))
     assert s["steps"] == STEPS and s["restarts"] == 0 and s["state_digest"]
     return s
-
-
-LONG_STEPS = 400
-LONG_WORKLOAD = {"name": "digits", "steps": LONG_STEPS, "batchSize": 32, "logEvery": 1}
-
-
-@pytest.fixture(scope="module")
-def long_baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """An uninterrupted run long enough (seconds) to be interrupted from outside reliably."""
-    doc = digits_job("long", workload=LONG_WORKLOAD)
-    return straight_run(tmp_path_factory, "long-baseline", doc)
-
-
-def rank_logs(workdir: Path, name: str) -> str:
-    logs = sorted((workdir / ".gpufleet/runs" / name / "logs").glob("node*/*/attempt_*/*/*.log"))
-    return "\n".join(f"== {p}\n{p.read_text(errors='replace')}" for p in logs)
 
 
 KILL_STEP = RNG.randint(1, STEPS - 1)
@@ -156,199 +120,6 @@ def test_hang_detected_within_timeout(workdir: Path, baseline: dict[str, Any]) -
     assert idle and min(idle) < 3.0 + 1.5  # the watchdog polls every 0.15 s here
     assert "in maybe_fire" in logs  # the stack dump shows where rank 1 hung
     assert summary_of(proc)["state_digest"] == baseline["state_digest"]
-
-
-def _wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen[str]) -> int:
-    def reached() -> int | None:
-        progress = read_json(run_dir / "progress.json")
-        return int(progress["step"]) if progress and progress["step"] >= step else None
-
-    return poll_until(reached, what=f"training to reach step {step}", alive=proc, interval=0.05)
-
-
-def test_external_sigkill_of_a_worker(workdir: Path, long_baseline: dict[str, Any]) -> None:
-    spec = write_spec(workdir, digits_job("victim", workload=LONG_WORKLOAD))
-    launcher = subprocess.Popen(gpufleet_cmd("run", str(spec), "-o", "json"), cwd=workdir,
-                                env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)  # fmt: skip
-    _wait_for_step(workdir / ".gpufleet/runs/victim", RNG.randint(2, 30), launcher)
-    workers = workers_in(workdir)
-    assert len(workers) == 2
-    RNG.choice(workers).send_signal(signal.SIGKILL)
-    out, err = launcher.communicate(timeout=180)
-    assert launcher.returncode == 0, err[-3000:]
-    s = summary_of(subprocess.CompletedProcess([], 0, out, err))
-    assert s["restarts"] == 1
-    assert s["state_digest"] == long_baseline["state_digest"], f"seed {SEED}"
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_preempt_launcher_then_resume(
-    workdir: Path, long_baseline: dict[str, Any], sig: signal.Signals
-) -> None:
-    spec = write_spec(workdir, digits_job("preempt", workload=LONG_WORKLOAD))
-    launcher = subprocess.Popen(gpufleet_cmd("run", str(spec), "-o", "json"), cwd=workdir,
-                                env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)  # fmt: skip
-    run_dir = workdir / ".gpufleet/runs/preempt"
-    _wait_for_step(run_dir, RNG.randint(3, 30), launcher)
-    launcher.send_signal(sig)
-    out, err = launcher.communicate(timeout=120)
-    assert launcher.returncode == EXIT_PREEMPTED, err[-3000:]
-    first = summary_of(subprocess.CompletedProcess([], 0, out, err))
-    assert first["status"] == "Preempted" and "run the same command again" in first["message"]
-    stopped_at = read_json(run_dir / "preempted.json")["step"]
-    assert 0 < stopped_at < LONG_STEPS
-    assert not workers_in(workdir)
-
-    again = run_cli("run", str(spec), "-o", "json", cwd=workdir)
-    assert again.returncode == 0, again.stderr[-3000:]
-    s = summary_of(again)
-    assert s["resumed_from"] == stopped_at
-    assert s["launches"] == 2
-    assert s["state_digest"] == long_baseline["state_digest"], f"seed {SEED}"
-
-
-def test_grace_period_runs_out_without_a_checkpoint(workdir: Path) -> None:
-    """A preemption the workers cannot honour ends as a plain kill: rank 1 hangs (injected), so
-    no rank reaches the step boundary where the preemption checkpoint is taken; after the 2 s
-    grace the launcher SIGKILLs them, exits 128+SIGTERM (not 75: nothing to resume from) and
-    leaves no preemption marker and no worker behind. The grace path that ends in 75 is
-    test_preempt_launcher_then_resume."""
-    doc = digits_job("grace", workload=LONG_WORKLOAD, preemption={"gracePeriod": "2s"})
-    env = cli_env()
-    env["GPUFLEET_FAULTS"] = "hang@step=3,rank=1"
-    launcher = subprocess.Popen(gpufleet_cmd("run", str(write_spec(workdir, doc))), cwd=workdir,
-                                env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
-    run_dir = workdir / ".gpufleet/runs/grace"
-    poll_until(lambda: "gpufleet-fault: hang" in rank_logs(workdir, "grace"),
-               what="the injected hang", alive=launcher)  # fmt: skip
-    launcher.send_signal(signal.SIGTERM)
-    _, err = launcher.communicate(timeout=60)
-    assert launcher.returncode == 128 + signal.SIGTERM, err[-3000:]
-    assert not (run_dir / PREEMPTED_FILE).exists()
-    # the workdir fixture fails the test if any worker outlives the launcher
-
-
-# No dropout (its per-rank draws change with the world size), AdamW, 2 epochs in 40 steps at
-# a global batch of 32: a resize resumes mid-epoch 1.
-RESIZE_WORKLOAD = {"name": "synthetic", "steps": STEPS, "batchSize": 16, "logEvery": 10,
-                   "inputSize": 32, "hiddenSize": 64, "layers": 2, "samples": 700}  # fmt: skip
-# |loss after resize - loss straight| / loss. Bitwise equality is impossible: the world size
-# changes the order in which gradients are summed. Measured: at most 2e-7 (fp32).
-RESIZE_RTOL = 1e-5
-
-
-def resize_job(name: str, strategy: str, procs: int, **spec: Any) -> dict[str, Any]:
-    return digits_job(name, workload=RESIZE_WORKLOAD, procsPerNode=procs,
-                      parallelism={"strategy": strategy}, **spec)  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def straight_runs(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Uninterrupted runs by (strategy, world size), made on first use, with their sample logs."""
-    made: dict[tuple[str, int], tuple[dict[str, Any], Path]] = {}
-
-    def get(strategy: str, procs: int) -> tuple[dict[str, Any], Path]:
-        if (strategy, procs) not in made:
-            samples = tmp_path_factory.mktemp(f"samples-{strategy}-{procs}")
-            env = {**cli_env(), "GPUFLEET_SAMPLE_LOG": str(samples)}
-            doc = resize_job("straight", strategy, procs)
-            made[strategy, procs] = (
-                straight_run(tmp_path_factory, f"straight-{strategy}-{procs}", doc, env),
-                samples,
-            )
-        return made[strategy, procs]
-
-    return get
-
-
-@pytest.mark.parametrize(
-    ("strategy", "first", "second"),
-    [("ddp", 2, 1), ("ddp", 1, 2), ("fsdp", 2, 1), ("fsdp", 2, 4), ("fsdp", 1, 2)],
-    ids=["ddp-2to1", "ddp-1to2", "fsdp-2to1", "fsdp-2to4", "fsdp-1to2"],
-)
-def test_resume_at_another_world_size(
-    workdir: Path, straight_runs: Any, strategy: str, first: int, second: int
-) -> None:
-    """Elastic resume: DCP reshards model and optimizer, every step after the resize trains on
-    the samples it would have (the sample-id log), and the loss matches an uninterrupted run
-    at the same global batch."""
-    straight, straight_samples = straight_runs(strategy, first)
-    env = cli_env()
-    env["GPUFLEET_SAMPLE_LOG"] = str(workdir / "samples")
-    spec = write_spec(workdir, resize_job("elastic", strategy, first, maxRestarts=0))
-    failed = run_cli("run", str(spec), "-o", "json", cwd=workdir,
-                     env={**env, "GPUFLEET_FAULTS": "exit@step=25,rank=0"})  # fmt: skip
-    assert failed.returncode == 1, failed.stderr[-2000:]
-    again = run_cli("run", str(spec), "--set", f"spec.procsPerNode={second}", "-o", "json",
-                    cwd=workdir, env=env)  # fmt: skip
-    assert again.returncode == 0, again.stderr[-3000:]
-    s = summary_of(again)
-    assert s["resumed_from"] == 20 and s["steps"] == STEPS
-    assert s["extra"]["global_batch"] == straight["extra"]["global_batch"] == 16 * first
-    assert f"checkpoint written by {first} processes, resuming with {second}" in again.stderr
-    assert s["final_loss"] == pytest.approx(straight["final_loss"], rel=RESIZE_RTOL)
-    if strategy == "fsdp":  # each rank holds 1/world of the parameters (shards are padded)
-        held = s["extra"]["parameter_bytes"] * second
-        assert held == pytest.approx(straight["extra"]["parameter_bytes"] * first, rel=0.05)
-    # The sample-id log: the steps the final weights saw, at either world size, are the
-    # uninterrupted run's steps, sample for sample; no sample twice within an epoch.
-    logged, want = read_sample_log(workdir / "samples"), read_sample_log(straight_samples)
-    assert sorted(logged) == sorted(want) == list(range(1, STEPS + 1))
-    assert {logged[st].world_size for st in (20, 21)} == {first, second}
-    assert all(logged[st].ids == want[st].ids for st in want)
-    for epoch in {e.epoch for e in logged.values()}:
-        ids = [i for e in logged.values() if e.epoch == epoch for i in e.ids]
-        assert len(ids) == len(set(ids)), f"a sample twice in epoch {epoch}"
-
-
-def test_a_world_size_the_global_batch_cannot_split_is_refused(workdir: Path) -> None:
-    spec = write_spec(workdir, resize_job("odd", "fsdp", 2, maxRestarts=0))
-    env = {**cli_env(), "GPUFLEET_FAULTS": "exit@step=25,rank=0"}
-    assert run_cli("run", str(spec), cwd=workdir, env=env).returncode == 1
-    ckpts = workdir / ".gpufleet/runs/odd/checkpoints"
-    before = sorted(ckpts.iterdir())
-    proc = run_cli("run", str(spec), "--set", "spec.procsPerNode=3", cwd=workdir)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last == (
-        "job odd failed: the checkpoint of step 20 (written by 2 workers) trains with a global "
-        "batch of 32 samples per step, which 3 workers x 1 micro-batch cannot split evenly: "
-        "resume with a world size among 1, 2, 4, 8, 16, 32"
-    )
-    assert sorted(ckpts.iterdir()) == before  # nothing written, nothing set aside
-
-
-FSDP_FULL = {"strategy": "fsdp", "mixedPrecision": "bf16", "activationCheckpointing": True,
-             "gradientAccumulation": 2}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def fsdp_baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    doc = digits_job("straight", parallelism=FSDP_FULL)
-    return straight_run(tmp_path_factory, "fsdp-baseline", doc)
-
-
-@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_fsdp_with_bf16_resumes_exactly_after_a_crash(
-    workdir: Path, fsdp_baseline: dict[str, Any], use_async: bool
-) -> None:
-    """FSDP2 shards (bf16, activation checkpointing, 2 micro-batches) in sharded DCP
-    checkpoints: a crash and restart at the same world size is bit-exact."""
-    env = {**cli_env(), "GPUFLEET_FAULTS": "kill@step=23,rank=1"}
-    doc = digits_job("fsdp", parallelism=FSDP_FULL,
-                     checkpoint={"everySteps": 10, "async": use_async})  # fmt: skip
-    proc = run_cli("run", str(write_spec(workdir, doc)), "-o", "json", cwd=workdir, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    s = summary_of(proc)
-    assert s["restarts"] == 1 and s["steps"] == STEPS
-    assert s["state_digest"] == fsdp_baseline["state_digest"]
-    assert s["final_loss"] == fsdp_baseline["final_loss"]
-    # Sharded on save: each rank wrote its own file, none holds the whole model.
-    newest = sorted((workdir / ".gpufleet/runs/fsdp/checkpoints").iterdir())[-1]
-    assert len(list(newest.glob("*.distcp"))) == 2
 
 
 def interrupted_at_35(workdir: Path, name: str) -> tuple[Path, Path]:

@@ -1,6 +1,6 @@
 """spec.parallelism in one process: the global-batch sampler, blocks, FSDP2, bf16, activation
 checkpointing and gradient accumulation, and exact resume with each (multi-process cases:
-tests/chaos/test_resume.py)."""
+tests/chaos/test_resume_world_size.py)."""
 
 from __future__ import annotations
 
