@@ -16,6 +16,8 @@ from tests.support.paths import REPO
 # The tests that read the custom-resource schemas and the goldens (each reads files of the repo).
 STANDALONE_TESTS = (
     "tests/unit/test_render.py",
+    "tests/unit/test_render_refusals.py",
+    "tests/unit/test_render_launch.py",
     "tests/unit/test_serving_render.py",
     "tests/integration/test_chart.py",
     "tests/unit/test_goldens.py",

@@ -1,23 +1,24 @@
-"""Every render target: strict schema validity, Pod Security "restricted", goldens, clear errors."""
+"""Every render target: strict schema validity, Pod Security "restricted", each target's own
+structure (the matrix of node, process, resource and queue shapes), GPU and lost-node
+tolerations, `readOnly`, elastic node ranges, and any cluster-ready spec drawn by hypothesis.
+Specs a target cannot run and `gpufleet render`: test_render_refusals.py; what the pods
+run (rendezvous, mpirun, the worker environment, the PodMonitor's port): test_render_launch.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from gpufleet.cli.main import app
-from gpufleet.errors import EXIT_BAD_INPUT, UserInputError
+from gpufleet.errors import UserInputError
 from gpufleet.render import FRAMEWORK_TARGETS, TARGETS, check_restricted, pod_specs_in, render
 from gpufleet.render.checks import TRAINJOB_GRACE_PERIOD
 from gpufleet.spec import validate_training_job
 from tests.support.k8s_schemas import validate_strictly
 from tests.support.paths import REPO
-from tests.support.specs import cluster_job, digits_job, write_spec
+from tests.support.specs import cluster_job
 
 GOLDEN = REPO / "tests" / "golden"
 
@@ -257,71 +258,6 @@ def test_read_only_is_written_only_when_true(target: str) -> None:
     assert "'readOnly': True" in text
 
 
-CANNOT_RUN: list[tuple[dict[str, Any], str]] = [
-    ({"image": None}, "spec.image"),
-    ({"checkpoint": {}}, "spec.checkpoint.dir"),
-    ({"checkpoint": {"dir": "/elsewhere"}}, "spec.checkpoint.dir"),
-    ({"resources": {"gpu": 3}, "procsPerNode": 2}, "spec.resources.gpu"),
-]
-
-
-@pytest.mark.parametrize(
-    ("target", "spec", "want_path"),
-    [
-        (target, spec, path)
-        for target in TARGETS
-        for spec, path in CANNOT_RUN
-        # a TensorFlow job (tfjob) runs one process per node: no GPUs to divide among several
-        if target in FRAMEWORK_TARGETS["pytorch"] or "procsPerNode" not in spec
-    ],
-)
-def test_specs_that_cannot_run_on_kubernetes(
-    spec: dict[str, Any], want_path: str, target: str
-) -> None:
-    doc = cluster_job(target=target, **spec)
-    doc["spec"] = {k: v for k, v in doc["spec"].items() if v is not None}
-    with pytest.raises(UserInputError) as info:
-        render(validate_training_job(doc), target)
-    assert want_path in [e.path for e in info.value.errors]
-
-
-def test_cli_render_exit_2_with_field_paths(tmp_path: Path) -> None:
-    path = write_spec(tmp_path, digits_job("train"))
-    result = CliRunner().invoke(app, ["render", str(path)])
-    assert result.exit_code == EXIT_BAD_INPUT
-    assert "spec.image" in result.output and "spec.checkpoint.dir" in result.output
-    bad_name = write_spec(tmp_path, cluster_job() | {"metadata": {"name": "Train_1"}}, "n.yaml")
-    result = CliRunner().invoke(app, ["render", str(bad_name)])
-    assert result.exit_code == EXIT_BAD_INPUT and "metadata.name" in result.output
-    assert "DNS-1035" in result.output
-    bad_target = CliRunner().invoke(app, ["render", str(path), "--target", "nope"])
-    assert bad_target.exit_code == EXIT_BAD_INPUT and "--target" in bad_target.output
-
-
-def test_cli_render_warns_of_a_script_missing_here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A script that is not here renders (the image may hold it) with a warning naming it;
-    one that is here renders silently. `gpufleet run` refuses the first (test_local_run)."""
-    monkeypatch.chdir(tmp_path)
-    path = write_spec(tmp_path, cluster_job(command=["train.py", "--lr", "0.1"], workload=None))
-    result = CliRunner().invoke(app, ["render", str(path)])
-    assert result.exit_code == 0, result.output
-    assert "warning: spec.command[0]: train.py: no such file in" in result.output
-    assert "the image must hold it" in result.output
-    (tmp_path / "train.py").write_text("print(1)\n")
-    result = CliRunner().invoke(app, ["render", str(path)])
-    assert result.exit_code == 0 and "warning" not in result.output, result.output
-
-
-def test_cli_render_writes_files(tmp_path: Path) -> None:
-    path = write_spec(tmp_path, cluster_job())
-    result = CliRunner().invoke(app, ["render", str(path), "--out", str(tmp_path / "out")])
-    assert result.exit_code == 0, result.output
-    names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["00-service-train.yaml", "01-job-train.yaml"]
-
-
 @settings(max_examples=25, deadline=None)
 @given(
     nodes=st.integers(1, 8),
@@ -355,113 +291,6 @@ def test_any_cluster_ready_spec_renders_valid_objects(
         assert [e.path for e in refused.value.errors] == ["spec.preemption.gracePeriod"]
 
 
-@pytest.mark.parametrize("target", list(TARGETS))
-def test_each_target_refuses_a_name_its_controller_cannot_extend(target: str) -> None:
-    """The longest name a target takes renders; one more character is refused on metadata.name
-    with the limit (the controllers append -worker-0-<i>-xxxxx and the like; the live test
-    checks the limit against the JobSet webhook and the Job controller)."""
-    from gpufleet.render.checks import name_limit
-
-    limit = name_limit(target, 3)
-    assert 40 <= limit < 63
-    doc = cluster_job(target=target, nodes=3)
-    doc["metadata"] = {"name": "a" * limit}
-    assert render(validate_training_job(doc), target)
-    doc["metadata"] = {"name": "a" * (limit + 1)}
-    with pytest.raises(UserInputError) as refused:
-        render(validate_training_job(doc), target)
-    (error,) = refused.value.errors
-    assert error.path == "metadata.name" and f"at most {limit} characters" in error.message
-
-
-def test_a_name_starting_with_a_digit_is_refused_it_would_name_a_service() -> None:
-    doc = cluster_job()
-    doc["metadata"] = {"name": "1st-run"}
-    with pytest.raises(UserInputError) as refused:
-        validate_training_job(doc)
-    assert "DNS-1035" in str(refused.value)
-
-
-def test_a_trainjob_refuses_what_its_runtime_patches_cannot_carry() -> None:
-    """Kubeflow Trainer v2.2's runtimePatches have no grace period and no container ports (its
-    CRD refused both on the local control plane): a longer grace period than the runtime's
-    30 s would cut the preemption checkpoint, a metrics port no PodMonitor could find."""
-    doc = cluster_job(
-        nodes=2, metrics={"port": 9090, "podMonitor": True}, preemption={"gracePeriod": "45s"}
-    )
-    with pytest.raises(UserInputError) as refused:
-        render(validate_training_job(doc), "trainjob")
-    errors = {e.path: e.message for e in refused.value.errors}
-    assert set(errors) == {"spec.preemption.gracePeriod", "spec.metrics.port"}
-    assert "45 s is longer than target trainjob's pods get" in errors["spec.preemption.gracePeriod"]
-    assert "cannot declare the metrics container port" in errors["spec.metrics.port"]
-    doc = cluster_job(nodes=2, preemption={"gracePeriod": "30s"})
-    (trainjob,) = render(validate_training_job(doc), "trainjob")
-    (patch,) = trainjob["spec"]["runtimePatches"]
-    (replicated,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-    pod = replicated["template"]["spec"]["template"]["spec"]
-    assert set(pod) <= {"securityContext", "tolerations", "nodeSelector", "volumes", "containers"}
-    assert set(pod["containers"][0]) <= {"name", "securityContext", "volumeMounts", "env"}
-
-
-@pytest.mark.parametrize("target", [t for t in TARGETS if t not in ("trainjob", "rayjob")])
-def test_the_pod_monitor_finds_a_named_port_on_every_target(target: str) -> None:
-    """spec.metrics.podMonitor: every pod the PodMonitor selects has a container port of the
-    name it scrapes (PyTorchJob replaced the port list and lost it; a TrainJob cannot declare
-    one and refuses the spec, above; a Ray job refuses it: Ray exports its own)."""
-    from tests.support.specs import pod_templates
-
-    doc = cluster_job(target=target, nodes=2, metrics={"port": 9090, "podMonitor": True})
-    objects = render(validate_training_job(doc), target)
-    (monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
-    selector = monitor["spec"]["selector"]["matchLabels"]
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    selected = [
-        t
-        for o in objects
-        for t in pod_templates(o)
-        if selector.items() <= (t.get("metadata", {}).get("labels") or {}).items()
-    ]
-    assert selected, "the PodMonitor selects no pod template"
-    for template in selected:
-        ports = [p for c in template["spec"]["containers"] for p in c.get("ports", [])]
-        assert {"name": endpoint["port"], "containerPort": 9090} in ports, (target, ports)
-
-
-def test_the_pod_named_by_the_rendezvous_endpoint_hosts_the_store_without_dns() -> None:
-    """Every target's pod launcher sets torchrun's is_host itself: true on the pod whose
-    hostname the endpoint names, false on the others, kept when given, untouched for an
-    address (where torch needs no DNS). The other pods wait for pod 0's store as long as the
-    rendezvous waits for its members (join_timeout, torch's 600 s unless given), not torch's
-    60 s: a pod that replaces one while pod 0 is itself being replaced must not fail."""
-    from gpufleet.launch.pod import rendezvous_conf
-
-    assert rendezvous_conf("", "train-0.train:29400", "train-0") == "is_host=true"
-    assert rendezvous_conf("", "train-0.train:29400", "train-1") == (
-        "read_timeout=600,is_host=false"
-    )
-    assert rendezvous_conf("", "t-master-0:29400", "t-master-0") == "is_host=true"
-    assert rendezvous_conf("join_timeout=90", "t-worker-0-0.t:29400", "t-worker-0-1") == (
-        "join_timeout=90,read_timeout=90,is_host=false"
-    )
-    assert rendezvous_conf("read_timeout=5", "t-0.t:29400", "t-1") == (
-        "read_timeout=5,is_host=false"
-    )
-    assert rendezvous_conf("is_host=1", "t-0.t:29400", "t-1") == "is_host=1"
-    assert rendezvous_conf("", "127.0.0.1:29400", "anything") == ""
-    assert rendezvous_conf("", "localhost:29400", "anything") == ""
-
-
-def test_mpirun_keeps_the_operators_ssh_connection_attempts() -> None:
-    """Our plm_rsh_args replaces the MPI operator's (-o ConnectionAttempts=10): keep it, or the
-    launcher's first ssh can fail before the workers' sshd listens and burn a restart."""
-    (mpijob,) = [o for o in render(validate_training_job(cluster_job(nodes=2)), "mpijob")]
-    launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
-    command = launcher["containers"][0]["command"]
-    rsh = command[command.index("plm_rsh_args") + 1]
-    assert "-o ConnectionAttempts=10" in rsh and "-p 2222" in rsh
-
-
 @pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob"])
 def test_an_elastic_node_range_renders_where_the_engine_has_one(target: str) -> None:
     """spec.minNodes: torchrun's --nnodes MIN:MAX in every pod, PyTorchJob's elasticPolicy; the
@@ -481,36 +310,3 @@ def test_an_elastic_node_range_renders_where_the_engine_has_one(target: str) -> 
     fixed = render(validate_training_job(cluster_job(nodes=4, minNodes=4)), target)
     assert all("--nnodes=4" in c["command"] for o in fixed for c in containers_of(o).values())
     assert "elasticPolicy" not in fixed[0].get("spec", {})
-
-
-@pytest.mark.parametrize("target", ["trainjob", "mpijob", "volcano"])
-def test_targets_without_an_elastic_range_refuse_min_nodes(target: str) -> None:
-    job = validate_training_job(cluster_job(nodes=4, minNodes=2))
-    with pytest.raises(UserInputError) as info:
-        render(job, target)
-    errors = {e.path: e.message for e in info.value.errors}
-    assert errors["spec.minNodes"].startswith(f"target {target} has no elastic node range")
-    assert info.value.exit_code == EXIT_BAD_INPUT
-
-
-@pytest.mark.parametrize("metrics", [False, True], ids=["no-metrics", "metrics"])
-def test_local_and_pod_workers_get_the_same_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, metrics: bool
-) -> None:
-    """One worker environment (gpufleet.launch.worker.worker_env): the pod's differs from
-    `gpufleet run`'s only where the pod launcher serves the job metrics."""
-    from gpufleet.launch import local
-    from gpufleet.render import podspec
-
-    run_dir = tmp_path.resolve()
-    monkeypatch.setattr(podspec, "RUN_DIR", str(run_dir))  # the same run directory for both
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    extra: dict[str, Any] = {"metrics": {"port": 9400}} if metrics else {}
-    doc = cluster_job(env={"FOO": "bar"}, onNonFinite="rollback", **extra)
-    job = validate_training_job(doc)
-    here, pod = local.worker_env(job, run_dir), podspec.worker_env(job)
-    served = {"GPUFLEET_METRICS_PORT": "9400", "GPUFLEET_METRICS_ADDRESS": "0.0.0.0"}
-    assert pod == {**here, **(served if metrics else {})}
-    assert here["FOO"] == "bar" and here["OMP_NUM_THREADS"] == "1"
-    assert here["GPUFLEET_ON_NON_FINITE"] == "rollback"
-    assert (here.get("PROMETHEUS_MULTIPROC_DIR") == str(run_dir / "metrics")) is metrics
