@@ -1,35 +1,26 @@
-"""``gpufleet status`` from recorded API objects, and the client's calls against a stand-in API.
+"""``gpufleet status`` from recorded API objects: why a job is pending (Kueue's quota and
+preemption, the scheduler, Volcano's gang, an image pull), what runs or failed, pods the
+controllers could not create, each pod's node and restarts, a flavor's usage.
 
 No cluster runs here, so the client talks to ``FakeKube`` (tests/support/fake_kube.py) holding the
-objects of one recorded scenario (tests/fixtures/cluster/*.yaml), through the same method names
-and parameters as kubernetes.client's APIs (checked in test_fake_kube).
+objects of one recorded scenario (tests/fixtures/cluster/*.yaml, tests/support/scenarios.py),
+through the same method names and parameters as kubernetes.client's APIs (checked in
+test_fake_kube). Submit, cancel, logs and the client's errors: test_cluster_submit.py.
 """
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from typer.testing import CliRunner
 
-from gpufleet.cli.main import app
-from gpufleet.cluster import Cluster, ClusterError, explain_scheduling, summarize
-from gpufleet.errors import EXIT_BAD_INPUT, GpufleetError, UserInputError
-from gpufleet.kube import LABEL_JOB
+from gpufleet.cluster import explain_scheduling, summarize
+from gpufleet.errors import EXIT_BAD_INPUT, GpufleetError
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
 from tests.support.fake_kube import FakeKube
-from tests.support.paths import REPO
+from tests.support.scenarios import connect, kube_of, scenario
 from tests.support.specs import cluster_job
-
-FIXTURES = REPO / "tests" / "fixtures" / "cluster"
-
-
-def scenario(name: str) -> dict[str, Any]:
-    return yaml.safe_load((FIXTURES / f"{name}.yaml").read_text())  # type: ignore[no-any-return]
 
 
 def summary(name: str) -> Any:
@@ -53,7 +44,7 @@ def test_kueue_quota_names_the_cluster_queue_and_what_is_used_up() -> None:
 
 
 # Kueue v0.19.2's conditions on a workload preempted by its lender (recorded on the local
-# control plane, tests/cluster/test_devcluster_platform.py).
+# control plane, tests/cluster/test_devcluster_queues.py).
 PREEMPTED_BY_LENDER = (
     "Preempted to accommodate a workload (UID: 11c56a05-d67f-4747-9162-e0594e1b6a27, JobUID: "
     "87967475-8792-4ea6-8091-863b5e14ddc9) due to reclamation within the cohort; preemptor path: "
@@ -155,27 +146,6 @@ def test_explain_scheduling(message: str, want: str) -> None:
 # -- the client, against recorded objects ----------------------------------------------------
 
 
-def kube_of(name: str) -> FakeKube:
-    """A FakeKube holding one recorded scenario (tests/fixtures/cluster/<name>.yaml)."""
-    s = scenario(name)
-    kube = FakeKube()
-    for key in ("job", "workload", "localQueue", "clusterQueue", "podgroup"):
-        if s.get(key) is not None:
-            kube.put(s[key])
-    for pod in s["pods"]:
-        # Recorded pods are trimmed to what status reads; in the API server they are Pods
-        # carrying the job label the renderers set (status lists them by it).
-        labels = {**(pod["metadata"].get("labels") or {}), LABEL_JOB: "digits"}
-        kube.put({"apiVersion": "v1", "kind": "Pod", **pod,
-                  "metadata": {**pod["metadata"], "labels": labels}})  # fmt: skip
-    kube.events = s["events"]
-    return kube
-
-
-def connect(kube: FakeKube) -> Cluster:
-    return kube.cluster("team-a")
-
-
 def test_status_follows_workload_to_cluster_queue() -> None:
     st = connect(kube_of("kueue-quota")).status("digits")
     assert st.phase == "Queued" and "ClusterQueue team-a is full" in st.line()
@@ -197,129 +167,6 @@ def test_unknown_job_is_bad_input() -> None:
     with pytest.raises(GpufleetError) as info:
         connect(FakeKube()).status("digits")
     assert info.value.exit_code == EXIT_BAD_INPUT
-
-
-def test_submit_then_cancel_removes_everything() -> None:
-    kube = FakeKube()
-    cluster = connect(kube)
-    job = validate_training_job(cluster_job() | {"metadata": {"name": "digits"}})
-    assert cluster.submit(render(job, "job")) == ["Service/digits", "Job/digits"]
-    assert ("batch", "v1", "team-a", "jobs", "digits") in kube.objects
-    with pytest.raises(GpufleetError, match="already exists"):
-        cluster.submit(render(job, "job")[1:])
-    assert cluster.cancel("digits") == ["Job/digits", "Service/digits"]
-    assert not kube.objects
-
-
-@pytest.mark.parametrize(("status", "words"), [(403, "forbidden (RBAC)"), (500, "HTTP 500")])
-def test_api_errors_become_one_line_cluster_errors(status: int, words: str) -> None:
-    kube = kube_of("running")
-    kube.fail_with = status
-    with pytest.raises(ClusterError, match=re.escape(words)):
-        connect(kube).status("digits")
-
-
-def test_a_bug_of_ours_is_not_relabelled_as_a_cluster_error() -> None:
-    """Only the client's ApiException (and transport errors) become ClusterError; a
-    programming error propagates as itself, with its traceback."""
-
-    class Broken(FakeKube):
-        def list_namespaced_pod(self, namespace: str, **kw: Any) -> Any:
-            raise TypeError("a bug")
-
-    kube = Broken()
-    for obj in kube_of("running").objects.values():
-        kube.put(obj)
-    with pytest.raises(TypeError, match="a bug"):
-        connect(kube).status("digits")
-
-
-def test_logs_prefix_each_pod() -> None:
-    lines = list(connect(kube_of("running")).logs("digits", tail=2))
-    assert lines == [
-        "[digits-master-0] digits-master-0 line 3",
-        "[digits-master-0] digits-master-0 line 4",
-        "[digits-worker-0] digits-worker-0 line 3",
-        "[digits-worker-0] digits-worker-0 line 4",
-    ]
-
-
-def test_cli_without_a_cluster_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    result = CliRunner().invoke(app, ["status", "digits"])
-    assert result.exit_code == EXIT_BAD_INPUT
-    assert "KUBECONFIG" in result.output and "Traceback" not in result.output
-
-
-def test_submit_refuses_a_namespace_flag_that_contradicts_the_spec(tmp_path: Path) -> None:
-    """The spec's namespace is never silently overridden (it was: `-n product` went to team-a,
-    then printed `gpufleet status digits -n product`); exit 2 before any API call."""
-    example = REPO / "examples" / "digits-serving.yaml"  # metadata.namespace: team-a
-    result = CliRunner().invoke(app, ["submit", str(example), "-n", "product"],
-                                env={"KUBECONFIG": str(tmp_path / "none")})  # fmt: skip
-    assert result.exit_code == EXIT_BAD_INPUT
-    assert "metadata.namespace" in result.output and "'team-a'" in result.output
-    assert "Traceback" not in result.output
-
-
-QUOTA_REFUSAL = (
-    'jobs.batch "digits" is forbidden: exceeded quota: jobs, requested: count/jobs.batch=1, '
-    "used: count/jobs.batch=0, limited: count/jobs.batch=0"
-)
-
-
-def test_a_refused_object_leaves_nothing_half_applied() -> None:
-    """The API server refuses the Job after the Service was created: the Service is deleted
-    again and the one-line error says what the server said and what was removed."""
-
-    class RefusesJobs(FakeKube):
-        def create_namespaced_custom_object(self, group: str, *args: Any, **kw: Any) -> Any:
-            if group == "batch":
-                raise k8s_api_exception(403, QUOTA_REFUSAL)
-            return super().create_namespaced_custom_object(group, *args, **kw)
-
-    kube = RefusesJobs()
-    job = validate_training_job(cluster_job() | {"metadata": {"name": "digits"}})
-    objects = render(job, "job")
-    assert [o["kind"] for o in objects] == ["Service", "Job"]
-    with pytest.raises(ClusterError) as refused:
-        connect(kube).submit(objects)
-    message = str(refused.value)
-    assert "exceeded quota: jobs" in message and "removed again: Service/digits" in message
-    assert "\n" not in message and '{"kind"' not in message  # the server's words, one line
-    assert not kube.objects
-
-
-def k8s_api_exception(status: int, message: str) -> Exception:
-    import json
-
-    from kubernetes.client.exceptions import ApiException
-
-    exc = ApiException(status=status, reason="Forbidden")
-    exc.body = json.dumps({"kind": "Status", "message": message, "code": status})
-    return exc
-
-
-def test_a_queued_job_needs_its_local_queue_and_kueue() -> None:
-    job = validate_training_job(
-        cluster_job(queue="team-a") | {"metadata": {"name": "digits", "namespace": "team-a"}}
-    )
-    kube = FakeKube()
-    with pytest.raises(UserInputError) as missing:
-        connect(kube).submit(render(job, "jobset"))
-    assert missing.value.errors[0].path == "spec.queue"
-    assert "no LocalQueue 'team-a' in namespace team-a (it has none)" in str(missing.value)
-    assert not kube.objects
-
-    class NoKueue(FakeKube):
-        def list_namespaced_custom_object(self, group: str, *args: Any, **kw: Any) -> Any:
-            if group == "kueue.x-k8s.io":
-                raise k8s_api_exception(404, "the server could not find the requested resource")
-            return super().list_namespaced_custom_object(group, *args, **kw)
-
-    with pytest.raises(UserInputError, match="Kueue is not installed on this cluster"):
-        connect(NoKueue()).submit(render(job, "jobset"))
 
 
 def test_pods_the_api_server_refused_are_reported() -> None:

@@ -85,7 +85,7 @@ def test_the_status_line_puts_progress_before_the_reasons() -> None:
 def test_status_reads_each_running_pods_metrics_port_through_the_api_servers_proxy() -> None:
     """Rank 0 lives in the worker pod here; the master pod's port does not answer (503), which
     leaves it out rather than failing `status`."""
-    from tests.unit.test_cluster import connect, kube_of
+    from tests.support.scenarios import connect, kube_of
 
     kube = kube_of("running")
     for pod in kube.pods():

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.cluster.replaced import replaced_note, split_replaced
-from tests.unit.test_cluster import connect, kube_of
+from tests.support.scenarios import connect, kube_of
 from tests.unit.test_job_progress import pod_text
 
 
