@@ -17,8 +17,9 @@ from tests.support.coverage import hold_environment, measured_children
 from tests.support.procs import wait_no_processes
 
 __all__ = ["measured_children"]  # the coverage scope's module fixture (tests/support/coverage.py)
-# What each test costs, per phase, in its report and the JUnit XML (benchmarks/suite_durations.py).
-pytest_plugins = ["tests.support.timing"]
+# What each test costs, per phase, in its report and the JUnit XML (benchmarks/suite_durations.py);
+# costly fixtures shared by several modules, torn down after their last test.
+pytest_plugins = ["tests.support.timing", "tests.support.sharing"]
 
 # Property tests: `ci` (the default, `make test`) draws the same examples on every run, each
 # test's seed derived from its name, so CI never fails at random; `explore` (`make fuzz`) draws
@@ -109,13 +110,16 @@ def check_control_plane_tests(items: list[pytest.Item]) -> None:
 # The modules that use the control plane (the devcluster fixture, marker
 # `controlplane`) live here, beside the live-cluster tests (marker `cluster`).
 CONTROL_PLANE = "tests/cluster"
+# Modules that share a costly fixture (tests/support/sharing.py) run as one work unit, in one
+# worker, one after the other: module -> the module whose unit it joins.
+JOINED = {"tests/integration/test_serving_cli.py": "tests/integration/test_serving.py"}
 
 
 def work_unit(nodeid: str) -> str:
-    """What runs whole, in one process: a test module (its module fixtures are set up once), or
-    all of tests/cluster/ (one control plane per process: a second would cost a minute to start,
-    and the MPI operator's fixed port allows only one; the live-cluster tests beside it are
-    skipped without KUBECONFIG).
+    """What runs whole, in one process: a test module (its module fixtures are set up once) with
+    the modules JOINED to it, or all of tests/cluster/ (one control plane per process: a second
+    would cost a minute to start, and the MPI operator's fixed port allows only one; the
+    live-cluster tests beside it are skipped without KUBECONFIG).
 
     In one process the control plane's modules run last: it runs from their first test to the
     end of the session, and its processes would otherwise run beside every test after them.
@@ -124,7 +128,7 @@ def work_unit(nodeid: str) -> str:
     it runs beside the rest), then the modules with `slow` tests (real processes, seconds
     each), then the others."""
     module = nodeid.split("::")[0]
-    return CONTROL_PLANE if module.startswith(CONTROL_PLANE + "/") else module
+    return CONTROL_PLANE if module.startswith(CONTROL_PLANE + "/") else JOINED.get(module, module)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

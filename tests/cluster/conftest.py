@@ -1,6 +1,8 @@
 """The clusters of tests/cluster/: package fixtures, each started by the first test that asks
 and stopped after the package's last test (a worker that finishes this package goes on with
-other modules; the clusters would run idle beside them)."""
+other modules; the clusters would run idle beside them); the lab's chart on the local control
+plane, installed once for the modules that use it and uninstalled after the last of them
+(tests/support/sharing.py)."""
 
 from __future__ import annotations
 
@@ -36,3 +38,14 @@ def reallab(realcluster: Any) -> Iterator[Any]:
     from tests.support.realnodes import session_lab
 
     yield from session_lab(realcluster)
+
+
+@pytest.fixture(scope="package")
+def lab(devcluster: Any) -> Iterator[Any]:
+    """The chart with the 3-node A30 lab's values on the local control plane (tenants research
+    and product in cohort "lab"), installed by the first test that asks and uninstalled after
+    the last one in a row that uses it (tests/support/devlab.py)."""
+    from tests.support.devlab import lab_installed
+    from tests.support.sharing import held
+
+    yield from held("lab", lab_installed(devcluster))

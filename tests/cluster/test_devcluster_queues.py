@@ -22,13 +22,12 @@ import yaml
 
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from tests.support.devcluster import DevCluster, condition, needs_controlplane, workload_of
-from tests.support.devlab import bound_claim, lab, queued_job
+from tests.support.devlab import bound_claim, queued_job
 from tests.support.paths import REPO
 from tests.support.procs import poll_until
 from tests.support.specs import pod_templates, write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
-__all__ = ["lab"]  # the chart with the lab's values, installed for this module
 
 
 def submit_annotated(cluster: DevCluster, doc: dict[str, Any], target: str,

@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 
 from tests.support.devcluster import DevCluster, condition, needs_controlplane, workload_of
-from tests.support.devlab import bound_claim, lab, queued_job
+from tests.support.devlab import bound_claim, queued_job
 from tests.support.procs import poll_until
 from tests.support.specs import write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
-__all__ = ["lab"]  # the chart with the lab's values, installed for this module
 RAY = ("ray.io", "v1")
 
 

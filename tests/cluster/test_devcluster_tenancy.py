@@ -20,12 +20,11 @@ import yaml
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY
 from gpufleet.kube import Obj
 from tests.support.devcluster import CHART, DevCluster, needs_controlplane, tenant_user
-from tests.support.devlab import lab, queued_job
+from tests.support.devlab import queued_job
 from tests.support.procs import poll_until
 from tests.support.specs import cluster_job, pod_templates, write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
-__all__ = ["lab"]  # the chart with the lab's values, installed for this module
 
 
 def every_client_object(ns: str) -> list[Obj]:

@@ -27,13 +27,12 @@ from hypothesis import strategies as st
 from gpufleet.net import free_port
 from gpufleet.serve.repository import read_repository
 from tests.support.oip import HOSTILE, INFER, MODEL, infer_body, is_parse_error, post, ready
-from tests.support.triton import Served, served
+from tests.support.triton import Served
 
 pytestmark = pytest.mark.slow
 tritonclient_http = pytest.importorskip("tritonclient.http")
 tritonclient_grpc = pytest.importorskip("tritonclient.grpc")
 pytest.importorskip("pytriton")
-__all__ = ["served"]  # the digits model served by Triton, started once for this module
 
 
 def expected(served: Served, x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

@@ -20,13 +20,12 @@ from gpufleet.errors import EXIT_FAILED
 from gpufleet.runtime.faults import ENV_FAULTS
 from tests.support.cli import cli_env, gpufleet_cmd
 from tests.support.oip import MODEL
-from tests.support.triton import Served, cli_serve, served, start_cli_serve
+from tests.support.triton import Served, cli_serve, start_cli_serve
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("tritonclient.http")
 pytest.importorskip("tritonclient.grpc")
 pytest.importorskip("pytriton")
-__all__ = ["served"]  # the digits model served by Triton, started once for this module
 
 # The latency bound of the Server-scenario tests that expect VALID. These tests check that
 # LoadGen runs, schedules and merges, not how fast a shared 2-core machine answers: a quick run

@@ -1,14 +1,13 @@
 """The chart installed with the 3-node A30 lab's values on the session's local control plane
-(the `lab` module fixture: tenants research and product in cohort "lab"), and the queued jobs
+(the shared `lab` fixture: tenants research and product in cohort "lab"), and the queued jobs
 its tenants submit (tests/cluster/test_devcluster_queues.py, test_devcluster_tenancy.py,
 test_devcluster_ray.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
-
-import pytest
 
 from tests.support.devcluster import CHART, DevCluster
 from tests.support.procs import poll_until
@@ -51,10 +50,10 @@ def namespaces(cluster: DevCluster, *names: str) -> list[str]:
             if n.metadata.name in names]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def lab(devcluster: DevCluster) -> Iterator[DevCluster]:
+@contextmanager
+def lab_installed(devcluster: DevCluster) -> Iterator[DevCluster]:
     """The chart installed with the 3-node A30 lab's values (tenants research and product in
-    cohort "lab"), uninstalled after this module."""
+    cohort "lab"), uninstalled at the end: the shared fixture `lab` (tests/cluster/conftest.py)."""
     values = CHART / "ci" / "lab-3node-a30-values.yaml"
     devcluster.helm("install", "lab", str(CHART), "-f", str(values), "-n", "gpufleet-system",
                     "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip

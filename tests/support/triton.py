@@ -1,5 +1,5 @@
 """gpufleet's model served for tests: a trained digits checkpoint, the digits model exported and
-served by real Triton for a test module (`served`: tests/integration/test_serving.py,
+served by real Triton (the shared fixture `served`: tests/integration/test_serving.py,
 test_serving_cli.py), and `gpufleet serve` started as users start it."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import psutil
-import pytest
 import torch
 
 from gpufleet.net import free_port
@@ -55,9 +54,10 @@ class Served:
         return self.endpoints.http.removeprefix("http://")
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    base = tmp_path_factory.mktemp("serving")
+@contextmanager
+def triton_serving(base: Path) -> Iterator[Served]:
+    """The digits model trained, exported and served by Triton from ``base``: the shared
+    fixture `served` (tests/integration/conftest.py)."""
     model = trained_checkpoint(base / "run" / "checkpoints")
     entry, _ = export(
         str(base / "run"),
