@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpufleet-installed
 TOOLS := .tools/bin
 
-.PHONY: demo test lint unit fuzz fmt docs goldens schemas bench bench-controlplane clean tools \
+.PHONY: demo test check lint unit fuzz fmt docs goldens schemas bench bench-controlplane clean tools \
 	controlplane image prepared measured coverage coverage-report \
 	mutation
 
@@ -109,6 +109,14 @@ mutation: $(STAMP)
 	$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN)
 	$(BIN)/mutmut export-cicd-stats
 	$(BIN)/python scripts/mutation_score.py
+
+# The inner loop while working (tests/README.md, "The budget": at most 5 minutes warm): lint, then
+# the tests of tests/unit and tests/integration not marked `slow`, one pytest-xdist worker per
+# core, without coverage; a test whose tool is missing skips, saying so (`make tools`). CI, and
+# a change before it lands, run `make test`.
+check: lint
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" \
+	  tests/unit tests/integration $(PYTEST_ARGS)
 
 unit: $(STAMP) tools
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q tests/unit
