@@ -24,6 +24,7 @@ import pytest
 from gpufleet.errors import EXIT_FAILED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_PREEMPTED
 from gpufleet.net import free_port
 from tests.support.podlauncher import finish, pod_process, wait_for_steps
+from tests.support.procs import leaked_semaphores
 from tests.support.scrape import scrape_port
 
 pytestmark = pytest.mark.slow
@@ -83,6 +84,7 @@ def test_losing_the_rendezvous_host_exits_75_on_the_other_pods(workdir: Path) ->
         "nodes": 2, "procsPerNode": 1, "here": here,
         "workload": {"name": "digits", "steps": 100000, "logEvery": 50},
     }  # fmt: skip
+    leaked = leaked_semaphores()
     host, _ = pod_process(workdir, node=0, rdzv_conf="is_host=true", **spec)
     other, other_port = pod_process(workdir, node=1, rdzv_conf="is_host=false", **spec)
     try:
@@ -100,6 +102,9 @@ def test_losing_the_rendezvous_host_exits_75_on_the_other_pods(workdir: Path) ->
     (line,) = [x for x in out.splitlines() if "lost the rendezvous host" in x]
     assert line.startswith(f"gpufleet: lost the rendezvous host {here} after the group formed")
     assert "Traceback" not in out[out.index(line) :]
+    # The lost node's /dev/shm went with it (the pods' own): the host's holds none of its
+    # launcher's semaphores, which its resource tracker, killed with it, never unlinked.
+    assert leaked_semaphores() <= leaked
 
 
 def test_a_pod_that_replaces_a_crashed_one_joins_and_the_job_ends_exact(workdir: Path) -> None:

@@ -3,6 +3,8 @@ it (tests/integration/test_pod_launcher.py and the tiered checkpoints' tests).""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,10 +67,27 @@ def pod_process(
         env["GPUFLEET_FAULTS"] = faults
     env.update(extra_env or {})
     proc = subprocess.Popen(
-        command, cwd=workdir, env={**cli_env(), **env}, stdout=subprocess.PIPE,
+        own_shm(command), cwd=workdir, env={**cli_env(), **env}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
     return proc, port
+
+
+# A mount namespace of its own with an empty tmpfs on /dev/shm, then the command (exec: the
+# same process). What unshare(1) and mount(8) do; Python's stdlib has neither call.
+OWN_SHM = ("unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+           'mount -t tmpfs -o mode=1777,size=256m shm /dev/shm && exec "$@"', "sh")  # fmt: skip
+
+
+def own_shm(command: list[str]) -> list[str]:
+    """``command`` with a /dev/shm of its own, as a pod gets one from its runtime: what it
+    leaves there goes with it. A pod killed whole as a lost node (its process group SIGKILLed,
+    multiprocessing's resource tracker with it) leaves its launcher's named semaphores behind;
+    on a real node they go with the node, here they stayed in the host's /dev/shm. Root only
+    (a mount namespace needs CAP_SYS_ADMIN); elsewhere the command as it is."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return command
+    return [*OWN_SHM, *command]
 
 
 def wait_for_steps(

@@ -124,3 +124,21 @@ def stop_processes(procs: list[subprocess.Popen[Any]], timeout: float = 30) -> N
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+SHM = Path("/dev/shm")
+
+
+def leaked_semaphores() -> set[str]:
+    """The POSIX named semaphores in /dev/shm (multiprocessing's ``sem.mp-*``) that no process
+    maps any more: nothing will unlink them (their creator and its resource tracker are gone)."""
+    names = {p.name for p in SHM.glob("sem.*")}
+    if not names:
+        return set()
+    for proc in psutil.process_iter():
+        try:
+            maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        names -= {n for n in names if f"/dev/shm/{n}" in maps}
+    return names
