@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.support.units
 from common import environment, environment_section, result_path
+
+REPO = Path(__file__).resolve().parents[1]
 
 PHASES = ("setup", "call", "teardown")  # tests/support/timing.py's
 SHOWN = 25  # rows of the set-up and tear-down tables
@@ -147,6 +150,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="an earlier run's JUnit XML")
     parser.add_argument("--wall", type=float, help="the suite's wall seconds, as pytest said")
     parser.add_argument("-o", "--output", type=Path, help="path without suffix (.md, .json)")
+    parser.add_argument("--units", type=Path, help="write each work unit's seconds here "
+                        "(tests/durations.json: the order the workers take them in)")  # fmt: skip
     args = parser.parse_args()
     tests = read(args.junit)
     before = read(args.before) if args.before else None
@@ -160,6 +165,30 @@ def main() -> None:
     if before is not None:
         doc["before"] = [asdict(t) for t in before]
     out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+    if args.units:
+        units = {"measured": f"{env['commit']} on {env['date']}", "units": unit_seconds(tests)}
+        args.units.write_text(json.dumps(units, indent=1, sort_keys=True) + "\n")
+
+
+def module_path(test: Test) -> str:
+    """tests/x/test_y.py of a JUnit test id (its classname is the dotted module, then any
+    class in it)."""
+    parts = test.module.split(".")
+    for end in range(len(parts), 0, -1):
+        path = "/".join(parts[:end]) + ".py"
+        if (REPO / path).is_file():
+            return path
+    return "/".join(parts) + ".py"
+
+
+def unit_seconds(tests: list[Test]) -> dict[str, float]:
+    """Seconds per work unit (tests/support/units.py), rounded to the second."""
+    from tests.support.units import work_unit
+
+    sums: dict[str, float] = defaultdict(float)
+    for t in tests:
+        sums[work_unit(module_path(t))] += t.seconds
+    return {unit: round(seconds) for unit, seconds in sums.items()}
 
 
 def commit() -> str:

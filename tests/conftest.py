@@ -15,6 +15,7 @@ from hypothesis import settings
 
 from tests.support.coverage import hold_environment, measured_children
 from tests.support.procs import wait_no_processes
+from tests.support.units import CONTROL_PLANE, UNMEASURED_SLOW, unit_seconds, work_unit
 
 __all__ = ["measured_children"]  # the coverage scope's module fixture (tests/support/coverage.py)
 # What each test costs, per phase, in its report and the JUnit XML (benchmarks/suite_durations.py);
@@ -63,13 +64,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     check_control_plane_tests(items)
     in_one_process = not hasattr(config, "workerinput")
     slow = {work_unit(item.nodeid) for item in items if "slow" in item.keywords}
+    measured = unit_seconds()
 
-    def rank(item: pytest.Item) -> tuple[bool, ...]:
+    def rank(item: pytest.Item) -> tuple[Any, ...]:
         unit = work_unit(item.nodeid)
         real = item.get_closest_marker("realnodes") is not None  # their cluster starts last
         if in_one_process:
             return (unit == CONTROL_PLANE, real)
-        return (unit != CONTROL_PLANE, unit not in slow, real)
+        guess = UNMEASURED_SLOW if unit in slow else 0.0
+        return (unit != CONTROL_PLANE, -measured.get(unit, guess), unit, real)
 
     items.sort(key=rank)
     import torch
@@ -105,30 +108,6 @@ def check_control_plane_tests(items: list[pytest.Item]) -> None:
     if strays:
         raise pytest.UsageError(f"controlplane tests belong in {CONTROL_PLANE}/: "
                                 f"{', '.join(strays)}")  # fmt: skip
-
-
-# The modules that use the control plane (the devcluster fixture, marker
-# `controlplane`) live here, beside the live-cluster tests (marker `cluster`).
-CONTROL_PLANE = "tests/cluster"
-# Modules that share a costly fixture (tests/support/sharing.py) run as one work unit, in one
-# worker, one after the other: module -> the module whose unit it joins.
-JOINED = {"tests/integration/test_serving_cli.py": "tests/integration/test_serving.py"}
-
-
-def work_unit(nodeid: str) -> str:
-    """What runs whole, in one process: a test module (its module fixtures are set up once) with
-    the modules JOINED to it, or all of tests/cluster/ (one control plane per process: a second
-    would cost a minute to start, and the MPI operator's fixed port allows only one; the
-    live-cluster tests beside it are skipped without KUBECONFIG).
-
-    In one process the control plane's modules run last: it runs from their first test to the
-    end of the session, and its processes would otherwise run beside every test after them.
-    Under pytest-xdist (`make test`: ``-n auto``, this scheduler) a worker takes the next unit
-    when it is done, in this order: the control plane's first (mostly waiting on controllers,
-    it runs beside the rest), then the modules with `slow` tests (real processes, seconds
-    each), then the others."""
-    module = nodeid.split("::")[0]
-    return CONTROL_PLANE if module.startswith(CONTROL_PLANE + "/") else JOINED.get(module, module)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

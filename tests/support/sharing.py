@@ -8,7 +8,7 @@ scope) enters its context manager through ``held``, and this plugin's tear-down 
 (tests/conftest.py loads it) calls ``release_unused`` after each test: a fixture the next test
 does not use is torn down at once. The modules that share one must therefore run one after the
 other, in one process: in tests/cluster/ (one work unit) by their names' order, elsewhere
-joined into one work unit (tests/conftest.py, JOINED).
+joined into one work unit (tests/support/units.py, JOINED).
 """
 
 from __future__ import annotations

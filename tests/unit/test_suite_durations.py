@@ -51,3 +51,15 @@ def test_each_phase_is_timed_and_a_module_fixture_lands_in_its_first_set_up_and_
     (row,) = suite_durations.per_module([first, second]).values()
     assert row["tests"] == 2 and row["workers"] == {"main"}
     assert row["fixtures"] >= 0.5 and row["wall"] == first.seconds + second.seconds
+
+
+def test_seconds_per_work_unit_put_tests_cluster_and_joined_modules_together() -> None:
+    """What tests/durations.json holds: the workers take the units in this order."""
+    tests = [suite_durations.Test(test_id, seconds) for test_id, seconds in (
+        ("tests.cluster.test_devcluster::a", 10.4), ("tests.cluster.test_realnodes::b", 20.0),
+        ("tests.integration.test_serving::c", 3.0), ("tests.integration.test_serving_cli::d", 4.0),
+        ("tests.unit.test_spec::e", 0.2),
+    )]  # fmt: skip
+    assert suite_durations.unit_seconds(tests) == {
+        "tests/cluster": 30, "tests/integration/test_serving.py": 7, "tests/unit/test_spec.py": 0,
+    }  # fmt: skip
