@@ -44,7 +44,7 @@ def reallab(realcluster: Any) -> Iterator[Any]:
 def lab(devcluster: Any) -> Iterator[Any]:
     """The chart with the 3-node A30 lab's values on the local control plane (tenants research
     and product in cohort "lab"), installed by the first test that asks and uninstalled after
-    the last one in a row that uses it (tests/support/devlab.py)."""
+    the last one that uses it (tests/support/devlab.py)."""
     from tests.support.devlab import lab_installed
     from tests.support.sharing import held
 

@@ -1,5 +1,5 @@
 """Fixtures shared by several modules of tests/integration/, each set up once by the first test
-that asks and torn down after the last one in a row that uses it (tests/support/sharing.py;
+that asks and torn down after the last one that uses it (tests/support/sharing.py;
 their modules run as one work unit: tests/support/units.py, JOINED)."""
 
 from __future__ import annotations
