@@ -150,6 +150,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="an earlier run's JUnit XML")
     parser.add_argument("--wall", type=float, help="the suite's wall seconds, as pytest said")
     parser.add_argument("-o", "--output", type=Path, help="path without suffix (.md, .json)")
+    parser.add_argument("--commit", help="the commit the run measured (default: this HEAD)")
     parser.add_argument("--units", type=Path, help="write each work unit's seconds here "
                         "(tests/durations.json: the order the workers take them in)")  # fmt: skip
     args = parser.parse_args()
@@ -158,7 +159,7 @@ def main() -> None:
     text = report(tests, before, args.wall)
     print(text)
     out = args.output or result_path("suite-durations").with_suffix("")
-    env = {**environment(), "commit": commit()}
+    env = {**environment(), "commit": args.commit or commit()}
     out.with_suffix(".md").write_text("\n".join(
         ["# Where the suite's time goes", "", text, *environment_section(env)]))  # fmt: skip
     doc: dict[str, Any] = {"environment": env, "tests": [asdict(t) for t in tests]}

@@ -23,7 +23,7 @@ from tests.support.procs import poll_until, stop_processes
 from tests.support.prometheus import prometheus, query, static
 from tests.support.scrape import served_port, stuck_job
 
-pytestmark = [needs_helm, needs_alertmanager]
+pytestmark = [needs_helm, needs_alertmanager, pytest.mark.slow]  # a minute of real servers
 
 HOOKS = "alert-hooks"  # the Secret the receivers name
 TOKEN = "s3cret-oncall-token"

@@ -14,6 +14,9 @@ from gpufleet.bench.collectives import OPS
 from tests.support.cli import cli_env, run_cli
 from tests.support.specs import cluster_job, write_spec
 
+# Runs the bench CLI's real workers and LoadGen: minutes in all, not `make check`'s.
+pytestmark = pytest.mark.slow
+
 
 def test_collectives_measure_and_check_every_op_mode_and_size(workdir: Path) -> None:
     out = workdir / "res"

@@ -16,6 +16,9 @@ import yaml
 from tests.support.metric_names import NAME, produced
 from tests.support.paths import REPO
 
+# promtool on every rule mutant: minutes in all, not `make check`'s.
+pytestmark = pytest.mark.slow
+
 RULES = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"
 TESTS = sorted((REPO / "deploy" / "prometheus" / "tests").glob("*.test.yaml"))
 PROMTOOL = shutil.which("promtool")
