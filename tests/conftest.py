@@ -6,6 +6,7 @@ tests/support/ (tests/README.md)."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,18 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     for p in left:
         p.kill()
     assert not left, f"orphan processes: {[(p.pid, p.cmdline()) for p in left]}"
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_kept() -> Iterator[None]:
+    """SIGTERM's and SIGINT's handlers of this process put back after each test. A Trainer
+    preempted in this process ignores both after its agreed stop (gpufleet.runtime.preemption:
+    it exits 75 next); left so, every process a later test starts inherits the ignored SIGTERM
+    and outlives its stop (seen: test_launch_orphans after test_trainer in one worker)."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="session", autouse=True)
