@@ -22,7 +22,7 @@ PHASES = ("setup", "call", "teardown")
 STARTED = "started"  # seconds since the epoch when the set-up began
 WORKER = "worker"  # pytest-xdist's worker id, "main" in one process
 
-_STARTS = pytest.StashKey[dict[str, tuple[float, float]]]()
+_MEASURED = pytest.StashKey[dict[str, tuple[float, float]]]()
 
 
 def cpu_seconds() -> float:
@@ -54,7 +54,7 @@ def _measured(item: pytest.Item, phase: str) -> Generator[None, Any, Any]:
     try:
         return (yield)
     finally:
-        item.stash.setdefault(_STARTS, {})[phase] = (
+        item.stash.setdefault(_MEASURED, {})[phase] = (
             time.perf_counter() - wall,
             cpu_seconds() - cpu,
         )
@@ -65,7 +65,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Before the tear-down's report is made (JUnit XML writes that report's properties):
     every phase's wall and CPU seconds."""
     if call.when == "teardown":
-        for phase, (wall, cpu) in item.stash.get(_STARTS, {}).items():
+        for phase, (wall, cpu) in item.stash.get(_MEASURED, {}).items():
             item.user_properties.append((f"wall_{phase}", round(wall, 3)))
             item.user_properties.append((f"cpu_{phase}", round(cpu, 3)))
     return (yield)

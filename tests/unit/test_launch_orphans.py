@@ -219,29 +219,16 @@ def test_launchers_skip_this_process_and_entries_that_cannot_be_read(tmp_path: P
     assert launchers(os.getuid() + 1, proc=tmp_path) == []
 
 
-@pytest.fixture
-def handlers_kept() -> Iterator[None]:
-    """SIGTERM's and SIGINT's handlers of this process as they were, whatever the test sets."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def test_an_mpi_worker_without_sshd_is_a_usage_error(
-    capsys: pytest.CaptureFixture[str], handlers_kept: None
-) -> None:
+def test_an_mpi_worker_without_sshd_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert mpi_worker_main([]) == 2
     assert capsys.readouterr().err.startswith("usage: python -m gpufleet.launch.mpi_worker SSHD")
 
 
-def test_an_mpi_worker_exits_with_its_sshds_code(handlers_kept: None) -> None:
+def test_an_mpi_worker_exits_with_its_sshds_code() -> None:
     assert mpi_worker_main(["sh", "-c", "exit 7"]) == 7
 
 
-def test_a_signal_to_the_launcher_reaches_each_running_node_as_sigterm(handlers_kept: None) -> None:
+def test_a_signal_to_the_launcher_reaches_each_running_node_as_sigterm() -> None:
     done = subprocess.Popen(["true"])
     done.wait()
     procs = [subprocess.Popen(["sleep", "30"]), done, subprocess.Popen(["sleep", "30"])]
@@ -291,7 +278,7 @@ def test_a_lost_rendezvous_host_ends_the_workers_keeps_the_logs_and_exits_75(
 
 
 def test_the_ranks_logs_are_kept_once_beside_the_checkpoints(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handlers_kept: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rank = tmp_path / "logs" / "train_x1" / "attempt_0" / "0"
     rank.mkdir(parents=True)

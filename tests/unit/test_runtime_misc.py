@@ -298,18 +298,13 @@ def test_a_silent_worker_is_ended_with_its_stacks_and_the_hang_exit_code() -> No
 def test_a_signal_asks_for_a_stop_once_and_keeps_its_first_time(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    guard = PreemptionGuard().install()
-    try:
-        os.kill(os.getpid(), signal.SIGTERM)
-        first = guard.signalled_at
-        os.kill(os.getpid(), signal.SIGINT)
-        assert guard.requested_locally and first is not None and guard.signalled_at == first
-        assert guard.should_stop()
-        guard.uninstall()
-    finally:
-        signal.signal(signal.SIGTERM, previous[0])
-        signal.signal(signal.SIGINT, previous[1])
+    guard = PreemptionGuard().install()  # tests/conftest.py puts the handlers back
+    os.kill(os.getpid(), signal.SIGTERM)
+    first = guard.signalled_at
+    os.kill(os.getpid(), signal.SIGINT)
+    assert guard.requested_locally and first is not None and guard.signalled_at == first
+    assert guard.should_stop()
+    guard.uninstall()
     err = capsys.readouterr().err
     assert err == "gpufleet: got SIGTERM; checkpointing at the next step boundary\n"
 
