@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.support.units
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.support: units, timing
 from common import environment, environment_section, result_path
+from tests.support.timing import PHASES, STARTED, WORKER
 
 REPO = Path(__file__).resolve().parents[1]
 
-PHASES = ("setup", "call", "teardown")  # tests/support/timing.py's
 SHOWN = 25  # rows of the set-up and tear-down tables
 
 
@@ -64,7 +64,7 @@ def read(junit: Path) -> list[Test]:
         if "wall_call" in props or "wall_setup" in props:
             test.wall = {ph: float(props.get(f"wall_{ph}", 0)) for ph in PHASES}
             test.cpu = {ph: float(props.get(f"cpu_{ph}", 0)) for ph in PHASES}
-            test.worker, test.started = props.get("worker", ""), float(props.get("started", 0))
+            test.worker, test.started = props.get(WORKER, ""), float(props.get(STARTED, 0))
         tests.append(test)
     return tests
 
