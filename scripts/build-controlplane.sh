@@ -7,7 +7,12 @@
 # containerd, runc and CNI plugins from theirs, kube-router (network policies), Prometheus and
 # Prometheus Adapter (custom metrics for autoscalers) and versitygw (the tests' S3 server) from
 # their own. A binary newer than its go.mod, go.sum and own source is kept; Go's build cache
-# makes a rebuild after a pin change incremental.
+# makes a rebuild after a pin change incremental. Go caches compiled packages, not linked
+# binaries: each binary is also kept outside the clone, in $GPUFLEET_BUILD_CACHE (default
+# ~/.cache/gpufleet/controlplane), named by a hash of everything its build reads (this script,
+# Go's version and environment, its module's go.mod and go.sum, its own source, the C compiler
+# for cgo), and a new clone copies it from there instead of linking it again (2 of 2.3 minutes
+# of a warm `make test`'s set-up on 2 cores, measured).
 # Usage: scripts/build-controlplane.sh [NAME...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -128,6 +133,19 @@ ldflags_k8s="-s -w \
   -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
 
 # What is out of date, and the Go modules it is built from.
+BUILD_CACHE="${GPUFLEET_BUILD_CACHE:-$HOME/.cache/gpufleet/controlplane}"
+# What every build here reads besides its own inputs.
+build_env=$( { sha256sum scripts/build-controlplane.sh; go version; go env GOOS GOARCH GOAMD64 CGO_ENABLED CC CGO_CFLAGS \
+  CGO_LDFLAGS; } | sha256sum | cut -c1-64)
+# The cached copy of component $1 (module $2, own source $3, cgo $4): its path, by its inputs.
+cached() {
+  local name=$1 module=$2 source=$3 cgo=$4 key
+  key=$( { echo "$build_env $name $cgo"; sha256sum "$module/go.mod" "$module/go.sum";
+    if [ -n "$source" ]; then sha256sum "$source"; fi
+    if [ "$cgo" = 1 ]; then "${CC:-cc}" --version; fi; } | sha256sum | cut -c1-16)
+  echo "$BUILD_CACHE/$name-$key"
+}
+
 stale=() stale_modules=()
 for name in "${names[@]}"; do
   [ "$name" != pause ] || continue
@@ -175,10 +193,20 @@ for name in "${names[@]}"; do
   else
     flags="-s -w ${VERSION_LDFLAGS[$name]:-}"
   fi
-  (cd "$module" && CGO_ENABLED="${CGO[$name]:-$(go env CGO_ENABLED)}" \
+  cgo="${CGO[$name]:-$(go env CGO_ENABLED)}"
+  copy=$(cached "$name" "$module" "${SOURCES[$name]:-}" "$cgo")
+  if [ -x "$copy" ]; then
+    cp "$copy" "$out.tmp" && mv "$out.tmp" "$out"
+    echo "  $name: from $BUILD_CACHE"
+    continue
+  fi
+  (cd "$module" && CGO_ENABLED="$cgo" \
      go build -tags "${TAGS[$name]:-}" -ldflags "$flags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
   echo "  $name: built in $(($(date +%s) - started)) s ($(du -h "$out" | cut -f1))"
+  # one copy per component: the older ones go
+  mkdir -p "$BUILD_CACHE" && rm -f "$BUILD_CACHE/$name"-????????????????
+  cp "$out" "$copy.tmp" && mv "$copy.tmp" "$copy"
 done
 
 # kwok's own Stages (node and pod lifecycles), read from its module at the pinned version.
