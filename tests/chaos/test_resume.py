@@ -42,7 +42,6 @@ CASES = [
     pytest.param("kill@step=10,rank=0", {}, 1, id="sigkill-at-checkpoint-step"),
     pytest.param("kill@checkpoint_written=20,rank=0", {}, 1, id="sigkill-mid-checkpoint-write"),
     pytest.param("exit@step=25,rank=1", {}, 1, id="worker-exit-1"),
-    pytest.param("hang@step=15,rank=1", {"hangTimeout": "4s"}, 1, id="hang"),
     pytest.param("kill@step=12,rank=1;kill@step=27,rank=0,restart=1", {}, 2, id="two-crashes"),
     pytest.param(
         "kill@step=23,rank=1", {"checkpoint": {"everySteps": 10, "async": True}}, 1, id="async-ckpt"
@@ -108,6 +107,9 @@ def test_torn_checkpoint_is_skipped(workdir: Path, baseline: dict[str, Any]) -> 
 
 
 def test_hang_detected_within_timeout(workdir: Path, baseline: dict[str, Any]) -> None:
+    """Rank 1 hangs at step 15: the watchdog finds it within spec.hangTimeout and dumps its
+    stack, the group restarts once and ends with the uninterrupted run's weights (CASES' hang
+    case, merged here: one run proves both)."""
     env = cli_env()
     env["GPUFLEET_FAULTS"] = "hang@step=15,rank=1"
     spec = write_spec(workdir, digits_job("hung", hangTimeout="3s"))
@@ -119,7 +121,11 @@ def test_hang_detected_within_timeout(workdir: Path, baseline: dict[str, Any]) -
             if "made no step progress for" in x]  # fmt: skip
     assert idle and min(idle) < 3.0 + 1.5  # the watchdog polls every 0.15 s here
     assert "in maybe_fire" in logs  # the stack dump shows where rank 1 hung
-    assert summary_of(proc)["state_digest"] == baseline["state_digest"]
+    assert "terminate called" not in logs  # clean teardown, no SIGABRT
+    s = summary_of(proc)
+    assert s["restarts"] == 1 and s["steps"] == STEPS, s
+    assert s["state_digest"] == baseline["state_digest"]
+    assert s["final_loss"] == baseline["final_loss"]
 
 
 def interrupted_at_35(workdir: Path, name: str) -> tuple[Path, Path]:

@@ -156,22 +156,19 @@ sys.exit(int(sys.argv[1]))
 """
 
 
-@pytest.mark.parametrize("code", [0, 3])
-def test_a_command_is_the_driver_of_the_jobs_ray_cluster(workdir: Path, code: int) -> None:
+def test_a_command_is_the_driver_of_the_jobs_ray_cluster(workdir: Path) -> None:
     """A user's Ray script runs once, as the driver; its failure is the job's, with its
-    last lines."""
+    last lines. (A driver's success is the job's: the built-in workload's driver above; a
+    script that writes no result may succeed: tests/unit/test_launch_summary.py.)"""
     (workdir / "script.py").write_text(RAY_SCRIPT)
-    command = {"framework": "ray", "nodes": 2, "command": ["script.py", str(code)]}
+    command = {"framework": "ray", "nodes": 2, "command": ["script.py", "3"]}
     doc = {"apiVersion": "gpufleet.dev/v1alpha1", "kind": "TrainingJob",
-           "metadata": {"name": f"ray-cmd-{code}"}, "spec": command}  # fmt: skip
+           "metadata": {"name": "ray-cmd"}, "spec": command}  # fmt: skip
     spec = write_spec(workdir, doc, "cmd.yaml")
     done = subprocess.run(gpufleet_cmd("run", str(spec), "-o", "json"), cwd=workdir,
                           env=cli_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
     result = json.loads(done.stdout)
     assert "sum 285" in done.stderr + done.stdout, done.stderr[-3000:]
-    if code == 0:
-        assert done.returncode == 0 and result["status"] == "Succeeded", done.stderr[-3000:]
-    else:
-        assert done.returncode == 1 and result["status"] == "Failed", result
-        assert "Ray driver ended with exit code 3" in result["message"], result
-        assert "sum 285" in result["message"], result
+    assert done.returncode == 1 and result["status"] == "Failed", result
+    assert "Ray driver ended with exit code 3" in result["message"], result
+    assert "sum 285" in result["message"], result
