@@ -48,9 +48,20 @@ NODE_BINARIES = ("kubelet", "kube-proxy", "kube-router", "containerd", "containe
 BUILT = all((binaries_dir() / name).is_file() for name in NODE_BINARIES)
 
 
-def host_snapshot() -> dict[str, object]:
-    """What real nodes may change on the host: processes of the built binaries, mounts,
-    cgroups, network namespaces and links, the kubelet's sysctls, fixed paths."""
+def cluster_mounts(mountinfo: str, mine: Path) -> list[str]:
+    """The mount points of ``mountinfo`` (/proc/self/mountinfo's text) but those in another
+    pytest(-xdist) process's temporary directory, beside ``mine`` (this one's): a test running
+    there beside the cluster's (the full-disk test's tmpfs) mounts and unmounts at any time."""
+    points = [Path(line.split()[4]) for line in mountinfo.splitlines()]
+    return sorted(
+        str(p) for p in points if p.is_relative_to(mine) or not p.is_relative_to(mine.parent)
+    )
+
+
+def host_snapshot(mine: Path) -> dict[str, object]:
+    """What real nodes may change on the host: processes of the built binaries, mounts (but
+    other tests', beside ``mine``: cluster_mounts), cgroups, network namespaces and links, the
+    kubelet's sysctls, fixed paths."""
     where = str(binaries_dir())
     procs = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -65,9 +76,7 @@ def host_snapshot() -> dict[str, object]:
                    ip("-o", "link", "show").splitlines())  # fmt: skip
     return {
         "processes": sorted(procs),
-        "mounts": sorted(
-            line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
-        ),
+        "mounts": cluster_mounts(Path("/proc/self/mountinfo").read_text(), mine),
         "cgroups": sorted(str(h / "gpufleet") for h in hierarchies() if (h / "gpufleet").exists()),
         "netns": ip("netns", "list"),
         "links": links,
@@ -86,14 +95,14 @@ def session_real_cluster(factory: pytest.TempPathFactory) -> Iterator[devcluster
     extra = ("--real-nodes", str(REAL_NODES), "--metrics-pipeline", *images_args())
     # What a run killed with its cluster left (HOST_RECORD) is undone first, as `up` would.
     undo_orphan(Path("/nonexistent"), print)
-    before = host_snapshot()
+    before = host_snapshot(factory.getbasetemp())
     cluster = devcluster.start(factory.mktemp("realcluster"), nodes=0, gpus=4,
                                values=LAB_VALUES, extra=extra)  # fmt: skip
     try:
         yield cluster
     finally:
         devcluster.stop(cluster)
-        after = host_snapshot()
+        after = host_snapshot(factory.getbasetemp())
         changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
         assert not changed, f"cluster down left the host changed: {changed}"
 
