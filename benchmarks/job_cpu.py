@@ -109,6 +109,9 @@ class Factory:
     def __init__(self, root: Path) -> None:
         self.root = root
 
+    def getbasetemp(self) -> Path:
+        return self.root
+
     def mktemp(self, name: str) -> Path:
         path = self.root / name
         path.mkdir(parents=True)
