@@ -13,8 +13,7 @@ cd "$(dirname "$0")/.."
 source scripts/image-lib.sh
 
 # What the image is made of: a change to any of these is a new key.
-INPUTS=(docker/Dockerfile docker/sshd_config .dockerignore pyproject.toml constraints.txt
-  README.md src)
+INPUTS=(docker/Dockerfile docker/sshd_config .dockerignore pyproject.toml constraints.txt src)
 
 # Files of $@ as the working tree has them (tracked or not, but not ignored), NUL-separated.
 input_files() {
