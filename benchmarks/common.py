@@ -45,6 +45,13 @@ def environment() -> dict[str, str]:
     }
 
 
+def machine_busy() -> float:
+    """CPU-seconds the whole machine has been busy so far (every core; all but idle and iowait),
+    from /proc/stat: what a run costs counting the processes nobody waits for."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def median(xs: list[float]) -> float:
     """Median of a non-empty list."""
     return statistics.median(xs)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -31,22 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from common import environment, environment_section, result_path
+from common import environment, environment_section, machine_busy, result_path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the tests' package: the suite's cluster, job and spec
 from tests.support.specs import digits_job, write_spec  # noqa: E402
 
-HZ = os.sysconf("SC_CLK_TCK")
 PODS_CGROUP = Path("/sys/fs/cgroup/cpuacct/gpufleet/cpuacct.usage")  # the nodes' (cgroup v1)
 IDLE_S = 30
 Snapshot = dict[int, tuple[str, float]]  # pid: (name, CPU-seconds so far)
-
-
-def machine_busy() -> float:
-    """CPU-seconds the machine has been busy (every core), from /proc/stat."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / HZ  # less idle and iowait
 
 
 def daemons() -> Snapshot:
@@ -82,7 +74,7 @@ def local_run() -> dict[str, Any]:
         cli = subprocess.Popen([sys.executable, "-m", "gpufleet.cli.main", "run", str(spec),
                                 "-o", "json"], cwd=tmp, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)  # fmt: skip
-        seen: dict[int, tuple[str, float]] = {}
+        seen: Snapshot = {}
         root = psutil.Process(cli.pid)
         while cli.poll() is None:
             for proc in [root, *root.children(recursive=True)]:

@@ -29,7 +29,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' job and helpers
-from common import environment, environment_section, median, result_path
+from common import environment, environment_section, machine_busy, median, result_path
 from tests.support.specs import digits_job
 
 WORKLOAD = {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 10}
@@ -44,20 +44,15 @@ SCENARIOS = {"uninterrupted": "", "killed at step 17": "kill@step=17,rank=0"}
 Runs = dict[str, dict[str, list[dict[str, Any]]]]  # scenario -> mode -> trials
 
 
-def busy_ticks() -> int:
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return sum(fields) - fields[3] - fields[4]  # all but idle and iowait
-
-
 def trial(mode: str, faults: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "job.yaml"
         spec.write_text(yaml.safe_dump(SPEC))
         env = dict(os.environ, GPUFLEET_FAULTS=faults) if faults else dict(os.environ)
-        ticks, started = busy_ticks(), time.monotonic()
+        busy, started = machine_busy(), time.monotonic()
         argv = [sys.executable, *MODES[mode], "run", str(spec), "-o", "json"]
         proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
-        wall, cpu = time.monotonic() - started, (busy_ticks() - ticks) / os.sysconf("SC_CLK_TCK")
+        wall, cpu = time.monotonic() - started, machine_busy() - busy
         time.sleep(1)  # the forkserver's exit, after the run's
     if proc.returncode != 0:
         raise SystemExit(f"{mode}: gpufleet run exited {proc.returncode}: {proc.stderr[-2000:]}")

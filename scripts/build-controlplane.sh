@@ -132,11 +132,10 @@ ldflags_k8s="-s -w \
   -X k8s.io/component-base/version.gitTreeState=clean \
   -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
 
-# What is out of date, and the Go modules it is built from.
 BUILD_CACHE="${GPUFLEET_BUILD_CACHE:-$HOME/.cache/gpufleet/controlplane}"
 # What every build here reads besides its own inputs.
-build_env=$( { sha256sum scripts/build-controlplane.sh; go version; go env GOOS GOARCH GOAMD64 CGO_ENABLED CC CGO_CFLAGS \
-  CGO_LDFLAGS; } | sha256sum | cut -c1-64)
+build_env=$( { sha256sum scripts/build-controlplane.sh; go version
+  go env GOOS GOARCH GOAMD64 CGO_ENABLED CC CGO_CFLAGS CGO_LDFLAGS; } | sha256sum | cut -c1-64)
 # The cached copy of component $1 (module $2, own source $3, cgo $4): its path, by its inputs.
 cached() {
   local name=$1 module=$2 source=$3 cgo=$4 key
@@ -146,6 +145,7 @@ cached() {
   echo "$BUILD_CACHE/$name-$key"
 }
 
+# What is out of date, and the Go modules it is built from.
 stale=() stale_modules=()
 for name in "${names[@]}"; do
   [ "$name" != pause ] || continue
