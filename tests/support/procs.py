@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -129,16 +130,20 @@ def stop_processes(procs: list[subprocess.Popen[Any]], timeout: float = 30) -> N
 SHM = Path("/dev/shm")
 
 
-def leaked_semaphores() -> set[str]:
-    """The POSIX named semaphores in /dev/shm (multiprocessing's ``sem.mp-*``) that no process
-    maps any more: nothing will unlink them (their creator and its resource tracker are gone)."""
-    names = {p.name for p in SHM.glob("sem.*")}
-    if not names:
-        return set()
-    for proc in psutil.process_iter():
+def semaphores_of(pid: int) -> set[str]:
+    """The POSIX named semaphores (their /dev/shm names) that process ``pid`` and its
+    descendants map, in whichever /dev/shm each of them sees (torch's workers have sessions of
+    their own, so not by process group)."""
+    names: set[str] = set()
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return names
+    for proc in procs:
         try:
             maps = Path(f"/proc/{proc.pid}/maps").read_text()
         except OSError:  # gone, or not ours to read
             continue
-        names -= {n for n in names if f"/dev/shm/{n}" in maps}
+        names |= set(re.findall(r"/dev/shm/(sem\.[^\s]+)", maps))
     return names

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from gpufleet.cluster.keptlogs import READER_LABEL
@@ -48,28 +49,37 @@ NODE_BINARIES = ("kubelet", "kube-proxy", "kube-router", "containerd", "containe
 BUILT = all((binaries_dir() / name).is_file() for name in NODE_BINARIES)
 
 
+def others(path: Path, mine: Path) -> bool:
+    """Whether ``path`` lies in another pytest(-xdist) process's temporary directory, beside
+    ``mine`` (this one's): a test running there beside the cluster (the full-disk test's tmpfs,
+    an S3 server on its own directory) starts and stops things at any time."""
+    return path.is_relative_to(mine.parent) and not path.is_relative_to(mine)
+
+
 def cluster_mounts(mountinfo: str, mine: Path) -> list[str]:
-    """The mount points of ``mountinfo`` (/proc/self/mountinfo's text) but those in another
-    pytest(-xdist) process's temporary directory, beside ``mine`` (this one's): a test running
-    there beside the cluster's (the full-disk test's tmpfs) mounts and unmounts at any time."""
+    """The mount points of ``mountinfo`` (/proc/self/mountinfo's text) but ``others``'."""
     points = [Path(line.split()[4]) for line in mountinfo.splitlines()]
-    return sorted(
-        str(p) for p in points if p.is_relative_to(mine) or not p.is_relative_to(mine.parent)
-    )
+    return sorted(str(p) for p in points if not others(p, mine))
+
+
+def cluster_process(exe: str, argv: list[str], where: Path, mine: Path) -> bool:
+    """Whether a process of ``exe`` with ``argv`` counts: a built binary's (in ``where``) but
+    none whose arguments name ``others``' paths (the other worker's versitygw)."""
+    named = (Path(a.split("=", 1)[-1]) for a in argv if "/" in a)
+    return Path(exe).is_relative_to(where) and not any(others(p, mine) for p in named)
 
 
 def host_snapshot(mine: Path) -> dict[str, object]:
-    """What real nodes may change on the host: processes of the built binaries, mounts (but
-    other tests', beside ``mine``: cluster_mounts), cgroups, network namespaces and links, the
-    kubelet's sysctls, fixed paths."""
-    where = str(binaries_dir())
+    """What real nodes may change on the host: processes of the built binaries, mounts, cgroups,
+    network namespaces and links, the kubelet's sysctls, fixed paths; not what the other
+    pytest worker starts beside ``mine`` (cluster_mounts, cluster_process)."""
     procs = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for proc in psutil.process_iter():
         try:
-            exe = os.readlink(f"/proc/{pid}/exe")
-        except OSError:
+            exe, argv = proc.exe(), proc.cmdline()
+        except psutil.Error:
             continue
-        if exe.startswith(where):
+        if cluster_process(exe, argv, binaries_dir(), mine):
             procs.append(exe)
     ip = lambda *a: subprocess.run(["ip", *a], capture_output=True, text=True).stdout  # noqa: E731
     links = sorted(line.split(":")[1].strip().split("@")[0] for line in

@@ -357,3 +357,19 @@ def test_the_hosts_mounts_leave_out_only_those_of_the_other_pytest_workers() -> 
         ["/", "/dev/shm", "/run/netns/real-0", f"{mine}/realcluster0/state/pods/x",
          "/tmp/pytest-of-root/x"]
     )  # fmt: skip
+
+
+def test_the_hosts_processes_leave_out_only_those_of_the_other_pytest_workers() -> None:
+    """The other xdist worker's versitygw (a built binary, serving its test's directory) ran
+    when the real-node cluster stopped: `down` was said to have left a process (seen once in
+    CI). A built binary on this worker's paths, or on none, still counts."""
+    from tests.support.realnodes import cluster_process
+
+    mine, built = Path("/tmp/pytest-of-root/pytest-30/popen-gw0"), Path("/r/.tools/controlplane")
+    gw = str(built / "versitygw")
+    theirs = [gw, "--port", "127.0.0.1:1", "posix", f"{mine.parent}/popen-gw1/test_x0/s3"]
+    assert not cluster_process(gw, theirs, built, mine)
+    assert cluster_process(gw, [gw, "posix", f"{mine}/test_y0/s3"], built, mine)
+    assert cluster_process(str(built / "kubelet"), ["kubelet", f"--root-dir={mine}/n"], built, mine)
+    assert cluster_process(str(built / "kubelet"), ["kubelet", "--v=2"], built, mine)
+    assert not cluster_process("/usr/bin/python3", ["python3", f"{mine}/x"], built, mine)
