@@ -212,7 +212,7 @@ def test_a_metrics_port_in_use_is_a_field_error(tmp_path: Path) -> None:
 
 
 def failing(exc: BaseException | None) -> Any:
-    def run(_args: Any) -> None:
+    def run() -> None:
         if exc is not None:
             raise exc
 
@@ -249,14 +249,14 @@ def test_the_pod_launchers_exit_code_for_each_outcome(
     exc: BaseException | None, formed: bool, preempted: bool, fatal: bool, code: int,
     said: str | None,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr(pod, "_run", failing(exc))  # torchrun's outcome, as it raises it
     if preempted:
         RunDir(tmp_path).preempted.write_text("{}")
     if fatal:
         write_fatal(tmp_path, 5, "loss is NaN", 0)
     watch = SimpleNamespace(formed=formed)
     args = SimpleNamespace(rdzv_endpoint="train-0.train:29400")
-    assert pod._outcome(args, tmp_path, watch) == code  # type: ignore[arg-type]
+    launch = failing(exc)  # torchrun's outcome, as it raises it
+    assert pod._outcome(launch, args, tmp_path, watch) == code  # type: ignore[arg-type]
     err = capsys.readouterr().err
     assert err == (said if said is not None else f"gpufleet: {exc}\n")
 

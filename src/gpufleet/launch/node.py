@@ -25,6 +25,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
 from gpufleet.launch.fatal import no_restart_after_fatal
 from gpufleet.launch.forked import entrypoint
+from gpufleet.launch.forked import start as start_forkserver
 from gpufleet.launch.forked import stop as stop_forkserver
 from gpufleet.launch.orphans import ENV_AGENT_PID, die_with_parent
 from gpufleet.runtime.context import ENV_RUN_DIR
@@ -90,6 +91,7 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
     )
     try:
         with no_restart_after_fatal(Path(cfg.env[ENV_RUN_DIR])), _scratch(not cfg.fork):
+            start_forkserver(start_method)
             try:
                 elastic_launch(config, entrypoint=entry)(*args)
             finally:

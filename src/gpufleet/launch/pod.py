@@ -228,28 +228,34 @@ def _lost_host(where: str, keep_logs: Callable[[], None]) -> Callable[[str], Non
     return lost
 
 
-def _run(args: Any) -> None:
+def _prepared(args: Any) -> Callable[[], None]:
     """torchrun's ``run(args)`` for the c10d rendezvous the renderers give, the shim's workers
-    forked from a forkserver (gpufleet.launch.forked) instead of each a new Python."""
+    forked from a forkserver (gpufleet.launch.forked) instead of each a new Python; prepared
+    before the launcher starts its threads (metrics, host watch, uploads), so that the
+    forkserver can be a fork of it (gpufleet.launch.zygote)."""
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args
 
-    from gpufleet.launch.forked import entrypoint, stop
+    from gpufleet.launch.forked import entrypoint, start, stop
 
     if args.standalone or args.rdzv_backend != "c10d":
         from torch.distributed.run import run
 
-        run(args)  # what we do not render: torchrun's own handling, workers as commands
-        return
+        return lambda: run(args)  # what we do not render: torchrun's own, workers as commands
     config, cmd, cmd_args = config_from_args(args)
     fork = env_framework() == DEFAULT_FRAMEWORK  # another framework's workers: started anew
     entry, entry_args, start_method = entrypoint([str(cmd), *cmd_args], fork=fork)
     if start_method:
         config.start_method = start_method
-    try:
-        elastic_launch(config=config, entrypoint=entry)(*entry_args)
-    finally:
-        stop(start_method)
+    start(start_method)
+
+    def launch() -> None:
+        try:
+            elastic_launch(config=config, entrypoint=entry)(*entry_args)
+        finally:
+            stop(start_method)
+
+    return launch
 
 
 def _launch(args: Any, run_dir: Path, keep_logs: Callable[[], None]) -> int:
@@ -272,13 +278,14 @@ def _launch(args: Any, run_dir: Path, keep_logs: Callable[[], None]) -> int:
     watch = _RendezvousWatch()
     context = JobContext.from_env()
     grace = float(os.environ.get(ENV_GRACE_PERIOD) or 0)
+    launch = _prepared(args)
     with (
         _metrics(dict(os.environ)),
         no_restart_after_fatal(run_dir),
         _host_watch(args, watch, keep_logs),
         durable_uploads(context.checkpoint, context.name, run_dir) as uploader,
     ):
-        code = _outcome(args, run_dir, watch)
+        code = _outcome(launch, args, run_dir, watch)
         finish(uploader, upload_wait(run_dir, grace), _say)
     return code
 
@@ -287,14 +294,14 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _outcome(args: Any, run_dir: Path, watch: _RendezvousWatch) -> int:
-    """torchrun's run, its outcome as gpufleet's exit code."""
+def _outcome(launch: Callable[[], None], args: Any, run_dir: Path, watch: _RendezvousWatch) -> int:
+    """torchrun's run (``launch``), its outcome as gpufleet's exit code."""
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
 
     try:
-        _run(args)
+        launch()
     except RendezvousError as exc:
         where = args.rdzv_endpoint or "the rendezvous"
         if watch.formed:

@@ -27,6 +27,7 @@ from gpufleet.launch.orphans import (
     name_process,
     release_forkserver,
 )
+from gpufleet.launch.zygote import threads_from_environment
 from gpufleet.runtime.context import (
     DEFAULT_FRAMEWORK,
     ENV_OUTPUT_HANG_TIMEOUT,
@@ -164,6 +165,7 @@ def worker(*argv: str) -> None:
         stream.reconfigure(line_buffering=True, write_through=True)  # type: ignore[union-attr]
     if argv[0] == "-m":  # python -m puts the working directory first on the path
         sys.path.insert(0, os.getcwd())
+    threads_from_environment()
     _shim(list(argv))
 
 
