@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -66,6 +67,20 @@ def own_cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def local_role(proc: psutil.Process, cli: int) -> str:
+    """A local run's process by what it is: the workers by their name (gpufleet-rank<N>), the
+    forkserver by being the agent's fork (its command line the agent's: launch/zygote.py) or
+    the stdlib's (``multiprocessing.forkserver`` on its command line), the resource tracker."""
+    line = " ".join(proc.cmdline())
+    if proc.pid == cli:
+        return "gpufleet run (the CLI and the node agent)"
+    if proc.name().startswith("gpufleet-rank"):
+        return "the workers"
+    if "forkserver" in line or line == " ".join(psutil.Process(cli).cmdline()):
+        return "the forkserver"
+    return "others (multiprocessing's resource tracker)"
+
+
 def local_run() -> dict[str, Any]:
     """`gpufleet run` of the digits job: each process's CPU (its role by its command line)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,12 +94,9 @@ def local_run() -> dict[str, Any]:
         while cli.poll() is None:
             for proc in [root, *root.children(recursive=True)]:
                 try:
-                    line, times = " ".join(proc.cmdline()), proc.cpu_times()
+                    role, times = local_role(proc, cli.pid), proc.cpu_times()
                 except psutil.Error:
                     continue
-                role = ("forkserver and its workers" if "forkserver" in line else
-                        "gpufleet run (the CLI and the node agent)" if proc.pid == cli.pid
-                        else "others")  # fmt: skip
                 seen[proc.pid] = (role, times.user + times.system)
             time.sleep(0.05)
         assert cli.returncode == 0, f"the local run failed ({cli.returncode})"
@@ -119,12 +131,14 @@ def real_node_jobs(targets: list[str], root: Path) -> dict[str, Any]:
     another, each measured from its submit to its cancel; then the cluster idle."""
     from tests.support.realnodes import TENANT, real_job, session_lab, session_real_cluster
 
+    os.environ["PATH"] = f"{REPO / '.tools' / 'bin'}:{os.environ['PATH']}"  # helm, as make's
     cluster_up = session_real_cluster(Factory(root))  # type: ignore[arg-type]
-    cluster = next(cluster_up)
-    lab = session_lab(cluster)
-    cluster = next(lab)
+    fixtures = [cluster_up]
     jobs = []
-    try:
+    try:  # the fixtures' ends run here, while ``root`` (the cluster's state) still exists
+        cluster = next(cluster_up)
+        fixtures.insert(0, session_lab(cluster))
+        cluster = next(fixtures[0])
         time.sleep(5)  # the chart's pods settle
         for index, target in enumerate(targets):
             name = f"cost-{index}-{target}"
@@ -147,7 +161,7 @@ def real_node_jobs(targets: list[str], root: Path) -> dict[str, Any]:
         idle = {"seconds": IDLE_S, "machine_cpu_s": round(machine_busy() - busy, 1),
                 "daemons_cpu_s": by_name(before, daemons())}  # fmt: skip
     finally:
-        for fixture in (lab, cluster_up):
+        for fixture in fixtures:
             next(fixture, None)
     return {"jobs": jobs, "idle": idle}
 
