@@ -198,7 +198,8 @@ def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluste
 
 
 def pod_processes(pod_uid: str, worker_only: bool) -> list[int]:
-    """Host pids of a pod's launcher (gpufleet.launch.pod, the container's process) and its
+    """Host pids of a pod's launcher (gpufleet.launch.pod, the container's process), its
+    forkserver (the launcher's fork, its command line the same: gpufleet.launch.zygote) and its
     training workers (named gpufleet-rank<RANK>: gpufleet.launch.forked), found by the pod's
     cgroup (its UID as the cgroupfs driver writes it); ``worker_only``: the workers alone."""
     pids = []
