@@ -67,7 +67,7 @@ def own_cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def local_role(proc: psutil.Process, cli: int) -> str:
+def local_role(proc: psutil.Process, cli: int, cli_line: str) -> str:
     """A local run's process by what it is: the workers by their name (gpufleet-rank<N>), the
     forkserver by being the agent's fork (its command line the agent's: launch/zygote.py) or
     the stdlib's (``multiprocessing.forkserver`` on its command line), the resource tracker."""
@@ -76,7 +76,7 @@ def local_role(proc: psutil.Process, cli: int) -> str:
         return "gpufleet run (the CLI and the node agent)"
     if proc.name().startswith("gpufleet-rank"):
         return "the workers"
-    if "forkserver" in line or line == " ".join(psutil.Process(cli).cmdline()):
+    if "forkserver" in line or line == cli_line:
         return "the forkserver"
     return "others (multiprocessing's resource tracker)"
 
@@ -91,10 +91,11 @@ def local_run() -> dict[str, Any]:
                                stderr=subprocess.DEVNULL)  # fmt: skip
         seen: Snapshot = {}
         root = psutil.Process(cli.pid)
+        cli_line = " ".join(root.cmdline())
         while cli.poll() is None:
             for proc in [root, *root.children(recursive=True)]:
                 try:
-                    role, times = local_role(proc, cli.pid), proc.cpu_times()
+                    role, times = local_role(proc, cli.pid, cli_line), proc.cpu_times()
                 except psutil.Error:
                     continue
                 seen[proc.pid] = (role, times.user + times.system)

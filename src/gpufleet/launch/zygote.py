@@ -28,14 +28,14 @@ import threading
 from typing import NoReturn
 
 
-def start() -> bool:
-    """Fork the forkserver from this process now, with the preload list set; False (nothing
-    done) when one is running already or another thread runs here."""
+def start() -> None:
+    """Fork the forkserver from this process now, with the preload list set; nothing when one
+    is running already or another thread runs here (the stdlib starts its own later)."""
     from multiprocessing import connection, forkserver, resource_tracker
 
     server = forkserver._forkserver
     if server._forkserver_pid is not None or threading.active_count() != 1:  # type: ignore[attr-defined]
-        return False
+        return
     resource_tracker.ensure_running()  # before the fork: the server's children share it
     preload = list(server._preload_modules)  # type: ignore[attr-defined]
     with socket.socket(socket.AF_UNIX) as listener:
@@ -51,7 +51,6 @@ def start() -> bool:
     server._forkserver_address = address  # type: ignore[attr-defined]
     server._forkserver_alive_fd = alive_w  # type: ignore[attr-defined]
     server._forkserver_pid = pid  # type: ignore[attr-defined]
-    return True
 
 
 def _serve(listener_fd: int, alive_r: int, alive_w: int, preload: list[str]) -> NoReturn:
