@@ -110,11 +110,11 @@ mutation: $(STAMP)
 	$(BIN)/mutmut export-cicd-stats
 	$(BIN)/python scripts/mutation_score.py
 
-# The inner loop while working (tests/README.md, "The budget": at most 5 minutes warm): lint, then
-# the tests of tests/unit and tests/integration not marked `slow`, one pytest-xdist worker per
-# core, without coverage; a test whose tool is missing skips, saying so (`make tools`). CI, and
-# a change before it lands, run `make test`.
-check: lint
+# The inner loop while working (tests/README.md, "The budget": at most 5 minutes warm): lint, the
+# tools and the control plane (what a fast test needs: helm, the CRDs; warm, copies from their
+# caches), then the tests of tests/unit and tests/integration not marked `slow`, one pytest-xdist
+# worker per core, without coverage. CI, and a change before it lands, run `make test`.
+check: lint tools controlplane
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" \
 	  tests/unit tests/integration $(PYTEST_ARGS)
 
