@@ -199,6 +199,18 @@ def test_a_stop_during_an_upload_ends_it_without_a_marker(tmp_path: Path) -> Non
     assert durable_steps(up) == [] and up.stop().never_durable == [10]
 
 
+def test_a_commit_the_loop_has_not_seen_yet_is_named_at_the_stop(tmp_path: Path) -> None:
+    logs: list[str] = []
+    up = uploader(str(tmp_path / "fast"), str(tmp_path / "pvc"), log=logs.append)
+    commit(str(tmp_path / "fast"), 10)
+    assert up.pass_once() is not None
+    commit(str(tmp_path / "fast"), 20)  # the preemption's, while the loop retried (no pass)
+    final = up.stop()
+    assert final.newest_fast == 20 and final.never_durable == [20] and final.lag_steps() == 10
+    up.fast.complete = lambda: (_ for _ in ()).throw(PermissionError(13, "Permission denied"))
+    assert up.stop().never_durable == [20] and "could not list the fast tier" in logs[-1]
+
+
 def test_the_loop_survives_a_failing_pass_and_uploads_on_the_next(tmp_path: Path) -> None:
     """A bug in a pass (here the fast tier's listing raising once) is reported and the loop
     goes on: training must never lose its uploads to one bad pass."""

@@ -271,8 +271,8 @@ class Uploader:
         new = [s for s in steps if s not in self._seen]
         if not new:
             return
-        self._seen.update(new)
-        with self._changed:
+        with self._changed:  # stop() may note commits while the loop's thread still runs
+            self._seen.update(new)
             if self.state.pending_since is None:
                 self.state.pending_since = time.time()
             self.state.newest_fast = max(self._seen)
@@ -337,9 +337,17 @@ class Uploader:
         if self._thread is not None:
             self._thread.join(join)
             self._thread = None
-        # What it knows (listed at its first pass, and its own uploads): no request here, the
-        # store may be the reason it stops.
-        self.state.never_durable = sorted(self._seen - (self._durable or set()))
+        # The fast tier is this node's disk: listed once more, a commit the loop has not seen
+        # (the preemption checkpoint, while it retries an upload) is named too. What is durable
+        # is what it knows (listed at its first pass, and its own uploads): no request to the
+        # store, which may be the reason it stops.
+        try:
+            self._note_commits([r.step for r in self.fast.complete()
+                                if self.fast.mine(self.fast.fs_path(r.path))])  # fmt: skip
+        except OSError as exc:
+            self.log(f"gpufleet: WARNING could not list the fast tier at the end: {exc}")
+        with self._changed:
+            self.state.never_durable = sorted(self._seen - (self._durable or set()))
         return self.state
 
 
