@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -137,13 +138,13 @@ def test_a_corrupt_checkpoint_is_set_aside_and_another_jobs_is_refused(
     """A flipped byte in the newest TensorFlow checkpoint: the next run sets it aside, resumes
     from the one before and still ends exact. Another job pointed at the same directory is
     refused with exit 2 before it trains."""
+    # The uninterrupted run's checkpoints (steps 250 and 300), its job's: a copy, not a run.
     shared = workdir / "ckpt"
-    doc = tf_spec("tf-corrupt")
+    shutil.copytree(uninterrupted["workdir"] / ".gpufleet/runs/tf-whole/checkpoints", shared)
+    doc = tf_spec("tf-whole")
     doc["spec"]["checkpoint"]["dir"] = str(shared)
     spec = write_spec(workdir, doc, "corrupt.yaml")
     cmd = gpufleet_cmd("run", str(spec), "-o", "json")
-    first = subprocess.run(cmd, cwd=workdir, env=cli_env(), capture_output=True, text=True)
-    assert first.returncode == 0, first.stderr[-3000:]
     (newest,) = shared.glob(f"step_{STEPS:09d}-*")
     (data,) = newest.glob("ckpt.data-*")
     raw = bytearray(data.read_bytes())
@@ -161,4 +162,4 @@ def test_a_corrupt_checkpoint_is_set_aside_and_another_jobs_is_refused(
     cmd = gpufleet_cmd("run", str(write_spec(workdir, other, "o.yaml")))
     intruder = subprocess.run(cmd, cwd=workdir, env=cli_env(), capture_output=True, text=True)
     assert intruder.returncode == 2, intruder.stderr[-3000:]
-    assert "belongs to job tf-corrupt, not tf-intruder" in intruder.stderr
+    assert "belongs to job tf-whole, not tf-intruder" in intruder.stderr
