@@ -26,20 +26,20 @@ from tests.support.realnodes import (
     FAILING,
     SIMULATED_GPUS,
     TENANT,
-    WORKLOAD,
     digests_in_logs,
-    local_digest,
     pod_log,
     prometheus,
     real_job,
     record,
     running_pod,
 )
+from tests.support.references import LONG, WORKLOAD, local_digest
 from tests.support.specs import write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(600)]  # fmt: skip
-NAME, STEPS, EVERY, FAULT_STEP = "device-lost", 1500, 50, 120
+NAME, FAULT_STEP = "device-lost", 120
+STEPS, EVERY = LONG
 SYSTEM = "gpufleet-system"  # the chart's release namespace (tests/support/realnodes.py)
 ALERT = "GpufleetGpuXidHardware"
 

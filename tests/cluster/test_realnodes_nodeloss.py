@@ -21,14 +21,12 @@ from tests.support.procs import poll_until
 from tests.support.realnodes import (
     DIGEST,
     TENANT,
-    WORKLOAD,
     benchmark_only,
     checkpoint_step,
     checkpoints,
     digests_in_logs,
     exit_code,
     kept_logs_once_pods_are_gone,
-    local_digest,
     node_ready,
     pod_log,
     pods_after_first_checkpoint,
@@ -37,11 +35,12 @@ from tests.support.realnodes import (
     running_pod,
     submit,
 )
+from tests.support.references import LONG, WORKLOAD, local_digest
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
 
-STEPS, EVERY = 1500, 50
+STEPS, EVERY = LONG
 OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
                   "effect": "NoExecute"}  # fmt: skip
 LOST_HOST = re.compile(r"gpufleet: lost the rendezvous host")

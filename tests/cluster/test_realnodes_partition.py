@@ -26,14 +26,12 @@ from tests.support.procs import poll_until
 from tests.support.realnodes import (
     DIGEST,
     TENANT,
-    WORKLOAD,
     benchmark_only,
     checkpoint_step,
     checkpoints,
     digests_in_logs,
     exit_code,
     kept_logs_once_pods_are_gone,
-    local_digest,
     log_time,
     node_ready,
     pod_log,
@@ -42,11 +40,12 @@ from tests.support.realnodes import (
     record,
     submit,
 )
+from tests.support.references import PARTITIONED, WORKLOAD, local_digest
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
 
-STEPS, EVERY, HANG_S = 4000, 100, 10  # 100-200 steps/s here: status reads the resumed ones
+(STEPS, EVERY), HANG_S = PARTITIONED, 10
 HUNG = re.compile(r"gpufleet: rank (\d) made no step progress for ([\d.]+)s")
 LOST_HOST = re.compile(r"gpufleet: lost the rendezvous host")
 RESUMED = re.compile(r"resumed from step (\d+)")

@@ -24,24 +24,23 @@ from tests.support.realnodes import (
     CLAIM,
     DIGEST,
     TENANT,
-    WORKLOAD,
     checkpoints,
     digests_in_logs,
     jobset_status,
     kept_logs_once_pods_are_gone,
-    local_digest,
     log_time,
     real_job,
     record,
     shared_claim,
     submit,
 )
+from tests.support.references import LONG, WORKLOAD, local_digest
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
 
 LENDER_TENANT = "product"  # the chart's lab values: lends research 2 of its 6 GPUs
-STEPS, EVERY = 1500, 50
+STEPS, EVERY = LONG
 PREEMPTED = re.compile(r"gpufleet: preempted at step (\d+)")
 RESUMED = re.compile(r"gpufleet: resumed from step (\d+)")
 

@@ -20,13 +20,12 @@ from tests.support.procs import poll_until
 from tests.support.realnodes import (
     DIGEST,
     TENANT,
-    WORKLOAD,
     digests_in_logs,
     kept_logs_once_pods_are_gone,
-    local_digest,
     pod_processes,
     real_job,
 )
+from tests.support.references import LONG, WORKLOAD, local_digest
 from tests.support.s3 import S3, VERSITYGW, versitygw
 from tests.support.specs import write_spec
 
@@ -94,7 +93,7 @@ def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
     import os
     import signal
 
-    name, steps, every = f"crash-{crash}", 1500, 50
+    name, (steps, every) = f"crash-{crash}", LONG
     doc = real_job(name, 2, 1)
     doc["spec"]["workload"] = {**WORKLOAD, "steps": steps, "logEvery": 100}
     doc["spec"]["checkpoint"]["everySteps"] = every

@@ -35,11 +35,11 @@ from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
 from gpufleet.devcluster.state import State
 from gpufleet.launch.shim import WORKER_NAME
-from tests.support import devcluster
-from tests.support.cli import run_cli
+from tests.support import devcluster, references
 from tests.support.devcluster import DevCluster, tenant_user
 from tests.support.paths import REPO
 from tests.support.procs import poll_until
+from tests.support.references import WORKLOAD
 from tests.support.specs import digits_job, write_spec
 
 LAB_VALUES = REPO / "deploy" / "helm" / "gpufleet" / "ci" / "lab-3node-a30-values.yaml"
@@ -106,11 +106,17 @@ def session_real_cluster(factory: pytest.TempPathFactory) -> Iterator[devcluster
     # What a run killed with its cluster left (HOST_RECORD) is undone first, as `up` would.
     undo_orphan(Path("/nonexistent"), print)
     before = host_snapshot(factory.getbasetemp())
-    cluster = devcluster.start(factory.mktemp("realcluster"), nodes=0, gpus=4,
-                               values=LAB_VALUES, extra=extra)  # fmt: skip
+    references.prefetch(factory.mktemp("references"))  # the local runs to compare with
+    try:
+        cluster = devcluster.start(factory.mktemp("realcluster"), nodes=0, gpus=4,
+                                   values=LAB_VALUES, extra=extra)  # fmt: skip
+    except BaseException:
+        references.stop_prefetch()
+        raise
     try:
         yield cluster
     finally:
+        references.stop_prefetch()
         devcluster.stop(cluster)
         after = host_snapshot(factory.getbasetemp())
         changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
@@ -220,31 +226,6 @@ def pod_processes(pod_uid: str, worker_only: bool) -> list[int]:
 
 # The digits job on the real nodes, and what its runs say (tests/cluster/test_realnodes_*.py).
 DIGEST = re.compile(r"state digest ([0-9a-f]{16,})")
-WORKLOAD = {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 10}
-
-
-# The local runs' digests by (nodes, procs, steps, every): the same world and workload give the
-# same weights whatever the job's name or checkpoint directory, so targets that share a shape
-# share one local run (~20 s each on 2 cores).
-LOCAL_DIGESTS: dict[tuple[int, int, int, int, str], str] = {}
-
-
-def local_digest(root: Path, nodes: int, procs: int, steps: int = 40, every: int = 10,
-                 framework: str = "pytorch") -> str:  # fmt: skip
-    """The state digest of the same job run here by `gpufleet run` (same world, same data,
-    same framework)."""
-    key = (nodes, procs, steps, every, framework)
-    if key not in LOCAL_DIGESTS:
-        name = f"local-{framework}-{nodes}x{procs}-{steps}-{every}"
-        workload = {**WORKLOAD, "steps": steps}
-        checkpoint = {"dir": str(root / name / "ckpt"), "everySteps": every}
-        doc = digits_job(name, workload=workload, nodes=nodes, procsPerNode=procs,
-                         checkpoint=checkpoint, framework=framework)  # fmt: skip
-        run = run_cli("run", str(write_spec(root, doc, f"{name}.yaml")), "-o", "json", cwd=root,
-                      timeout=300)  # fmt: skip
-        assert run.returncode == 0, run.stderr[-3000:]
-        LOCAL_DIGESTS[key] = str(json.loads(run.stdout)["state_digest"])
-    return LOCAL_DIGESTS[key]
 
 
 def real_job(name: str, nodes: int, procs: int, framework: str = "pytorch") -> dict[str, Any]:

@@ -1,0 +1,54 @@
+"""The real-node tests' local reference runs (tests/support/references.py), with small real
+runs: a queued shape runs in the test that asks for it, a running one is waited for, each
+shape runs once, and a stop leaves no process behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support import references
+from tests.support.procs import poll_until
+
+FIRST, SECOND = (1, 1, 4, 2, "pytorch"), (1, 1, 6, 2, "pytorch")
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No run of another test remembered."""
+    monkeypatch.setattr(references, "_RUNS", references._Runs())
+
+
+def ran_in(root: Path) -> set[str]:
+    """The jobs `gpufleet run` ran in ``root``."""
+    runs = root / ".gpufleet" / "runs"
+    return {p.name for p in runs.iterdir() if p.is_dir()} if runs.exists() else set()
+
+
+def test_each_shape_runs_once_in_the_background_or_in_the_test_that_asks_first(
+    workdir: Path,
+) -> None:
+    background, asked = workdir / "background", workdir / "asked"
+    background.mkdir()
+    asked.mkdir()
+    references.prefetch(background, [FIRST, SECOND])
+    try:
+        second = references.local_digest(asked, *SECOND[:4])  # queued behind FIRST: run here
+        first = references.local_digest(asked, *FIRST[:4])  # the background's: waited for
+        assert references.local_digest(asked, *SECOND[:4]) == second  # remembered
+    finally:
+        references.stop_prefetch()
+    assert first != second  # 4 and 6 steps of training
+    assert ran_in(background) == {"local-pytorch-1x1-4-2"}
+    assert ran_in(asked) == {"local-pytorch-1x1-6-2"}
+
+
+def test_a_stop_ends_the_running_reference_and_the_queued_ones_never_start(
+    workdir: Path,
+) -> None:
+    references.prefetch(workdir, [FIRST, SECOND])
+    proc = poll_until(lambda: references._RUNS.running.get(FIRST), what="the first run")
+    references.stop_prefetch()
+    assert proc.poll() is not None and not references._RUNS.queued
+    assert ran_in(workdir) <= {"local-pytorch-1x1-4-2"}  # the workdir fixture: no process left
