@@ -15,7 +15,8 @@ from gpufleet.frameworks.ray.train import STATE, state_digest
 from gpufleet.runtime.integrity import MARKER
 from tests.support.devcluster import DevCluster
 from tests.support.procs import poll_until
-from tests.support.realnodes import TENANT, WORKLOAD, local_digest, real_job
+from tests.support.realnodes import TENANT, real_job
+from tests.support.references import WORKLOAD, local_digest
 from tests.support.specs import write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
@@ -39,6 +40,9 @@ def test_a_rayjob_trains_digits_on_real_nodes_and_ends_with_the_local_runs_weigh
     # 3 of a node's 4 GPUs per worker: the two cannot share a node (the scheduler alone once
     # packed them onto one, beside the head on the other); the Train workers use CPUs here
     doc["spec"]["resources"]["gpu"] = 3
+    # 5 s for the Ray cluster's pods to end once KubeRay deletes them (digits_job's 20 s): the
+    # wait for the cluster to be gone below is at most that
+    doc["spec"]["preemption"] = {"gracePeriod": "5s"}
     path = write_spec(reallab.root, doc, f"{name}.yaml")
     submit = reallab.gpufleet("submit", str(path), "--target", "rayjob")
     assert submit.returncode == 0, submit.stderr[-2000:]
