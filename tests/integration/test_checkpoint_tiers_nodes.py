@@ -30,7 +30,7 @@ STEPS = 1500
 SPEC: dict[str, Any] = {
     "nodes": 2, "procsPerNode": 1, "maxRestarts": 1,
     "workload": {"name": "digits", "steps": STEPS, "logEvery": 100},
-    "checkpoint": {"dir": "/ckpt/run", "everySteps": 25, "durable": {"dir": "s3://durable/job"}},
+    "checkpoint": {"dir": "/ckpt/run", "everySteps": 100, "durable": {"dir": "s3://durable/job"}},
     "preemption": {"gracePeriod": "60s"},
 }  # fmt: skip
 
