@@ -1,7 +1,7 @@
 """Autoscaling under load on real nodes (issue 29, item 5): the InferenceService of
 examples/digits-serving.yaml (its batching and its autoscaler: an HPA on the mean queue time,
 20 ms; served by `gpufleet serve` from the project's image, one replica up to two, no CPU
-request, a 30 s scale-down delay) on the real-node cluster with its metrics pipeline
+request, a 10 s scale-down delay) on the real-node cluster with its metrics pipeline
 (`cluster up --metrics-pipeline`: Prometheus and Prometheus Adapter built from their modules).
 
 A pod of the tenant runs MLPerf LoadGen (`gpufleet bench inference`, Offline, one run after
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
 NAME, CLAIM, LOAD = "digits-scale", "scale-models", "loadgen"
 EXAMPLE = REPO / "examples" / "digits-serving.yaml"
-SCALE_DOWN_DELAY = 30  # seconds (the example keeps the default, five minutes)
+SCALE_DOWN_DELAY = 10  # seconds (the example keeps the default, five minutes)
 GPU_NODES = {**GPU_TAINT, "operator": "Exists"}  # every real node is a GPU node
 
 # The load: LoadGen Offline runs one after another until the pod is deleted, each run's verdict

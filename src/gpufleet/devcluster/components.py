@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # ssl and urllib load when a probe runs, not with every CLI s
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first of SERVICE_CIDR: the API server's Service
 POD_CIDR = "10.244.0.0/16"
+HPA_SYNC_PERIOD = "5s"  # kube-controller-manager's HorizontalPodAutoscaler controller
 # kwok manages the nodes that carry this annotation (and no others).
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 
@@ -155,6 +156,8 @@ def kube_controller_manager(binary: Path, pki: Pki, kubeconfig: Path, port: int)
         f"--cluster-signing-cert-file={pki.ca}",
         f"--cluster-signing-key-file={pki.key('ca')}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
+        # A dev cluster's autoscalers act on a load within seconds (the default: every 15 s).
+        f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
     )
 
 
