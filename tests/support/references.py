@@ -12,6 +12,7 @@ for it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -62,11 +63,17 @@ def _start(root: Path, shape: Shape, nice: int) -> subprocess.Popen[str]:
                             start_new_session=True)  # fmt: skip
 
 
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL to the run's process group (gone already when it ended on its own)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _finish(shape: Shape, proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
     try:
         out, err = proc.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill(proc)
         out, err = proc.communicate()
         err += f"\n(the reference run of {shape} took over {TIMEOUT:g} s)"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -101,7 +108,7 @@ def stop_prefetch() -> None:
     with _RUNS.changed:
         _RUNS.queued.clear()
         for proc in _RUNS.running.values():
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill(proc)
     if _RUNS.thread is not None:
         _RUNS.thread.join(TIMEOUT)
         _RUNS.thread = None
