@@ -116,8 +116,10 @@ def session_real_cluster(factory: pytest.TempPathFactory) -> Iterator[devcluster
     try:
         yield cluster
     finally:
-        references.stop_prefetch()
-        devcluster.stop(cluster)
+        try:
+            references.stop_prefetch()
+        finally:
+            devcluster.stop(cluster)
         after = host_snapshot(factory.getbasetemp())
         changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
         assert not changed, f"cluster down left the host changed: {changed}"
