@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,15 +33,15 @@ LONG = (1500, 50)  # long enough to be interrupted: device loss, node loss, pree
 PARTITIONED = (4000, 100)  # the partition: status reads the resumed steps (100-200 per s)
 Shape = tuple[int, int, int, int, str]  # nodes, processes per node, steps, every, framework
 # In the order that tests/cluster/'s modules first ask for them (alphabetical).
-REFERENCES: list[Shape] = [(2, 1, *LONG, "pytorch"), (2, 1, *PARTITIONED, "pytorch"),
-                           (2, 1, *SHORT, "ray"), (2, 1, *SHORT, "pytorch"),
-                           (2, 2, *SHORT, "pytorch"), (2, 1, *SHORT, "tensorflow")]  # fmt: skip
+REFERENCES: tuple[Shape, ...] = (
+    (2, 1, *LONG, "pytorch"), (2, 1, *PARTITIONED, "pytorch"), (2, 1, *SHORT, "ray"),
+    (2, 1, *SHORT, "pytorch"), (2, 2, *SHORT, "pytorch"), (2, 1, *SHORT, "tensorflow"),
+)  # fmt: skip
 TIMEOUT = 600.0  # one run, a Ray cluster's start included, on a loaded machine
 
 
 @dataclass
 class _Runs:
-    root: Path | None = None
     queued: list[Shape] = field(default_factory=list)
     running: dict[Shape, subprocess.Popen[str]] = field(default_factory=dict)
     done: dict[Shape, subprocess.CompletedProcess[str]] = field(default_factory=dict)
@@ -79,13 +80,13 @@ def _finish(shape: Shape, proc: subprocess.Popen[str]) -> subprocess.CompletedPr
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def _background() -> None:
+def _background(root: Path) -> None:
     while True:
         with _RUNS.changed:
-            if not _RUNS.queued or _RUNS.root is None:
+            if not _RUNS.queued:
                 return
             shape = _RUNS.queued.pop(0)
-            proc = _RUNS.running[shape] = _start(_RUNS.root, shape, nice=19)
+            proc = _RUNS.running[shape] = _start(root, shape, nice=19)
         done = _finish(shape, proc)
         with _RUNS.changed:
             del _RUNS.running[shape]
@@ -94,12 +95,12 @@ def _background() -> None:
             _RUNS.changed.notify_all()
 
 
-def prefetch(root: Path, shapes: list[Shape] = REFERENCES) -> None:
+def prefetch(root: Path, shapes: Sequence[Shape] = REFERENCES) -> None:
     """Run ``shapes`` (not yet run) in the background, in ``root``."""
     with _RUNS.changed:
-        _RUNS.root = root
         _RUNS.queued = [s for s in shapes if s not in _RUNS.done and s not in _RUNS.running]
-    _RUNS.thread = threading.Thread(target=_background, name="references", daemon=True)
+    _RUNS.thread = threading.Thread(target=_background, args=(root,), name="references",
+                                    daemon=True)  # fmt: skip
     _RUNS.thread.start()
 
 
