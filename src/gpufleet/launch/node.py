@@ -18,10 +18,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
 from gpufleet.launch.fatal import no_restart_after_fatal
 from gpufleet.launch.forked import entrypoint
@@ -67,6 +63,12 @@ class NodeOutcome:
 
 def launch_node(cfg: NodeConfig) -> NodeOutcome:
     """Run one node's worker group to completion under torch's elastic agent."""
+    # torch here, not at the module's top: `gpufleet run` of several nodes imports this module
+    # for NodeConfig only, and its agents run in processes of their own (2.4 CPU-s per run).
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
     os.environ.update(cfg.env)
     os.environ.update(cfg.secret_env)
     os.environ[ENV_AGENT_PID] = str(os.getpid())  # lets the workers spot an early death
