@@ -27,6 +27,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import environment, environment_section, machine_busy
+
 RECORD = struct.Struct("<BBHIIIIIIf8H16s")  # struct acct_v3 (linux/acct.h), 64 bytes
 AFORK = 0x01  # forked, never exec'd: a copy of its parent (the forkserver's workers)
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -148,11 +150,6 @@ def classify(records: list[tuple[int, int, int, int, float, str]], sampler: Samp
     return procs
 
 
-def busy() -> float:
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / TICKS  # all but idle and iowait
-
-
 def table(procs: list[Proc], total: float, wall: float, command: list[str]) -> str:
     cpu: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
@@ -195,15 +192,17 @@ def main() -> int:
         return 2
     sampler = Sampler()
     sampler.thread.start()
-    started, busy0 = time.monotonic(), busy()
+    started, busy0 = time.monotonic(), machine_busy()
     try:
         code = subprocess.call(args.command)
     finally:
         libc.acct(None)
         sampler.stop.set()
         sampler.thread.join()
-    wall, total = time.monotonic() - started, busy() - busy0
+    # both above 0: the shares divide by them (a command that ended at once, on an idle machine)
+    wall, total = max(time.monotonic() - started, 1e-3), max(machine_busy() - busy0, 1e-3)
     text = table(classify(read_records(pacct), sampler), total, wall, args.command)
+    text += "\n" + "\n".join(environment_section(environment()))
     args.output.with_suffix(".md").write_text(text)
     print(text)
     return code
