@@ -50,10 +50,14 @@ demo: $(STAMP)
 	$(BIN)/gpufleet run examples/digits.yaml --fresh
 	$(BIN)/python examples/serve_and_bench.py
 
+# mypy's cache outside the clone, as Go's and the image's are (GPUFLEET_MYPY_CACHE): a new clone
+# checks in 2 s instead of 34 (mypy compares each file's hash where its path or mtime differ);
+# SQLite, so that two clones may check at once.
+MYPY_CACHE ?= $(or $(GPUFLEET_MYPY_CACHE),$(HOME)/.cache/gpufleet/mypy)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks scripts examples
 	$(BIN)/ruff format --check src tests benchmarks scripts examples
-	$(BIN)/mypy
+	$(BIN)/mypy --sqlite-cache --cache-dir "$(MYPY_CACHE)"
 	$(BIN)/python scripts/gen_spec_docs.py --check
 	$(BIN)/python scripts/gen_zabbix_template.py --check
 
