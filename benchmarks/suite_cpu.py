@@ -18,6 +18,7 @@ import argparse
 import ctypes
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -193,8 +194,13 @@ def main() -> int:
     sampler = Sampler()
     sampler.thread.start()
     started, busy0 = time.monotonic(), machine_busy()
+    proc = subprocess.Popen(args.command)
+    # SIGTERM and SIGINT go to the command, and this process waits for it: the accounting the
+    # kernel does for the whole machine must end with it (a default SIGTERM would leave it on)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
     try:
-        code = subprocess.call(args.command)
+        code = proc.wait()
     finally:
         libc.acct(None)
         sampler.stop.set()
@@ -205,7 +211,7 @@ def main() -> int:
     text += "\n" + "\n".join(environment_section(environment()))
     args.output.with_suffix(".md").write_text(text)
     print(text)
-    return code
+    return code if code >= 0 else 128 - code  # a signal's end as a shell reports it
 
 
 if __name__ == "__main__":
