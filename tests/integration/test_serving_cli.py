@@ -32,8 +32,10 @@ pytest.importorskip("pytriton")
 # issues 700 queries, and at that count LoadGen's early stopping allows one over the bound
 # (tried: a SUT holding back 2 of 700 gets INVALID), so two stalls of the host fail the run.
 # With a torch job beside it, the slowest of 700 queries took 65-86 ms; the old 100 ms bound
-# failed 1 full parallel suite in 5. Latency is measured by benchmarks/, never asserted here.
-SMOKE_LATENCY_MS = "2000"
+# failed 1 full parallel suite in 5, and 2000 ms failed a coordinated run beside the real-node
+# tests (its HTTP node's 99.9th percentile 2.3 s, early stopping not met). Latency is measured
+# by benchmarks/, never asserted here.
+SMOKE_LATENCY_MS = "10000"
 
 
 def bench(served: Served, tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
