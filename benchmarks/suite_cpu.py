@@ -55,7 +55,6 @@ CLI = re.compile(r"gpufleet(\.cli\.main)?\s+((cluster|bench|serve)\s+\S+|\S+)")
 class Proc:
     kind: str
     cpu: float
-    forked: bool
 
 
 def comp_t(value: int) -> float:
@@ -147,7 +146,7 @@ def classify(records: list[tuple[int, int, int, int, float, str]], sampler: Samp
             kind = f"{parent} (forked)" if forked and parent else (kind or parent)
         kind = kind or f"{comm} (unseen)"
         by_pid[pid] = kind.removesuffix(" (forked)")
-        procs.append(Proc(kind, cpu, forked))
+        procs.append(Proc(kind, cpu))
     return procs
 
 

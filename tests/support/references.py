@@ -53,7 +53,8 @@ class _Runs:
 _RUNS = _Runs()
 
 
-def _start(root: Path, shape: Shape, nice: int, background: bool) -> subprocess.Popen[str]:
+def _start(root: Path, shape: Shape, background: bool) -> subprocess.Popen[str]:
+    """A run of ``shape``: in the background at the lowest CPU priority, else at the normal."""
     nodes, procs, steps, every, framework = shape
     name = f"local-{framework}-{nodes}x{procs}-{steps}-{every}"
     checkpoint = {"dir": str(root / name / "ckpt"), "everySteps": every}
@@ -64,7 +65,7 @@ def _start(root: Path, shape: Shape, nice: int, background: bool) -> subprocess.
     if background:  # never measured: else whichever module runs at its start would decide
         for var in COVERAGE_ENV:  # (tests/support/coverage.py), and the floors would wobble
             env.pop(var, None)
-    return subprocess.Popen(["nice", "-n", str(nice), *argv], cwd=root, env=env,
+    return subprocess.Popen(["nice", "-n", "19" if background else "0", *argv], cwd=root, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # fmt: skip
 
@@ -91,7 +92,7 @@ def _background(root: Path) -> None:
             if not _RUNS.queued:
                 return
             shape = _RUNS.queued.pop(0)
-            proc = _RUNS.running[shape] = _start(root, shape, nice=19, background=True)
+            proc = _RUNS.running[shape] = _start(root, shape, background=True)
         done = _finish(shape, proc)
         with _RUNS.changed:
             del _RUNS.running[shape]
@@ -146,7 +147,7 @@ def local_digest(root: Path, nodes: int, procs: int, steps: int = SHORT[0],
         _RUNS.changed.wait_for(lambda: shape not in _RUNS.running, timeout=2 * TIMEOUT)
         run = _RUNS.done.get(shape)
     if run is None:
-        run = _finish(shape, _start(root, shape, nice=0, background=False))
+        run = _finish(shape, _start(root, shape, background=False))
         with _RUNS.changed:
             _RUNS.done[shape] = run
     assert run.returncode == 0, run.stderr[-3000:]
