@@ -146,7 +146,8 @@ def test_connect_takes_the_current_contexts_namespace_and_server(
     assert cluster.namespace == "team-b"
     assert cluster.custom.api_client.configuration.host == "https://127.0.0.1:6443"
     assert sorted(cluster.apis) == ["AppsV1Api", "AutoscalingV2Api", "CoreV1Api", "PolicyV1Api"]
-    assert isinstance(cluster.apis["PolicyV1Api"], k8s.PolicyV1Api)
+    assert cluster.apis["PolicyV1Api"].api == "PolicyV1Api"
+    assert cluster.apis["CoreV1Api"].api_client is cluster.custom.api_client
     assert Cluster.connect(namespace="other").namespace == "other"
     kube_env.setattr(kube_config, where, str(kubeconfig(tmp_path / "config", current="bare")))
     assert Cluster.connect().namespace == "default"

@@ -145,9 +145,11 @@ def _simulated(count: int, failures: list[tuple[int, int]]) -> list[Device]:
 
 def _pod_labels(node: str) -> PodLabels:
     """Pod labels from the Kubernetes API (kubeconfig, else the in-cluster service account)."""
+    from kubernetes import client
+
     from gpufleet.cluster.client import Cluster
 
-    try:
-        return PodLabels(Cluster.connect().core, node)
+    try:  # the typed CoreV1Api: a daemon pays its import once (cluster/builtin.py)
+        return PodLabels(client.CoreV1Api(Cluster.connect().core.api_client), node)
     except UserInputError as exc:
         fail(exc)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.cluster.access import as_dict
 from gpufleet.cluster.apierrors import api_errors, status_code, to_cluster_error
 from gpufleet.cluster.doctor.requirements import POD_SECURITY_ENFORCE
 from gpufleet.console import err_console
@@ -27,10 +28,11 @@ def adds_rdma_capability(obj: Obj) -> bool:
 
 def check_pod_security(core: Any, objects: list[Obj]) -> None:
     """UserInputError (spec.rdma, exit 2) when a namespace of ``objects`` would refuse their
-    RDMA workers; ``core``: a CoreV1Api."""
+    RDMA workers; ``core``: CoreV1Api's
+    methods (cluster/builtin.py)."""
     for ns in sorted({o["metadata"]["namespace"] for o in objects if adds_rdma_capability(o)}):
         try:
-            labels = core.read_namespace(ns).metadata.labels or {}
+            labels = as_dict(core.read_namespace(ns))["metadata"].get("labels") or {}
         except api_errors() as exc:
             if status_code(exc) == 403:  # a user who may not read it: admission will tell
                 note = f"note: cannot read namespace {ns}'s Pod Security level (forbidden)"

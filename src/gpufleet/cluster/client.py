@@ -15,6 +15,7 @@ from typing import Any
 from gpufleet.cluster.access import as_dict, is_ours, items
 from gpufleet.cluster.admission import check_pod_security
 from gpufleet.cluster.apierrors import api_errors, server_message, status_code, to_cluster_error
+from gpufleet.cluster.builtin import BuiltinApi
 from gpufleet.cluster.keptlogs import read_kept_logs
 from gpufleet.cluster.kinds import (
     BUILTIN_KINDS,
@@ -78,10 +79,8 @@ class Cluster(ServingOperations):
         """The Cluster whose API calls go through ``api_client`` (a kubernetes.client.ApiClient)."""
         from kubernetes import client
 
-        apis = {n: getattr(client, n)(api_client) for n, _ in BUILTIN_KINDS.values()
-                if n != "CoreV1Api"}  # fmt: skip
-        custom, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
-        return cls(custom, core, namespace, apis)
+        apis = {n: BuiltinApi(api_client, n) for n, _ in BUILTIN_KINDS.values()}
+        return cls(client.CustomObjectsApi(api_client), apis["CoreV1Api"], namespace, apis)
 
     # -- submit ----------------------------------------------------------------------------
 
