@@ -245,7 +245,7 @@ def test_failure_policy_on_the_real_job_controller(devcluster: DevCluster) -> No
     st = devcluster.gpufleet("status", "crashing", "-n", ns)
     assert "Failed" in st.stdout, st.stdout + st.stderr
     for name in ("preempted", "crashing"):
-        assert devcluster.gpufleet("cancel", name, "-n", ns).returncode == 0
+        assert devcluster.cancel(name, ns)
 
 
 def test_a_fatal_exit_code_fails_the_job_and_jobset_at_once(devcluster: DevCluster) -> None:
@@ -265,7 +265,7 @@ def test_a_fatal_exit_code_fails_the_job_and_jobset_at_once(devcluster: DevClust
     )
     assert not jobset["status"].get("restarts"), jobset["status"]
     for name in ("fatal-job", "fatal-set"):
-        assert devcluster.gpufleet("cancel", name, "-n", ns).returncode == 0
+        assert devcluster.cancel(name, ns)
 
 
 def test_a_lost_rendezvous_host_costs_no_restart(devcluster: DevCluster) -> None:
@@ -317,4 +317,4 @@ def test_a_lost_rendezvous_host_costs_no_restart(devcluster: DevCluster) -> None
     status = devcluster.typed("BatchV1Api").read_namespaced_job_status("lost", ns).status
     assert not status.failed, status
     assert not any(c.type == "Failed" and c.status == "True" for c in status.conditions or [])
-    assert devcluster.gpufleet("cancel", "lost", "-n", ns).returncode == 0
+    assert devcluster.cancel("lost", ns)

@@ -82,7 +82,7 @@ def test_the_50_node_designs_flavors_and_topology_admit_and_place_a_job(
     (workload,) = [w for w in design.workloads("llm") if "big" in w["metadata"]["name"]]
     (assignment,) = workload["status"]["admission"]["podSetAssignments"]
     assert assignment["flavors"]["nvidia.com/gpu"] == "h100"
-    assert design.gpufleet("cancel", "big", "-n", "llm").returncode == 0
+    assert design.cancel("big", "llm")
 
 
 def gpus_reserved(cluster: DevCluster, queue: str) -> int:
@@ -115,7 +115,7 @@ def test_a_job_whose_pods_cannot_all_start_is_evicted_and_its_quota_freed(
     status = design.gpufleet("status", "stuck", "-n", "llm")
     assert "Kueue: evicted (PodsReadyTimeout)" in status.stdout, status.stdout
     assert "its quota freed, queued again at" in status.stdout
-    assert design.gpufleet("cancel", "stuck", "-n", "llm").returncode == 0
+    assert design.cancel("stuck", "llm")
 
 
 RACK = "topology.gpufleet.dev/rack"
@@ -132,7 +132,7 @@ def test_a_job_asking_for_one_rack_gets_one_and_one_too_wide_waits_saying_why(
     nodes = {p["spec"]["nodeName"] for p in design.pods("llm", "near")}
     racks = {design.core.read_node(n).metadata.labels[RACK] for n in nodes}
     assert len(nodes) == 2 and len(racks) == 1, (nodes, racks)
-    assert design.gpufleet("cancel", "near", "-n", "llm").returncode == 0
+    assert design.cancel("near", "llm")
     submit(design, "wide", nodes=3, procsPerNode=8, resources={"gpu": 8}, **one_rack)
 
     def waiting() -> str | None:
@@ -143,7 +143,7 @@ def test_a_job_asking_for_one_rack_gets_one_and_one_too_wide_waits_saying_why(
     assert 'topology "racks" allows to fit only 2 out of 3 pod(s)' in line, line
     assert "is full" not in line, line  # its GPUs are free: only the racks are too small
     assert not design.pods("llm", "wide")
-    assert design.gpufleet("cancel", "wide", "-n", "llm").returncode == 0
+    assert design.cancel("wide", "llm")
 
 
 @pytest.mark.parametrize("target", ["job", "pytorchjob", "tfjob", "trainjob", "rayjob"])
@@ -164,7 +164,7 @@ def test_every_kueue_target_waits_when_its_workers_fit_no_rack(
 
     line = poll_until(waiting, what=f"Kueue's reason for {name}", timeout=60, interval=1)
     assert 'topology "racks" allows to fit only 2 out of 3 pod(s)' in line, line
-    assert design.gpufleet("cancel", name, "-n", "llm").returncode == 0
+    assert design.cancel(name, "llm")
 
 
 RDMA = {"checkpoint": {"dir": "s3://b/c"}, "volumes": [], "rdma": {"network": "ib-net"}}
@@ -193,7 +193,7 @@ def test_an_rdma_job_runs_in_its_tenant_and_a_restricted_one_is_refused_before_s
         "k8s.cni.cncf.io", "v1", "llm", "network-attachment-definitions", "ib-net"
     )
     assert json.loads(nad["spec"]["config"])["type"] == "ipoib"
-    assert design.gpufleet("cancel", "ib", "-n", "llm").returncode == 0
+    assert design.cancel("ib", "llm")
     doctor = {c["check"]: c for c in json.loads(design.gpufleet("doctor", "-o", "json").stdout)
               ["checks"]}  # fmt: skip
     assert doctor["rdma"]["status"] == "OK" and "llm" in doctor["rdma"]["detail"]

@@ -117,7 +117,7 @@ def test_a_name_at_the_targets_limit_runs_and_one_more_is_refused(
     assert submit.returncode == 0, submit.stderr[-2000:]
     assert devcluster.wait_phase(name, ns, "Succeeded", "Failed") == "Succeeded"
     assert len(devcluster.pods(ns, name)) == 2
-    assert devcluster.gpufleet("cancel", name, "-n", ns).returncode == 0
+    assert devcluster.cancel(name, ns)
     doc["metadata"]["name"] = name + "n"
     longer = write_spec(devcluster.root, doc, f"{target}-over.yaml")
     refused = devcluster.gpufleet("validate", str(longer), "--target", target)

@@ -21,7 +21,13 @@ import pytest
 import yaml
 
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
-from tests.support.devcluster import DevCluster, condition, needs_controlplane, workload_of
+from tests.support.devcluster import (
+    CLUSTER_POLL_S,
+    DevCluster,
+    condition,
+    needs_controlplane,
+    workload_of,
+)
 from tests.support.devlab import bound_claim, queued_job
 from tests.support.paths import REPO
 from tests.support.procs import poll_until
@@ -191,7 +197,12 @@ def test_a_gang_larger_than_the_free_quota_waits_with_no_pod_then_runs(lab: DevC
     ns = "research"
     holder = queued_job("holder", ns, nodes=1, gpus=4)
     submit_annotated(lab, holder, "job", RUN_FOR_A_DAY)  # Running until cancelled
-    poll_until(lambda: lab.phase("holder", ns) == "Running", what="holder Running", timeout=60)
+    poll_until(
+        lambda: lab.phase("holder", ns) == "Running",
+        what="holder Running",
+        timeout=60,
+        interval=CLUSTER_POLL_S,
+    )
     gang = queued_job("gang", ns, nodes=2, gpus=3)
     submit_annotated(lab, gang, "jobset", exit_with(0, after_ms=200))
 
@@ -209,9 +220,9 @@ def test_a_gang_larger_than_the_free_quota_waits_with_no_pod_then_runs(lab: DevC
     line = next((x for x in status.stdout.splitlines() if "nvidia.com/gpu" in x), "")
     assert "research" in line and "a30" in line, status.stdout + status.stderr
     assert re.search(r"insufficient|exceed|quota", line, re.I), line
-    assert lab.gpufleet("cancel", "holder", "-n", ns).returncode == 0
+    assert lab.cancel("holder", ns)
     assert lab.wait_phase("gang", ns, "Succeeded", "Failed", timeout=120) == "Succeeded"
-    assert lab.gpufleet("cancel", "gang", "-n", ns).returncode == 0
+    assert lab.cancel("gang", ns)
 
 
 def test_a_borrower_is_preempted_when_the_lender_reclaims(lab: DevCluster) -> None:
@@ -221,7 +232,7 @@ def test_a_borrower_is_preempted_when_the_lender_reclaims(lab: DevCluster) -> No
     borrower = queued_job("borrower", "research", nodes=2, gpus=4)
     submit_annotated(lab, borrower, "jobset", exit_with(0, after_ms=15000))
     poll_until(lambda: lab.phase("borrower", "research") == "Running", what="borrower Running",
-               timeout=60)  # fmt: skip
+               timeout=60, interval=CLUSTER_POLL_S)  # fmt: skip
     lender = queued_job("lender", "product", nodes=2, gpus=3)
     submit_annotated(lab, lender, "job", {**exit_with(0, after_ms=3000)})
     poll_until(lambda: condition(workload_of(lab, "research", "borrower"), "Evicted")
@@ -236,7 +247,7 @@ def test_a_borrower_is_preempted_when_the_lender_reclaims(lab: DevCluster) -> No
         "Succeeded"
     )
     for name, ns in (("lender", "product"), ("borrower", "research")):
-        assert lab.gpufleet("cancel", name, "-n", ns).returncode == 0
+        assert lab.cancel(name, ns)
 
 
 def test_what_kueue_admits_with_borrowing_the_namespace_quota_also_allows(lab: DevCluster) -> None:
@@ -252,7 +263,7 @@ def test_what_kueue_admits_with_borrowing_the_namespace_quota_also_allows(lab: D
     assert usage["nvidia.com/gpu"] == "10"
     events = lab.core.list_namespaced_event("product").items
     assert not [e for e in events if "exceeded quota" in (e.message or "")]
-    assert lab.gpufleet("cancel", "wide", "-n", "product").returncode == 0
+    assert lab.cancel("wide", "product")
 
 
 # -- the Queues dashboard on the running Kueue (issue 14) -------------------------------------
@@ -302,7 +313,12 @@ def test_the_queues_dashboard_reads_kueue(lab: DevCluster, tmp_path: Path) -> No
     token.write_text(metrics_reader_token(lab, name))
     # as in the gang test: 4 of research's GPUs held, a 2 x 3 GPU gang waits for quota
     submit_annotated(lab, queued_job("holder", ns, nodes=1, gpus=4), "job", RUN_FOR_A_DAY)
-    poll_until(lambda: lab.phase("holder", ns) == "Running", what="holder Running", timeout=60)
+    poll_until(
+        lambda: lab.phase("holder", ns) == "Running",
+        what="holder Running",
+        timeout=60,
+        interval=CLUSTER_POLL_S,
+    )
     submit_annotated(lab, queued_job("waiter", ns, nodes=2, gpus=3), "jobset", RUN_FOR_A_DAY)
     # Kueue serves its metrics with a certificate it made itself
     scrape = static("kueue", kueue_metrics["bindAddress"], scheme="https",

@@ -188,7 +188,7 @@ def test_a_pytorchjob_with_a_master_gets_its_workers_refused_by_restricted(lab: 
         pods = lab.pods(ns, name)
         assert [p["metadata"]["name"] for p in pods] == [f"{name}-master-0"], pods
     finally:
-        assert lab.gpufleet("cancel", name, "-n", ns).returncode == 0
+        assert lab.cancel(name, ns)
         poll_until(lambda: not lab.pods(ns, name), what="the pods gone", timeout=60)
 
 

@@ -35,7 +35,7 @@ def stored(cluster: DevCluster, ns: str, name: str) -> dict[str, Any]:
 
 
 def cancel_clean(cluster: DevCluster, ns: str, name: str) -> None:
-    assert cluster.gpufleet("cancel", name, "-n", ns).returncode == 0
+    assert cluster.cancel(name, ns)
 
     def left() -> list[str]:
         groups = cluster.custom.list_namespaced_custom_object(

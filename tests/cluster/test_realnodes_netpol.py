@@ -23,7 +23,7 @@ from gpufleet.devcluster.nodes import GPU_TAINT
 from gpufleet.devcluster.realnodes.network import netns_name
 from gpufleet.render.podspec import CONTAINER_SECURITY, POD_SECURITY, RDZV_PORT
 from gpufleet.runtime.metrics import STEP
-from tests.support.devcluster import DevCluster
+from tests.support.devcluster import CLUSTER_POLL_S, DevCluster
 from tests.support.procs import poll_until
 from tests.support.realnodes import (
     TENANT,
@@ -98,7 +98,7 @@ def probe(cluster: DevCluster, where: str, name: str, want: dict[str, Any]) -> d
     cluster.core.create_namespaced_pod(where, pod)
     try:
         poll_until(lambda: phase(cluster, where, name) in ("Succeeded", "Failed"),
-                   what=f"probe {where}/{name}", timeout=180)  # fmt: skip
+                   what=f"probe {where}/{name}", timeout=180, interval=CLUSTER_POLL_S)  # fmt: skip
         said = pod_log(cluster, name, namespace=where)
         assert phase(cluster, where, name) == "Succeeded", said
         return dict(json.loads(said.strip().splitlines()[-1]))
@@ -133,7 +133,8 @@ def test_tenants_are_isolated_monitoring_scrapes_and_dns_answers(reallab: DevClu
         pod_0 = running_pod(reallab, name, 0)
         assert pod_0 is not None
         poll_until(lambda: "step " in pod_log(reallab, pod_0["metadata"]["name"]),
-                   what="a step: the two pods rendezvoused", timeout=300)  # fmt: skip
+                   what="a step: the two pods rendezvoused", timeout=300,
+                   interval=CLUSTER_POLL_S)  # fmt: skip
         poll_until(lambda: enforced_for(reallab, pod_0), what="pod 0's policies", timeout=60)
         address = pod_0["status"]["podIP"]
         ports = [[address, RDZV_PORT], [address, METRICS_PORT]]
@@ -155,4 +156,4 @@ def test_tenants_are_isolated_monitoring_scrapes_and_dns_answers(reallab: DevClu
         seen = probe(reallab, MONITORING, "scraper", {"connect": ports[1:], "scrape": scrape})
         assert any(line.startswith(STEP) for line in seen["scraped"]), seen
     finally:
-        assert reallab.gpufleet("cancel", name, "-n", TENANT).returncode == 0
+        assert reallab.cancel(name, TENANT)

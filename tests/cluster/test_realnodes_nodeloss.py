@@ -154,4 +154,4 @@ def test_a_lost_node_costs_no_restart_and_the_job_ends_with_the_uninterrupted_we
         kill_to_evicted_s=t_evicted - t_kill,
         kill_to_first_step_s=t_step - t_kill,
     )
-    assert reallab.gpufleet("cancel", name, "-n", TENANT).returncode == 0
+    assert reallab.cancel(name, TENANT)

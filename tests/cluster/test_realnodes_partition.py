@@ -132,4 +132,4 @@ def test_a_partition_is_detected_by_the_hang_watchdog_and_the_job_resumes_exactl
     record(f"partition-{heal}", hang_timeout_s=HANG_S, cut_to_detected_s=t_hung - t_cut,
            watchdog_idle_s=max(idle), cut_to_heal_s=t_heal - t_cut,
            heal_to_status_said_s=t_said - t_heal)  # fmt: skip
-    assert reallab.gpufleet("cancel", name, "-n", TENANT).returncode == 0
+    assert reallab.cancel(name, TENANT)

@@ -157,7 +157,7 @@ def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
         free_restarts=free_restarts(reallab, name, target),
     )
     for job, ns in ((name, TENANT), (lender, LENDER_TENANT)):
-        assert reallab.gpufleet("cancel", job, "-n", ns).returncode == 0
+        assert reallab.cancel(job, ns)
 
 
 def free_restarts(cluster: DevCluster, name: str, target: str) -> int:
