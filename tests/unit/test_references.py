@@ -1,6 +1,7 @@
 """The real-node tests' local reference runs (tests/support/references.py), with small real
 runs: a queued shape runs in the test that asks for it, a running one is waited for, each
-shape runs once, and a stop leaves no process behind."""
+shape runs once, a stop leaves no process behind, and a later session reads a shape's result
+from disk unless something that decides it changed."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import references
+from tests.support import refcache, references
 from tests.support.procs import poll_until
 
 FIRST, SECOND = (1, 1, 4, 2, "pytorch"), (1, 1, 6, 2, "pytorch")
 
 
 @pytest.fixture(autouse=True)
-def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No run of another test remembered."""
+def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No run of another test remembered, in this process or on disk."""
     monkeypatch.setattr(references, "_RUNS", references._Runs())
+    monkeypatch.setenv(refcache.CACHE_ENV, str(tmp_path / "cache"))
 
 
 def ran_in(root: Path) -> set[str]:
@@ -52,3 +54,28 @@ def test_a_stop_ends_the_running_reference_and_the_queued_ones_never_start(
     references.stop_prefetch()
     assert proc.poll() is not None and not references._RUNS.queued
     assert ran_in(workdir) <= {"local-pytorch-1x1-4-2"}  # the workdir fixture: no process left
+
+
+def test_a_later_session_reads_the_result_from_disk_unless_an_input_changed(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for root in ("one", "three"):
+        (workdir / root).mkdir()
+    first = references.local_digest(workdir / "one", *FIRST[:4])
+    monkeypatch.setattr(references, "_RUNS", references._Runs())  # the next session
+    references.prefetch(workdir / "two", [FIRST])
+    try:
+        assert references.local_digest(workdir / "two", *FIRST[:4]) == first
+    finally:
+        references.stop_prefetch()
+    assert not (workdir / "two").exists()  # nothing ran, not even in the background
+    monkeypatch.setattr(references, "_RUNS", references._Runs())
+    monkeypatch.setattr(refcache, "machine_and_code", lambda: "another torch, or another CPU")
+    assert references.local_digest(workdir / "three", *FIRST[:4]) == first
+    assert ran_in(workdir / "three") == {"local-pytorch-1x1-4-2"}
+
+
+def test_the_key_is_the_spec_and_not_where_it_checkpoints() -> None:
+    here, there = references._doc(Path("/a"), FIRST), references._doc(Path("/b"), FIRST)
+    assert here != there and refcache.key(here) == refcache.key(there)
+    assert refcache.key(references._doc(Path("/a"), SECOND)) != refcache.key(here)
