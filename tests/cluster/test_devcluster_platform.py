@@ -10,6 +10,7 @@ the lab's queues: test_devcluster_queues.py; tenancy and security: test_devclust
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,32 @@ CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 
 def values_of(path: Path) -> dict[str, Any]:
     return dict(yaml.safe_load(path.read_text()))
+
+
+# Kueue v0.19's race (kubernetes-sigs/kueue#12572, fix proposed in #13186): a Topology deleted
+# while a ResourceFlavor still names it keeps its finalizer when Kueue checks it before its cache
+# has seen that flavor go, and nothing checks it again. helm then waits on it in vain.
+TOPOLOGY_RACE = re.compile(r"resource Topology//(\S+) still exists\. status: Terminating")
+
+
+def uninstall(cluster: DevCluster, release: str, ns: str, *, check: bool) -> None:
+    """`helm uninstall --wait`; when only Kueue's race holds a Topology, what README's chart
+    section tells an operator to do: annotate it (an update: Kueue checks it again) and wait
+    for it to go."""
+    done = cluster.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "120s",
+                        check=False)  # fmt: skip
+    stuck = TOPOLOGY_RACE.findall(done.stderr)
+    if done.returncode != 0 and stuck:
+        for name in stuck:
+            patch = {"metadata": {"annotations": {"gpufleet.dev/recheck": "1"}}}
+            cluster.custom.patch_cluster_custom_object(*KUEUE, "topologies", name, patch)
+        poll_until(lambda: not [t for t in release_objects(cluster, release)
+                                if t.startswith("topologies/")],
+                   what=f"Topologies {stuck} gone once rechecked", timeout=60)  # fmt: skip
+        # and the release's record, whether or not helm dropped it with its error
+        cluster.helm("uninstall", release, "-n", ns, "--ignore-not-found", "--wait")
+    elif check:
+        assert done.returncode == 0, f"helm uninstall {release}: {done.stderr[-3000:]}"
 
 
 @pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name.removesuffix("-values.yaml"))
@@ -64,8 +91,7 @@ def test_chart_installs_is_accepted_by_kueue_and_uninstalls_clean(
     finally:
         # Also after a failed install: helm keeps a failed release and what it had created,
         # which would break the next test's install.
-        devcluster.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "120s",
-                        check=installed.returncode == 0)  # fmt: skip
+        uninstall(devcluster, release, ns, check=installed.returncode == 0)
     devcluster.core.delete_namespace(ns)
     poll_until(lambda: not release_objects(devcluster, release) and not namespaces(devcluster, ns),
                timeout=120, interval=1,
