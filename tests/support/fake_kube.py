@@ -10,6 +10,7 @@ call on the wrong client fails as it would for real): ``kube.cluster("team-a")``
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 from typing import Any
 
@@ -50,6 +51,13 @@ def _matches(obj: Obj, label_selector: str | None, field_selector: str | None = 
         if value != want:
             return False
     return True
+
+
+def required(fn: Any) -> list[str]:
+    """A client method's required positional parameters (without self): what a stand-in for
+    it must take in the same order."""
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    return [p.name for p in params if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
 
 
 class FakeKube:

@@ -5,7 +5,6 @@ cluster commands no longer import the typed API modules (their cost, 1.3 CPU-s a
 
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 from kubernetes import client as k8s
 
 from gpufleet.cluster.builtin import CALLS, BuiltinApi
+from tests.support.fake_kube import required
 
 Request = tuple[str, str, bytes]  # (verb, path with query, body)
 META = {"name": "w-0", "namespace": "team", "labels": {"app": "w"}}
@@ -90,11 +90,6 @@ def api_client() -> Iterator[k8s.ApiClient]:
     server.server_close()
 
 
-def positional(fn: Any) -> list[str]:
-    params = list(inspect.signature(fn).parameters.values())[1:]  # without self
-    return [p.name for p in params if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
-
-
 ARGS = {"name": "w-0", "namespace": "team", "path": "metrics"}
 KWARGS = {  # by operation, or by method
     "list": {"label_selector": "gpufleet.dev/job=w"},
@@ -118,7 +113,7 @@ def test_each_call_sends_what_the_typed_client_sends(
     api_client: k8s.ApiClient, api: str, method: str
 ) -> None:
     call, typed = CALLS[api][method], getattr(getattr(k8s, api)(api_client), method)
-    assert positional(getattr(type(typed.__self__), method)) == list(call.positional)
+    assert required(getattr(type(typed.__self__), method)) == list(call.positional)
     plural = call.path.removesuffix("/{name}").split("/")[-1]
     args = [ARGS.get(p, OBJECTS.get(plural)) for p in call.positional]
     kwargs = KWARGS.get(method, KWARGS.get(method.split("_")[0], {}))

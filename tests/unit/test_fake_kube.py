@@ -4,18 +4,10 @@ errors with the client's own ApiException."""
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
-
 import pytest
 from kubernetes import client as k8s
 
-from tests.support.fake_kube import API_CLASSES, API_METHODS, FakeKube
-
-
-def required(fn: Any) -> list[str]:
-    params = list(inspect.signature(fn).parameters.values())[1:]  # without self
-    return [p.name for p in params if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+from tests.support.fake_kube import API_CLASSES, API_METHODS, FakeKube, required
 
 
 @pytest.mark.parametrize("method", sorted(API_METHODS))
