@@ -1,13 +1,16 @@
 """What starting the workers costs: forked from a forkserver that imported torch once (what
 gpufleet does, gpufleet.launch.forked) against each worker a new Python (torchelastic's
-default for a command, what gpufleet did before), on the same job in the same run.
+default for a command, what gpufleet did before), and against the same forkserver that freezes
+nothing for the garbage collector (gpufleet.launch.zygote.preloaded), on the same job in the
+same run.
 
     python benchmarks/worker_start.py [--rounds 3]
 
 Each round runs the digits job (1 node x 2 processes, 40 steps, a checkpoint every 10) with
 `gpufleet run`, in both ways, in a rotating order: once uninterrupted, and once with rank 0
 killed at step 17 (one restart of the group). The baseline is the same `gpufleet run` with the
-node agent's entry point switched back to the worker command (a patch of this script only).
+node agent's entry point switched back to the worker command; "nothing frozen" is `gpufleet run`
+with gc.freeze made a no-op (both patches of this script only).
 CPU is the whole machine's busy time from /proc/stat over the run (the forkserver and its
 workers are nobody's waited-for children, so a process's own rusage misses them): run it on an
 otherwise quiet machine. Writes benchmarks/results/worker-start_<hardware>_<date>.md (and .json).
@@ -36,10 +39,15 @@ WORKLOAD = {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 10}
 SPEC = digits_job("start", workload=WORKLOAD)
 # The baseline: gpufleet run, its agent given the worker command as torchelastic would start it.
 AS_COMMAND = (
-    "import sys, gpufleet.launch.node as n; n.entrypoint = lambda argv: (argv[0], argv[1:], None);"
+    "import sys, gpufleet.launch.node as n; n.entrypoint = lambda argv, **_: (argv[0], argv[1:], None);"
     "from gpufleet.cli.main import main; sys.argv[0] = 'gpufleet'; sys.exit(main())"
 )
-MODES = {"forked": ["-m", "gpufleet.cli.main"], "a new Python each": ["-c", AS_COMMAND]}
+NOT_FROZEN = (
+    "import gc, sys; gc.freeze = lambda: None;"
+    "from gpufleet.cli.main import main; sys.argv[0] = 'gpufleet'; sys.exit(main())"
+)
+MODES = {"forked": ["-m", "gpufleet.cli.main"], "forked, nothing frozen": ["-c", NOT_FROZEN],
+         "a new Python each": ["-c", AS_COMMAND]}  # fmt: skip
 SCENARIOS = {"uninterrupted": "", "killed at step 17": "kill@step=17,rank=0"}
 Runs = dict[str, dict[str, list[dict[str, Any]]]]  # scenario -> mode -> trials
 
@@ -69,7 +77,7 @@ def main() -> None:
     modes = list(MODES)
     for r in range(args.rounds):
         for scenario, faults in SCENARIOS.items():
-            for mode in modes[r % 2 :] + modes[: r % 2]:
+            for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
                 runs[scenario][mode].append(trial(mode, faults))
                 print(scenario, mode, runs[scenario][mode][-1], flush=True)
     write(runs, args.rounds)

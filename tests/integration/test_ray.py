@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from gpufleet.errors import EXIT_NO_CHECKPOINT
+from tests.support import refcache
 from tests.support.cli import cli_env, gpufleet_cmd
 from tests.support.procs import poll_until
 from tests.support.specs import write_spec
@@ -83,18 +84,39 @@ def train_workers(launcher: int) -> list[psutil.Process]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    workdir = tmp_path_factory.mktemp("ray-uninterrupted")
-    code, result, err = summary(run(workdir, "ray-whole"))
+    """The uninterrupted run's summary: a reference run, once per session and machine, and
+    not at all when an earlier session ran it with the same sources and packages
+    (tests/support/refcache.py)."""
+
+    def whole() -> dict[str, Any]:
+        code, result, err = summary(run(tmp_path_factory.mktemp("ray-uninterrupted"), "ray-whole"))
+        assert code == 0 and result["restarts"] == 0, err[-3000:]
+        return result
+
+    return refcache.reference(ray_spec("ray-whole"), whole)
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A run whose Train worker is SIGKILLed once its first checkpoint is written."""
+    workdir = tmp_path_factory.mktemp("ray-killed")
+    proc = run(workdir, "ray-killed")
+    poll_until(lambda: checkpoint_done(workdir, "ray-killed", EVERY), what=f"checkpoint {EVERY}",
+               alive=proc, timeout=240)  # fmt: skip
+    workers = train_workers(proc.pid)
+    assert len(workers) == 2, workers
+    workers[-1].send_signal(signal.SIGKILL)
+    code, result, err = summary(proc)
     assert code == 0, err[-3000:]
     result["workdir"] = workdir
     return result
 
 
-def test_two_ray_nodes_train_digits_to_the_expected_accuracy(uninterrupted: dict[str, Any]) -> None:
-    assert uninterrupted["status"] == "Succeeded"
-    assert uninterrupted["steps"] == STEPS and uninterrupted["restarts"] == 0
-    assert uninterrupted["accuracy"] >= 0.9, uninterrupted
-    root = checkpoints(uninterrupted["workdir"], "ray-whole")
+def test_two_ray_nodes_train_digits_to_the_expected_accuracy(killed: dict[str, Any]) -> None:
+    assert killed["status"] == "Succeeded"
+    assert killed["steps"] == STEPS
+    assert killed["accuracy"] >= 0.9, killed
+    root = checkpoints(killed["workdir"], "ray-killed")
     # Ray kept spec.checkpoint.keep of them, each with gpufleet's marker.
     assert len(list(root.glob("step_*"))) == 2, sorted(p.name for p in root.iterdir())
     checked = subprocess.run(gpufleet_cmd("checkpoints", "verify", str(root)), env=cli_env(),
@@ -104,27 +126,20 @@ def test_two_ray_nodes_train_digits_to_the_expected_accuracy(uninterrupted: dict
 
 
 def test_a_killed_train_worker_is_restarted_by_ray_and_the_job_ends_exact(
-    workdir: Path, uninterrupted: dict[str, Any]
+    killed: dict[str, Any], uninterrupted: dict[str, Any]
 ) -> None:
-    proc = run(workdir, "ray-killed")
-    poll_until(lambda: checkpoint_done(workdir, "ray-killed", EVERY), what=f"checkpoint {EVERY}",
-               alive=proc, timeout=240)  # fmt: skip
-    workers = train_workers(proc.pid)
-    assert len(workers) == 2, workers
-    workers[-1].send_signal(signal.SIGKILL)
-    code, result, err = summary(proc)
-    assert code == 0, err[-3000:]
-    assert result["restarts"] >= 1, result
-    assert result["resumed_from"] is not None and result["resumed_from"] >= EVERY, result
-    assert result["state_digest"] == uninterrupted["state_digest"]
+    assert killed["restarts"] >= 1, killed
+    assert killed["resumed_from"] is not None and killed["resumed_from"] >= EVERY, killed
+    assert killed["state_digest"] == uninterrupted["state_digest"]
 
 
 def test_a_corrupt_checkpoint_is_set_aside_and_the_one_before_resumed(
-    workdir: Path, uninterrupted: dict[str, Any]
+    workdir: Path, killed: dict[str, Any]
 ) -> None:
-    # The uninterrupted run's checkpoints (steps 250 and 300), under its job's name here: a
-    # copy, not a run of its own (a Ray cluster's start is most of a run's time).
-    name, kept = "ray-whole", checkpoints(uninterrupted["workdir"], "ray-whole")
+    # The killed run's checkpoints (steps 250 and 300, the uninterrupted run's weights), under
+    # its job's name here: a copy, not a run of its own (a Ray cluster's start is most of a
+    # run's time).
+    name, kept = "ray-killed", checkpoints(killed["workdir"], "ray-killed")
     shutil.copytree(kept, checkpoints(workdir, name))
     (newest,) = checkpoints(workdir, name).glob(f"step_{STEPS:09d}-*")
     state = newest / "state.pt"

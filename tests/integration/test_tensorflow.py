@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from gpufleet.errors import EXIT_PREEMPTED
+from tests.support import refcache
 from tests.support.cli import cli_env, gpufleet_cmd
 from tests.support.procs import poll_until, processes_mentioning
 from tests.support.specs import write_spec
@@ -76,31 +77,23 @@ def run_to_first_checkpoint(workdir: Path, name: str) -> subprocess.Popen[str]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    workdir = tmp_path_factory.mktemp("tf-uninterrupted")
-    code, result, err = summary(run(workdir, "tf-whole"))
-    assert code == 0, err[-3000:]
-    result["workdir"] = workdir
-    return result
+    """The uninterrupted run's summary: a reference run, once per session and machine, and
+    not at all when an earlier session ran it with the same sources and packages
+    (tests/support/refcache.py)."""
+
+    def whole() -> dict[str, Any]:
+        code, result, err = summary(run(tmp_path_factory.mktemp("tf-uninterrupted"), "tf-whole"))
+        assert code == 0 and result["restarts"] == 0, err[-3000:]
+        return result
+
+    return refcache.reference(tf_spec("tf-whole"), whole)
 
 
-def test_two_workers_train_digits_to_the_expected_accuracy(uninterrupted: dict[str, Any]) -> None:
-    assert uninterrupted["status"] == "Succeeded"
-    assert uninterrupted["steps"] == STEPS and uninterrupted["restarts"] == 0
-    assert uninterrupted["accuracy"] >= 0.9, uninterrupted
-    logs = Path(uninterrupted["run_dir"])
-    if not logs.is_absolute():
-        logs = uninterrupted["workdir"] / logs
-    assert sorted(p.name for p in (logs / "logs").iterdir()) == ["node0", "node1"]
-    # Its checkpoints carry gpufleet's markers: the same verifier reads them.
-    checked = subprocess.run(gpufleet_cmd("checkpoints", "verify", str(logs / "checkpoints")),
-                             env=cli_env(), capture_output=True, text=True)  # fmt: skip
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert checked.stdout.count("OK") == 2, checked.stdout
-
-
-def test_a_killed_worker_restarts_the_group_and_the_job_ends_exact(
-    workdir: Path, uninterrupted: dict[str, Any]
-) -> None:
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A run whose rank 1 is SIGKILLed once the first checkpoint is complete; its agent's
+    scratch directory (autograph's modules) is gone with the agent."""
+    workdir = tmp_path_factory.mktemp("tf-killed")
     proc = run_to_first_checkpoint(workdir, "tf-killed")
     victims = [p for p in processes_mentioning("gpufleet.frameworks.tf", cwd=workdir)
                if p.environ().get("RANK") == "1"]  # fmt: skip
@@ -112,8 +105,30 @@ def test_a_killed_worker_restarts_the_group_and_the_job_ends_exact(
     code, result, err = summary(proc)
     assert code == 0, err[-3000:]
     assert not scratch.exists(), "the agent's scratch directory outlived it"
-    assert result["resumed_from"] is not None and result["resumed_from"] >= EVERY, result
-    assert result["state_digest"] == uninterrupted["state_digest"]
+    result["workdir"] = workdir
+    return result
+
+
+def test_two_workers_train_digits_to_the_expected_accuracy(killed: dict[str, Any]) -> None:
+    assert killed["status"] == "Succeeded"
+    assert killed["steps"] == STEPS
+    assert killed["accuracy"] >= 0.9, killed
+    logs = Path(killed["run_dir"])
+    if not logs.is_absolute():
+        logs = killed["workdir"] / logs
+    assert sorted(p.name for p in (logs / "logs").iterdir()) == ["node0", "node1"]
+    # Its checkpoints carry gpufleet's markers: the same verifier reads them.
+    checked = subprocess.run(gpufleet_cmd("checkpoints", "verify", str(logs / "checkpoints")),
+                             env=cli_env(), capture_output=True, text=True)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("OK") == 2, checked.stdout
+
+
+def test_a_killed_worker_restarts_the_group_and_the_job_ends_exact(
+    killed: dict[str, Any], uninterrupted: dict[str, Any]
+) -> None:
+    assert killed["resumed_from"] is not None and killed["resumed_from"] >= EVERY, killed
+    assert killed["state_digest"] == uninterrupted["state_digest"]
 
 
 def test_a_preempted_job_exits_75_and_resumes_exact_from_the_agreed_step(
@@ -133,15 +148,16 @@ def test_a_preempted_job_exits_75_and_resumes_exact_from_the_agreed_step(
 
 
 def test_a_corrupt_checkpoint_is_set_aside_and_another_jobs_is_refused(
-    workdir: Path, uninterrupted: dict[str, Any]
+    workdir: Path, killed: dict[str, Any], uninterrupted: dict[str, Any]
 ) -> None:
     """A flipped byte in the newest TensorFlow checkpoint: the next run sets it aside, resumes
     from the one before and still ends exact. Another job pointed at the same directory is
     refused with exit 2 before it trains."""
-    # The uninterrupted run's checkpoints (steps 250 and 300), its job's: a copy, not a run.
+    # The killed run's checkpoints (steps 250 and 300, the uninterrupted run's weights), its
+    # job's: a copy, not a run.
     shared = workdir / "ckpt"
-    shutil.copytree(uninterrupted["workdir"] / ".gpufleet/runs/tf-whole/checkpoints", shared)
-    doc = tf_spec("tf-whole")
+    shutil.copytree(killed["workdir"] / ".gpufleet/runs/tf-killed/checkpoints", shared)
+    doc = tf_spec("tf-killed")
     doc["spec"]["checkpoint"]["dir"] = str(shared)
     spec = write_spec(workdir, doc, "corrupt.yaml")
     cmd = gpufleet_cmd("run", str(spec), "-o", "json")
@@ -162,4 +178,4 @@ def test_a_corrupt_checkpoint_is_set_aside_and_another_jobs_is_refused(
     cmd = gpufleet_cmd("run", str(write_spec(workdir, other, "o.yaml")))
     intruder = subprocess.run(cmd, cwd=workdir, env=cli_env(), capture_output=True, text=True)
     assert intruder.returncode == 2, intruder.stderr[-3000:]
-    assert "belongs to job tf-whole, not tf-intruder" in intruder.stderr
+    assert "belongs to job tf-killed, not tf-intruder" in intruder.stderr

@@ -19,6 +19,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,14 @@ def store(doc: dict[str, Any], summary: str) -> None:
     for old in where.glob("*.json"):
         if old.stat().st_mtime < too_old:
             old.unlink(missing_ok=True)
+
+
+def reference(doc: dict[str, Any], compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The summary of an uninterrupted run of ``doc``: an earlier session's, else
+    ``compute()``'s (a run that asserts its success), kept for the sessions after."""
+    cached = load(doc)
+    if cached is not None:
+        return dict(json.loads(cached))
+    result = compute()
+    store(doc, json.dumps(result))
+    return result

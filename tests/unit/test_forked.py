@@ -37,9 +37,10 @@ def test_any_other_command_is_started_as_given() -> None:
 # progress bar does), OMP_NUM_THREADS set after torch loaded (as the launchers set it). Its
 # forkserver must be its own fork (its command line, not a new Python's), and a worker must
 # see what a new interpreter's would: one thread (once it asked, as the shim does), default
-# SIGTERM, the real stdout.
+# SIGTERM, the real stdout; and the objects of torch frozen, which its collector never walks
+# (the stdlib's server freezes nothing).
 AGENT = """
-import io, json, multiprocessing, os, signal, sys, threading
+import gc, io, json, multiprocessing, os, signal, sys, threading
 import torch
 from gpufleet.launch import forked, zygote
 def probe(q):
@@ -47,7 +48,8 @@ def probe(q):
     zygote.threads_from_environment()  # as gpufleet.launch.shim.worker does first
     q.put({"server": open(f"/proc/{os.getppid()}/cmdline").read(), "threads":
            torch.get_num_threads(), "sigterm": signal.getsignal(signal.SIGTERM) is
-           signal.SIG_DFL, "stdout": sys.stdout is sys.__stdout__})
+           signal.SIG_DFL, "stdout": sys.stdout is sys.__stdout__,
+           "frozen": gc.get_freeze_count()})
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: None)
     sys.stdout = io.StringIO()
@@ -82,3 +84,4 @@ def test_the_forkserver_is_the_agents_fork_and_its_workers_see_a_new_interpreter
     assert (seen["server"] == seen["agent"]) is (method == "forkserver")
     assert "multiprocessing.forkserver" in seen["server"] or method
     assert seen["threads"] == 1 and seen["sigterm"] and seen["stdout"] and seen["gone"]
+    assert (seen["frozen"] > 100_000) is (method == "forkserver"), seen["frozen"]

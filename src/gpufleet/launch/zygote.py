@@ -20,6 +20,8 @@ shim). The attributes set are the stdlib's private ones, as ``ensure_running`` s
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import signal
 import socket
@@ -66,11 +68,24 @@ def _serve(listener_fd: int, alive_r: int, alive_w: int, preload: list[str]) -> 
             if callable(signal.getsignal(sig)) and sig != signal.SIGINT:
                 signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        preloaded(preload)
         forkserver.main(listener_fd, alive_r, preload)
     except SystemExit:  # the stdlib's way out of its loop: the agent is gone
         code = 0
     finally:
         os._exit(code)
+
+
+def preloaded(preload: list[str]) -> None:
+    """Import the preload list as the stdlib's server would (what fails to import is left
+    out), then freeze what the server holds: a worker's garbage collector never walks the
+    ~320,000 objects of torch and the preload again. Each full collection in a worker costs
+    0.3 CPU-s otherwise, twice a full one: its walk writes every object's header, so the
+    fork's shared pages are copied (gc.freeze's own use, per its documentation)."""
+    for name in preload:
+        with contextlib.suppress(ImportError):
+            __import__(name)
+    gc.freeze()
 
 
 def threads_from_environment() -> None:
