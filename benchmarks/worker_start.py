@@ -39,7 +39,8 @@ WORKLOAD = {"name": "digits", "steps": 40, "batchSize": 32, "logEvery": 10}
 SPEC = digits_job("start", workload=WORKLOAD)
 # The baseline: gpufleet run, its agent given the worker command as torchelastic would start it.
 AS_COMMAND = (
-    "import sys, gpufleet.launch.node as n; n.entrypoint = lambda argv, **_: (argv[0], argv[1:], None);"
+    "import sys, gpufleet.launch.node as n;"
+    "n.entrypoint = lambda argv, **_: (argv[0], argv[1:], None);"
     "from gpufleet.cli.main import main; sys.argv[0] = 'gpufleet'; sys.exit(main())"
 )
 NOT_FROZEN = (
