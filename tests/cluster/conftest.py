@@ -7,18 +7,31 @@ plane, installed once for the modules that use it and uninstalled after the last
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
 
 
 @pytest.fixture(scope="package")
-def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def devcluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[Any]:  # fmt: skip
     """The local control plane (`gpufleet cluster up`: 3 nodes x 4 A30, Kueue, JobSet), started
-    once for tests/cluster/ and stopped after its last test (tests/support/devcluster.py)."""
+    once for tests/cluster/ and stopped after its last test (tests/support/devcluster.py). Once
+    it is up, the design's cluster of test_devcluster_design starts in the background when
+    that module is to run (tests/support/ahead.py)."""
+    from tests.support import ahead
     from tests.support.devcluster import session_cluster
+    from tests.support.devlab import DESIGN, design_installed
 
-    yield from session_cluster(tmp_path_factory)
+    design = "tests/cluster/test_devcluster_design.py::"
+    for cluster in session_cluster(tmp_path_factory):
+        if any(item.nodeid.startswith(design) for item in request.session.items):
+            ahead.begin(DESIGN, partial(design_installed, tmp_path_factory.mktemp("design")))
+        try:
+            yield cluster
+        finally:
+            ahead.drop_all()
 
 
 @pytest.fixture(scope="package")

@@ -22,33 +22,23 @@ from gpufleet.kube import MULTUS_NETWORKS
 from gpufleet.render.podsecurity import RDMA_CAPABILITY
 from gpufleet.render.podspec import CONTAINER_SECURITY, POD_SECURITY
 from gpufleet.spec import DEFAULT_RDMA_RESOURCE
-from tests.support.chart import expected_namespaces
-from tests.support.devcluster import CHART, DevCluster, needs_controlplane, start, stop
+from tests.support import ahead
+from tests.support.devcluster import DevCluster, needs_controlplane
+from tests.support.devlab import DESIGN, DESIGN_VALUES, design_installed
 from tests.support.procs import poll_until
 from tests.support.specs import cluster_job, write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
-VALUES = CHART / "ci" / "onprem-50node-values.yaml"
+VALUES = DESIGN_VALUES
 # Where the design's Alertmanager runs and so its alert routing goes (monitoring.alerting).
 ALERTMANAGER_NAMESPACE = yaml.safe_load(VALUES.read_text())["monitoring"]["alerting"]["namespace"]
-PODS_READY_TIMEOUT_S = 15
 
 
 @pytest.fixture(scope="module")
 def design(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    """The design's cluster and chart. Beside the session's cluster, whose MPI operator holds
-    its fixed port (not needed here)."""
-    cluster = start(tmp_path_factory.mktemp("design"), nodes=4, gpus=8, values=VALUES,
-                    without=("mpi-operator",),
-                    extra=("--pods-ready-timeout", f"{PODS_READY_TIMEOUT_S}s"))  # fmt: skip
-    try:
-        for namespace in expected_namespaces(VALUES):  # its Alertmanager's, its mirror's
-            cluster.ensure_namespace(namespace)
-        cluster.helm("install", "onprem", str(CHART), "-f", str(VALUES), "-n", "gpufleet-system",
-                     "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
-        yield cluster
-    finally:
-        stop(cluster)
+    """The design's cluster and chart (tests/support/devlab.py): begun in the background when
+    the session's cluster started (tests/cluster/conftest.py), else started here."""
+    yield from ahead.take(DESIGN, lambda: design_installed(tmp_path_factory.mktemp("design")))
 
 
 def test_the_alert_routing_is_in_the_alertmanagers_namespace(design: DevCluster) -> None:

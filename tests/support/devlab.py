@@ -7,13 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from tests.support.devcluster import CHART, DevCluster
+from tests.support.chart import expected_namespaces
+from tests.support.devcluster import CHART, DevCluster, start, stop
 from tests.support.procs import poll_until
 from tests.support.specs import cluster_job
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
+# The 50-node on-premises design's own cluster (tests/cluster/test_devcluster_design.py).
+DESIGN, DESIGN_VALUES = "design", CHART / "ci" / "onprem-50node-values.yaml"
+PODS_READY_TIMEOUT_S = 15  # its Kueue's waitForPodsReady
 
 
 def active(obj: dict[str, Any]) -> bool:
@@ -102,3 +107,21 @@ def bound_claim(cluster: DevCluster, namespace: str, claim: str) -> None:
     cluster.core.create_namespaced_persistent_volume_claim(namespace, pvc)
     poll_until(lambda: cluster.core.read_namespaced_persistent_volume_claim(claim, namespace)
                .status.phase == "Bound", what=f"claim {claim} bound", timeout=60)  # fmt: skip
+
+
+@contextmanager
+def design_installed(root: Path) -> Iterator[DevCluster]:
+    """The design's cluster (four kwok nodes of 8 GPUs per flavor, Kueue's waitForPodsReady at
+    PODS_READY_TIMEOUT_S) with the chart and the same values, stopped at the end. Beside the
+    session's cluster, whose MPI operator holds its fixed port (not needed here)."""
+    cluster = start(root, nodes=4, gpus=8, values=DESIGN_VALUES, without=("mpi-operator",),
+                    extra=("--pods-ready-timeout", f"{PODS_READY_TIMEOUT_S}s"))  # fmt: skip
+    try:
+        for namespace in expected_namespaces(DESIGN_VALUES):  # its Alertmanager's, its mirror's
+            cluster.ensure_namespace(namespace)
+        cluster.helm("install", "onprem", str(CHART), "-f", str(DESIGN_VALUES), "-n",
+                     "gpufleet-system", "--create-namespace", "--wait",
+                     "--timeout", "120s")  # fmt: skip
+        yield cluster
+    finally:
+        stop(cluster)

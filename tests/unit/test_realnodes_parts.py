@@ -342,6 +342,21 @@ def test_prometheus_scrapes_each_pods_metrics_port_as_the_adapter_rules_read_it(
         assert set(rule["resources"]["overrides"]) <= labels
 
 
+def test_the_local_adapter_rules_are_the_files_with_a_window_of_four_scrapes(
+    tmp_path: Path,
+) -> None:
+    """Every rate() of the adapter's rules reads 20 s here (4 scrapes of 5 s), not a minute;
+    nothing else differs from deploy/prometheus/adapter-rules.yaml."""
+    from gpufleet.devcluster.realnodes import metrics
+
+    pipeline = metrics.MetricsPipeline(tmp_path)
+    original = metrics.ADAPTER_RULES_FILE.read_text()
+    local = pipeline.rules().read_text()
+    assert local.count("[20s]") == original.count("[1m]") >= 2 and "[1m]" not in local
+    assert local.replace("[20s]", "[1m]") == original
+    assert metrics.SCRAPE_INTERVAL == "5s"
+
+
 def test_the_hosts_mounts_leave_out_only_those_of_the_other_pytest_workers() -> None:
     """A full-disk test in the other xdist worker mounted its tmpfs while the real-node cluster
     started, and unmounted it before the cluster stopped: `down` was said to have left the host

@@ -38,6 +38,10 @@ ADAPTER_RULES_FILE = REPO / "deploy" / "prometheus" / "adapter-rules.yaml"
 ALERT_RULES_FILE = REPO / "deploy" / "prometheus" / "gpufleet-rules.yaml"  # the chart's too
 SCRAPE_INTERVAL = "5s"  # a load's effect reaches the autoscaler within seconds
 RELIST_INTERVAL = "5s"  # how soon the adapter serves the series of a new pod
+# The rules' rate window here: four scrapes. The file's own, one minute, suits the 15-30 s
+# scrape intervals of real clusters; here it would keep a finished load in the mean queue time
+# for a minute before a scale-down could start.
+RULES_WINDOW, LOCAL_WINDOW = "[1m]", "[20s]"
 PROMETHEUS_USER = "gpufleet:prometheus"
 PROMETHEUS_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
 ADAPTER_USER = "gpufleet:prometheus-adapter"
@@ -163,6 +167,16 @@ class MetricsPipeline:
                 "--storage.tsdb.retention.time=1d"]  # fmt: skip
         return Component(PROMETHEUS, argv, lambda: _get(f"http://{listen}/-/ready"))
 
+    def rules(self) -> Path:
+        """The adapter's rules (deploy/prometheus/adapter-rules.yaml) with LOCAL_WINDOW."""
+        text = ADAPTER_RULES_FILE.read_text()
+        if RULES_WINDOW not in text:
+            raise ClusterUpError(f"{ADAPTER_RULES_FILE}: no rate window {RULES_WINDOW} to shorten")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        local = self.dir / ADAPTER_RULES_FILE.name
+        local.write_text(text.replace(RULES_WINDOW, LOCAL_WINDOW))
+        return local
+
     def adapter(self, ctx: NodeContext) -> Component:
         """The adapter on 127.0.0.1, its serving certificate of the cluster's CA for the name
         the aggregator checks (<service>.<namespace>.svc)."""
@@ -180,7 +194,7 @@ class MetricsPipeline:
                 f"--tls-private-key-file={ctx.pki.key('prometheus-adapter-serving')}",
                 f"--prometheus-url=http://127.0.0.1:{self.prometheus_port}/",
                 f"--metrics-relist-interval={RELIST_INTERVAL}",
-                f"--config={ADAPTER_RULES_FILE}", "--v=1"]  # fmt: skip
+                f"--config={self.rules()}", "--v=1"]  # fmt: skip
         tls = ssl.create_default_context(cafile=str(ctx.pki.ca))
         url = f"https://{LOOPBACK}:{self.adapter_port}/readyz"
         return Component(ADAPTER, argv, lambda: _get(url, context=tls))
