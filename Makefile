@@ -64,7 +64,8 @@ lint: $(STAMP)
 # One pytest-xdist worker per core, and one more: the test modules are handed out whole, the
 # control plane's together, all of tests/cluster/ (tests/conftest.py, work_unit; tests/README.md),
 # and that one mostly waits on controllers and pods (0.1-0.5 CPU-s per second of its wall time):
-# a worker per core shares the rest beside it (benchmarks/results/suite-durations_*).
+# a worker per core shares the rest beside it, at a lower priority (tests/support/units.py,
+# yield_to_control_plane: that unit is the longest chain; benchmarks/results/suite-durations_*).
 # PYTEST_WORKERS=0 runs them in this one process; `check`, without tests/cluster/, one per core.
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 CHECK_WORKERS := $(if $(filter command line environment,$(origin PYTEST_WORKERS)),$(PYTEST_WORKERS),auto)
