@@ -61,14 +61,10 @@ lint: $(STAMP)
 	$(BIN)/python scripts/gen_spec_docs.py --check
 	$(BIN)/python scripts/gen_zabbix_template.py --check
 
-# One pytest-xdist worker per core, and one more: the test modules are handed out whole, the
-# control plane's together, all of tests/cluster/ (tests/conftest.py, work_unit; tests/README.md),
-# and that one mostly waits on controllers and pods (0.1-0.5 CPU-s per second of its wall time):
-# a worker per core shares the rest beside it, at a lower priority (tests/support/units.py,
-# yield_to_control_plane: that unit is the longest chain; benchmarks/results/suite-durations_*).
-# PYTEST_WORKERS=0 runs them in this one process; `check`, without tests/cluster/, one per core.
-PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
-CHECK_WORKERS := $(if $(filter command line environment,$(origin PYTEST_WORKERS)),$(PYTEST_WORKERS),auto)
+# One pytest-xdist worker per core: the test modules are handed out whole, the control plane's
+# together, all of tests/cluster/ (tests/conftest.py, work_unit; tests/README.md).
+# PYTEST_WORKERS=0 runs them in this one process.
+PYTEST_WORKERS ?= auto
 # PYTEST_ARGS: which tests (default: all), e.g. make measured PYTEST_ARGS=tests/unit
 PYTEST_ARGS ?=
 # The image is for the real-node tests, which need root (they skip otherwise): built as root only,
@@ -123,7 +119,7 @@ mutation: $(STAMP)
 # caches), then the tests of tests/unit and tests/integration not marked `slow`, one pytest-xdist
 # worker per core, without coverage. CI, and a change before it lands, run `make test`.
 check: lint tools controlplane
-	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -n $(CHECK_WORKERS) -m "not slow" \
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" \
 	  tests/unit tests/integration $(PYTEST_ARGS)
 
 unit: $(STAMP) tools

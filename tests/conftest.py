@@ -16,13 +16,7 @@ from hypothesis import settings
 
 from tests.support.coverage import hold_environment, measured_children
 from tests.support.procs import wait_no_processes
-from tests.support.units import (
-    CONTROL_PLANE,
-    UNMEASURED_SLOW,
-    unit_seconds,
-    work_unit,
-    yield_to_control_plane,
-)
+from tests.support.units import CONTROL_PLANE, UNMEASURED_SLOW, unit_seconds, work_unit
 
 __all__ = ["measured_children"]  # the coverage scope's module fixture (tests/support/coverage.py)
 # What each test costs, per phase, in its report and the JUnit XML (benchmarks/suite_durations.py);
@@ -127,13 +121,6 @@ def check_control_plane_tests(items: list[pytest.Item]) -> None:
     if strays:
         raise pytest.UsageError(f"controlplane tests belong in {CONTROL_PLANE}/: "
                                 f"{', '.join(strays)}")  # fmt: skip
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Under pytest-xdist, the tests beside the control plane's unit yield the CPU to it
-    (units.yield_to_control_plane)."""
-    if hasattr(item.config, "workerinput"):
-        yield_to_control_plane(item.nodeid)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

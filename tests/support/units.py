@@ -5,7 +5,6 @@ modules JOINED to it, or all of tests/cluster/), and the order the workers take 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 # The modules that use the control plane (the devcluster fixture, marker
@@ -40,25 +39,9 @@ def work_unit(nodeid: str) -> str:
 
     In one process the control plane's modules run last: it runs from their first test to the
     end of the session, and its processes would otherwise run beside every test after them.
-    Under pytest-xdist (`make test`: a worker per core and one more; tests/conftest.py's
-    scheduler) a worker takes the next unit when it is done, in this order: the control
-    plane's first (mostly waiting on controllers, it runs beside the rest), then the others by
-    their measured seconds, longest first (DURATIONS)."""
+    Under pytest-xdist (`make test`: ``-n auto``, tests/conftest.py's scheduler) a worker takes
+    the next unit when it is done, in this order: the control plane's first (mostly waiting on
+    controllers, it runs beside the rest), then the others by their measured seconds, longest
+    first (DURATIONS)."""
     module = nodeid.split("::")[0]
     return CONTROL_PLANE if module.startswith(CONTROL_PLANE + "/") else JOINED.get(module, module)
-
-
-# The niceness of a pytest-xdist worker once it runs tests outside the control plane's unit,
-# and of what those tests start: the control plane's unit is the suite's longest chain, and it
-# waits on its controllers, kubelets and pods, which run at the default priority. The other
-# workers' CPU-bound tests take the CPU it leaves, rather than slowing it (they share the cores
-# with it, the machine being busier than its cores can serve: make test's extra worker).
-OTHERS_NICE = 10
-
-
-def yield_to_control_plane(nodeid: str) -> None:
-    """In a pytest-xdist worker, before a test outside CONTROL_PLANE: this worker's niceness up
-    to OTHERS_NICE, once (a process may raise its own niceness, not lower it back; the unit is
-    handed out first, so a worker never runs it after another)."""
-    if work_unit(nodeid) != CONTROL_PLANE and os.getpriority(os.PRIO_PROCESS, 0) < OTHERS_NICE:
-        os.setpriority(os.PRIO_PROCESS, 0, OTHERS_NICE)
