@@ -37,20 +37,25 @@ def values_of(path: Path) -> dict[str, Any]:
 TOPOLOGY_RACE = re.compile(r"resource Topology//(\S+) still exists\. status: Terminating")
 
 
+# helm's first wait: an uninstall takes seconds here, and Kueue's race holds it for good, so
+# the race is found after this rather than after a long timeout; a slow machine waits again.
+FIRST_WAIT = "30s"
+WAITED = re.compile(r"still exists|timed out|deadline exceeded")
+
+
 def uninstall(cluster: DevCluster, release: str, ns: str, *, check: bool) -> None:
     """`helm uninstall --wait`; when only Kueue's race holds a Topology, what README's chart
     section tells an operator to do: annotate it (an update: Kueue checks it again) and wait
     for it to go."""
-    done = cluster.helm("uninstall", release, "-n", ns, "--wait", "--timeout", "120s",
+    done = cluster.helm("uninstall", release, "-n", ns, "--wait", "--timeout", FIRST_WAIT,
                         check=False)  # fmt: skip
     stuck = TOPOLOGY_RACE.findall(done.stderr)
-    if done.returncode != 0 and stuck:
+    if done.returncode != 0 and WAITED.search(done.stderr):
         for name in stuck:
             patch = {"metadata": {"annotations": {"gpufleet.dev/recheck": "1"}}}
             cluster.custom.patch_cluster_custom_object(*KUEUE, "topologies", name, patch)
-        poll_until(lambda: not [t for t in release_objects(cluster, release)
-                                if t.startswith("topologies/")],
-                   what=f"Topologies {stuck} gone once rechecked", timeout=60)  # fmt: skip
+        poll_until(lambda: not release_objects(cluster, release), timeout=120,
+                   what=f"the release's objects gone (Topologies {stuck} rechecked)")  # fmt: skip
         # and the release's record, whether or not helm dropped it with its error
         cluster.helm("uninstall", release, "-n", ns, "--ignore-not-found", "--wait")
     elif check:

@@ -20,10 +20,10 @@ from tests.support.chart import CHART, helm, needs_helm
 from tests.support.cli import cli_env, gpufleet_cmd
 from tests.support.kubelet import answering_kubelet
 from tests.support.procs import poll_until, stop_processes
-from tests.support.prometheus import prometheus, query, static
+from tests.support.prometheus import prometheus, query, rules_pending_for, static
 from tests.support.scrape import served_port, stuck_job
 
-pytestmark = [needs_helm, needs_alertmanager, pytest.mark.slow]  # a minute of real servers
+pytestmark = [needs_helm, needs_alertmanager, pytest.mark.slow]  # real servers
 
 HOOKS = "alert-hooks"  # the Secret the receivers name
 TOKEN = "s3cret-oncall-token"
@@ -164,7 +164,10 @@ def test_prometheus_alerts_reach_the_routed_receivers(tmp_path: Path, workdir: P
                 {"job_name": "gpufleet-job",
                  "static_configs": [{"targets": [f"127.0.0.1:{job_port}"], "labels": TEAM_A}]},
             ]  # fmt: skip
-            with alertmanager(tmp_path, config) as am, prometheus(tmp_path, scrapes, am) as prom:
+            # GpufleetJobNoProgress fires after 2 s pending instead of a minute (when: promtool)
+            rules = rules_pending_for(tmp_path, 2)
+            with (alertmanager(tmp_path, config) as am,
+                  prometheus(tmp_path, scrapes, am, rules) as prom):  # fmt: skip
                 _routed_live(receiver, exporter, prom)
     finally:
         stop_processes(procs)

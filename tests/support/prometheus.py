@@ -35,14 +35,17 @@ def query(port: int, promql: str) -> list[dict[str, Any]]:
 
 @contextmanager
 def prometheus(
-    directory: Path, scrape_configs: list[dict[str, Any]], alertmanager: int | None = None
+    directory: Path,
+    scrape_configs: list[dict[str, Any]],
+    alertmanager: int | None = None,
+    rules: Path = RULES,
 ) -> Iterator[int]:
-    """Prometheus scraping and evaluating gpufleet's rules every second, sending its alerts to
-    the Alertmanager on 127.0.0.1:``alertmanager`` if given; yields its port."""
+    """Prometheus scraping and evaluating gpufleet's rules (or ``rules``) every second, sending
+    its alerts to the Alertmanager on 127.0.0.1:``alertmanager`` if given; yields its port."""
     port = free_port()
     config: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(RULES)],
+        "rule_files": [str(rules)],
         "scrape_configs": scrape_configs,
     }
     if alertmanager is not None:
@@ -58,6 +61,20 @@ def prometheus(
         yield port
     finally:
         stop_processes([proc])
+
+
+def rules_pending_for(directory: Path, seconds: int) -> Path:
+    """gpufleet's rules with every alert's ``for`` cut to ``seconds`` (written into
+    ``directory``): for a live test of where alerts go, not of when they fire, which promtool's
+    tests of deploy/prometheus/tests prove with the rules as they are."""
+    doc = yaml.safe_load(RULES.read_text())
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = f"{seconds}s"
+    path = directory / "rules-short-for.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
 
 
 def static(job: str, target: str, **extra: Any) -> dict[str, Any]:
