@@ -37,16 +37,15 @@ def values_of(path: Path) -> dict[str, Any]:
 TOPOLOGY_RACE = re.compile(r"resource Topology//(\S+) still exists\. status: Terminating")
 
 
-# helm's first wait: an uninstall takes seconds here, and Kueue's race holds it for good, so
-# the race is found after this rather than after a long timeout; a slow machine waits again.
-FIRST_WAIT = "30s"
-WAITED = re.compile(r"still exists|timed out|deadline exceeded")
+FIRST_WAIT = "30s"  # helm's: an uninstall takes seconds here, Kueue's race holds it for good
+WAITED = re.compile(r"still exists|timed out|deadline exceeded")  # helm's wait ran out
 
 
 def uninstall(cluster: DevCluster, release: str, ns: str, *, check: bool) -> None:
-    """`helm uninstall --wait`; when only Kueue's race holds a Topology, what README's chart
-    section tells an operator to do: annotate it (an update: Kueue checks it again) and wait
-    for it to go."""
+    """`helm uninstall --wait` for FIRST_WAIT; when that wait runs out, what README's chart
+    section tells an operator to do about Kueue's race (annotate each Topology it holds: an
+    update, so Kueue checks it again), then a longer wait for every object of the release, as
+    a slow machine needs too."""
     done = cluster.helm("uninstall", release, "-n", ns, "--wait", "--timeout", FIRST_WAIT,
                         check=False)  # fmt: skip
     stuck = TOPOLOGY_RACE.findall(done.stderr)
