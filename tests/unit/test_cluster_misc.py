@@ -143,6 +143,32 @@ def test_kueue_admission_with_quota_reserved_waits_for_its_checks() -> None:
     )  # fmt: skip
 
 
+def test_an_admitted_workload_being_preempted_says_so_while_its_pods_stop() -> None:
+    """Kueue marks a workload Preempted and Evicted while it still holds its quota (its pods are
+    ending): status names the preemptor then, not only once the quota is released (the flake of
+    test_a_borrower_is_preempted_when_the_lender_reclaims). Re-admission resets both conditions
+    to False (SetQuotaReservation in Kueue 0.19.2's pkg/workload), so no stale line stays."""
+    reserved = {"type": "QuotaReserved", "status": "True"}
+    why = "Preempted to accommodate a workload due to reclamation; preemptor path: /lab/product"
+    preempted = {"type": "Preempted", "status": "True", "reason": "InCohortReclamation",
+                 "message": why}  # fmt: skip
+    evicted = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "m"}
+    stopping = {"status": {"conditions": [reserved, preempted, evicted]}}
+    assert kueue_reasons(stopping, None, None) == (
+        True, ["Kueue: preempted (InCohortReclamation) by a workload of ClusterQueue product; "
+               "its pods are stopping, then it is requeued"]
+    )  # fmt: skip
+    assert kueue_reasons({"status": {"conditions": [reserved, evicted]}}, None, None) == (
+        True, ["Kueue: evicted (Preempted): m; its pods are stopping"]
+    )  # fmt: skip
+    readmitted = [reserved, {**preempted, "status": "False"}, {**evicted, "status": "False"}]
+    assert kueue_reasons({"status": {"conditions": readmitted}}, None, None) == (True, [])
+    job = {"kind": "JobSet", "metadata": {"name": "b"}, "spec": {}, "status": {}}
+    status = summarize(job, [pod("b-0", "Running")],
+                       workload={"status": {"conditions": [reserved, evicted]}})  # fmt: skip
+    assert status.reasons == ["Kueue: evicted (Preempted): m; its pods are stopping"]
+
+
 def test_an_inactive_cluster_queue_is_named_and_a_queue_with_room_is_not_full() -> None:
     workload = {"spec": {"queueName": "gpus"}, "status": {"conditions": []}}
     local = {"spec": {"clusterQueue": "cq"}}

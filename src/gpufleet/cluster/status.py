@@ -135,7 +135,9 @@ KUEUE_OFF_BY_DEFAULT = {"PyTorchJob": "kubeflow.org/pytorchjob", "TFJob": "kubef
 def kueue_reasons(
     workload: Obj | None, local_queue: Obj | None, cluster_queue: Obj | None
 ) -> tuple[bool | None, list[str]]:
-    """Whether Kueue admitted the job (None: no Workload) and, if not, why."""
+    """Whether Kueue admitted the job (None: no Workload) and, if not, why. An admitted job that
+    Kueue is evicting (its pods still stopping, its quota not yet released) is admitted, with the
+    eviction's line."""
     if workload is None:
         return None, []
     status = workload.get("status") or {}
@@ -143,7 +145,7 @@ def kueue_reasons(
     if conditions.get("QuotaReserved", {}).get("status") == "True" or status.get("admission"):
         admitted = conditions.get("Admitted", {}).get("status", "True") == "True"
         if admitted:
-            return True, []
+            return True, _eviction(conditions, {}, stopping=True)
         pending = conditions.get("Admitted", {})
         return False, [
             f"Kueue: quota reserved, waiting for admission checks: "
@@ -176,18 +178,21 @@ def kueue_reasons(
 _PREEMPTOR = re.compile(r"preemptor path: (\S*?)/?([^/;\s]+)(?:;|$)")
 
 
-def _eviction(conditions: dict[str, Obj], requeue: Obj) -> list[str]:
+def _eviction(conditions: dict[str, Obj], requeue: Obj, *, stopping: bool = False) -> list[str]:
     """One line for a preempted workload (by which ClusterQueue, why), or the eviction's (with
-    Kueue's backoff: when it queues again, and how many times it was evicted)."""
+    Kueue's backoff: when it queues again, and how many times it was evicted). `stopping`: the
+    workload still holds its quota while its pods end."""
+    then = "; its pods are stopping, then it is requeued" if stopping else "; requeued"
     preempted = conditions.get("Preempted") or {}
     if preempted.get("status") == "True":
         message = preempted.get("message", "")
         match = _PREEMPTOR.search(message)
         by = f" by a workload of ClusterQueue {match.group(2)}" if match else f": {message}"
-        return [f"Kueue: preempted ({preempted.get('reason', '')}){by}; requeued"]
+        return [f"Kueue: preempted ({preempted.get('reason', '')}){by}{then}"]
     evicted = conditions.get("Evicted") or {}
     if evicted.get("status") == "True":
         line = f"Kueue: evicted ({evicted.get('reason', '')}): {evicted.get('message', '')}"
+        line += "; its pods are stopping" if stopping else ""
         if requeue.get("requeueAt"):
             line += f"; its quota freed, queued again at {requeue['requeueAt']}"
             line += f" (eviction {requeue.get('count', 1)})"
@@ -308,9 +313,9 @@ def summarize(
         return status
     admitted, why = kueue_reasons(workload, local_queue, cluster_queue)
     labels = job["metadata"].get("labels") or {}
+    status.reasons += why
     if admitted is False:
         status.phase = "Queued"
-        status.reasons += why
     elif admitted is None and KUEUE_QUEUE_LABEL in labels and phase == "Suspended":
         status.phase = "Queued"
         integration = KUEUE_OFF_BY_DEFAULT.get(job.get("kind", ""))
