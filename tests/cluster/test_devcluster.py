@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpufleet.cluster.doctor.requirements import CONTROLLERS as DOCTOR_CONTROLLERS
 from gpufleet.cluster.doctor.requirements import TARGET_NEEDS
 from gpufleet.devcluster.addons import PROJECTS
 from gpufleet.devcluster.build import COMPONENTS, CONTROL_PLANE
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
+from gpufleet.devcluster.platform import VALUES_FILE
 from gpufleet.devcluster.state import State
 from gpufleet.errors import EXIT_FAILED, EXIT_NO_CHECKPOINT, EXIT_PREEMPTED
 from tests.support.cli import run_cli
@@ -42,6 +44,9 @@ CONTROLLERS = PROJECTS
 
 def test_up_is_ready_secured_and_found_again(devcluster: DevCluster) -> None:
     assert "export KUBECONFIG=" in devcluster.up.stderr
+    written = devcluster.dir / VALUES_FILE  # the chart values for this cluster, and their command
+    assert yaml.safe_load(written.read_text()) == {"volcano": {"enabled": True}}
+    assert f"-f {written} --wait" in devcluster.up.stderr
     status = run_cli("cluster", "status", "--dir", str(devcluster.dir), cwd=devcluster.root)
     assert status.returncode == 0 and status.stdout.count(": running") == len(COMPONENTS)
     assert {"kueue: running", "jobset: running"} <= set(status.stdout.splitlines())

@@ -18,13 +18,12 @@ from typing import Any
 
 import pytest
 
+from gpufleet.devcluster.platform import FAILING, SIMULATED_GPUS
 from gpufleet.runtime.faults import ENV_FAULTS
 from tests.support.devcluster import DevCluster
 from tests.support.procs import poll_until
 from tests.support.realnodes import (
     DIGEST,
-    FAILING,
-    SIMULATED_GPUS,
     TENANT,
     digests_in_logs,
     pod_log,

@@ -3,10 +3,20 @@ and a Prometheus outside the pods are let in (or out) only when named, by CIDR."
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gpufleet.devcluster.platform import (
+    EXAMPLE_VALUES,
+    SIMULATED_GPUS,
+    helm_command,
+    platform_values,
+    write_values,
+)
+from gpufleet.devcluster.realnodes.network import HOST_IP
 from tests.support.chart import CHART, helm, needs_helm
 
 pytestmark = needs_helm
@@ -76,3 +86,30 @@ def test_dns_and_api_server_outside_the_pods_are_opened_only_when_named() -> Non
                 ]
             else:
                 assert proxy is None, proxy
+
+
+def test_the_values_cluster_up_writes_run_the_exporter_on_real_nodes(tmp_path: Path) -> None:
+    """`gpufleet cluster up --real-nodes` writes the values its cluster needs (issue 51): the
+    exporter from the imported image, never pulled, simulating GPUs, with no NVIDIA runtime, no
+    kubelet pod-resources socket and no CPU request; the policies open to the host's bridge
+    address. Without the project's image the exporter is off; kwok's nodes need none of it."""
+    image = "localhost/gpufleet:cpu-0123456789ab"  # its build: the nodes also name it ...:cpu
+    written = write_values(tmp_path, platform_values(
+        real_nodes=True, images=["registry.k8s.io/pause:3.10", image], volcano=True))  # fmt: skip
+    assert helm_command(written).endswith(f"-f {EXAMPLE_VALUES} -f {written} --wait")
+    assert f"-f /v.yaml -f {written}" in helm_command(written, Path("/v.yaml"))
+    docs = lab_objects(["-f", str(written)])
+    (exporter,) = [o for o in docs if (o["kind"], component(o["metadata"])) == EXPORTER]
+    pod = exporter["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == ("localhost/gpufleet:cpu", "Never")
+    assert f"--simulate={SIMULATED_GPUS}" in container["command"] and "runtimeClassName" not in pod
+    assert not pod.get("volumes") and container["resources"]["requests"]["cpu"] == 0
+    policies = [o["spec"] for o in docs if o["kind"] == "NetworkPolicy"]
+    host = [p for p in policies if f"{HOST_IP}/32" in json.dumps(p)]
+    assert len(host) >= 3 and any(o["kind"] == "Queue" for o in docs)  # Volcano's, per tenant
+    bare = write_values(tmp_path, platform_values(real_nodes=True, images=[], volcano=False))
+    docs = lab_objects(["-f", str(bare)])
+    assert not [o for o in docs if (o["kind"], component(o["metadata"])) == EXPORTER]
+    kwok = platform_values(real_nodes=False, images=[image], volcano=True)
+    assert kwok == {"volcano": {"enabled": True}}

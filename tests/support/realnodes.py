@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import subprocess
 import urllib.parse
 import urllib.request
@@ -21,6 +22,7 @@ import psutil
 import pytest
 
 from gpufleet.cluster.keptlogs import READER_LABEL
+from gpufleet.devcluster import platform
 from gpufleet.devcluster.build import binaries_dir
 from gpufleet.devcluster.realnodes import metrics
 from gpufleet.devcluster.realnodes.host import (
@@ -31,7 +33,6 @@ from gpufleet.devcluster.realnodes.host import (
     undo_orphan,
 )
 from gpufleet.devcluster.realnodes.images import image_cache, names_in
-from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
 from gpufleet.devcluster.state import State
 from gpufleet.launch.shim import WORKER_NAME
@@ -164,45 +165,26 @@ def shared_claim(
     })  # fmt: skip
 
 
-# The chart's network policies for the real-node cluster, where the API server, CoreDNS and
-# the tests' object store listen on the host's bridge address (kube-router enforces them).
-HOST_CIDR = f"{HOST_IP}/32"
-NETWORKS = ("dnsCIDRs", "apiServerCIDRs", "egressCIDRs", "monitoringCIDRs")
-NETWORK_VALUES = [f"networkPolicy.{key}={{{HOST_CIDR}}}" for key in NETWORKS]
-# The GPU exporter on the real nodes: the project's image, four simulated GPUs (GPU 0 fails on
-# SIGUSR1, as one that fell off the bus: XID 79), no NVIDIA runtime and no kubelet attribution
-# (no device plugin here); scraped by the cluster's Prometheus on the host.
-SIMULATED_GPUS, FAILING = 4, (0, 79)
-
-
-def exporter_values() -> list[str]:
-    repository, tag = project_image()[0].rsplit(":", 1)
-    exporter = "monitoring.exporter"
-    return [f"{exporter}.image.repository={repository}", f"{exporter}.image.tag={tag}",
-            f"{exporter}.image.pullPolicy=Never", f"{exporter}.runtimeClassName=",
-            f"{exporter}.podResources.enabled=false", f"{exporter}.podResources.podLabels=false",
-            # no CPU request: a real node has the host's 2 CPUs, and two training pods of one
-            # CPU each must still fit on one node (node loss, MPI launcher beside a worker)
-            f"{exporter}.resources.requests.cpu=0",
-            f"{exporter}.extraArgs={{--simulate={SIMULATED_GPUS},"
-            f"--simulate-failure={FAILING[0]}:{FAILING[1]}}}"]  # fmt: skip
-
-
 def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluster]:
-    """The body of the fixture ``reallab``: the chart with the lab's values (the exporter with
-    simulated GPUs: no GPU here; Volcano queues for target volcano; its network policies open
-    to the host's DNS, API server, object store and Prometheus) and the checkpoint claim, on
-    the real-node cluster."""
-    values = [arg for value in [*NETWORK_VALUES, *exporter_values()] for arg in ("--set", value)]
-    cluster.helm("install", "lab", str(devcluster.CHART), "-f", str(LAB_VALUES), "-n",
-                 "gpufleet-system", "--set", "volcano.enabled=true",  # a Volcano Queue per tenant
-                 *values, "--create-namespace", "--wait", "--timeout", "120s")  # fmt: skip
+    """The body of the fixture ``reallab``: the chart installed by the helm command that
+    `cluster up` printed, as a user runs it (the lab's values, then the ones `up` wrote for
+    this cluster: devcluster/platform.py), and the checkpoint claim, on the real-node cluster."""
+    cluster.helm(*printed_helm_install(cluster), "--timeout", "120s")
     shared_claim(cluster, CLAIM)
     try:
         yield cluster
     finally:
         cluster.core.delete_namespaced_persistent_volume_claim(CLAIM, TENANT)
-        cluster.helm("uninstall", "lab", "-n", "gpufleet-system", "--wait")
+        cluster.helm("uninstall", platform.RELEASE, "-n", platform.NAMESPACE, "--wait")
+
+
+def printed_helm_install(cluster: devcluster.DevCluster) -> list[str]:
+    """The arguments of the `helm install` that `cluster up` printed, its paths relative to
+    the repository's root made absolute (a user runs it there)."""
+    (line,) = [x.strip() for x in cluster.up.stderr.splitlines()
+               if x.strip().startswith("helm install ")]  # fmt: skip
+    args = shlex.split(line.split("#", 1)[0])[1:]
+    return [str(REPO / a) if a.startswith(platform.CHART) else a for a in args]
 
 
 def pod_processes(pod_uid: str, worker_only: bool) -> list[int]:

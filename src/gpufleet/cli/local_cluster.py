@@ -15,7 +15,9 @@ from gpufleet.devcluster import LocalCluster, NodeSpec
 from gpufleet.devcluster.addons import KueueSettings
 from gpufleet.devcluster.kubeconfig import check_merge_target, merge_kubeconfig
 from gpufleet.devcluster.nodes import pools_from_values
+from gpufleet.devcluster.platform import helm_command, platform_values, write_values
 from gpufleet.devcluster.realnodes import RealNodes, real_pools
+from gpufleet.devcluster.realnodes.images import names_in
 from gpufleet.devcluster.state import DEFAULT_DIR
 from gpufleet.errors import EXIT_FAILED, ClusterUpError, FieldError, UserInputError
 from gpufleet.spec.units import parse_duration
@@ -142,9 +144,23 @@ def up(
         exported = merge_kubeconfig(cluster.kubeconfig, kubeconfig)
     err_console.print(
         f"API server {state.server}; {', '.join(described)}"
-        f"\n  export KUBECONFIG={exported}\n  gpufleet cluster down   # when done",
+        f"\n  export KUBECONFIG={exported}"
+        f"\n  {_platform(cluster.dir, real_nodes, image or [], without or [], values)}"
+        "\n  gpufleet cluster down   # when done",
         markup=False,
     )
+
+
+def _platform(
+    directory: Path, real_nodes: int, images: list[Path], without: list[str], values: Path | None
+) -> str:
+    """Write the chart values this cluster needs into its state directory (devcluster/
+    platform.py); the helm command that installs the platform with them."""
+    names = [n for archive in images for n in names_in(archive)]
+    volcano = "volcano" not in without
+    written = write_values(directory, platform_values(real_nodes=bool(real_nodes), images=names,
+                                                      volcano=volcano))  # fmt: skip
+    return f"{helm_command(written, values)}   # the platform chart, from the repository's root"
 
 
 def _check(nodes: int, gpus: int, real_nodes: int, images: list[Path], metrics: bool) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -16,6 +17,17 @@ from gpufleet.devcluster.realnodes.configs import SANDBOX_IMAGE
 from gpufleet.errors import ClusterUpError
 
 REF_NAME = "org.opencontainers.image.ref.name"
+# The project's image (scripts/image-lib.sh names it): <repo>:<flavor>-<12 hex digits of its
+# build's inputs>; every node also names it <repo>:<flavor>, which docs and job specs can use.
+PROJECT_REPOSITORY = "localhost/gpufleet"
+_HASHED = re.compile(rf"^(?P<stable>{re.escape(PROJECT_REPOSITORY)}:[a-z]+)-[0-9a-f]{{12}}$")
+
+
+def stable_name(name: str) -> str | None:
+    """``localhost/gpufleet:cpu`` for ``localhost/gpufleet:cpu-0123456789ab``; None for a
+    name that is no build of the project's image."""
+    match = _HASHED.match(name)
+    return match["stable"] if match else None
 
 
 def image_cache() -> Path:

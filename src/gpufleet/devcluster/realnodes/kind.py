@@ -162,7 +162,9 @@ class RealNodes:
         """The archives' images into the node, and no others: older builds go first, so the
         node's store never holds two builds of the project's image (7 GB each, unpacked; the
         disk ran out with both)."""
-        node.keep_only(ctx.binaries, [n for a in archives for n in images.names_in(a)])
+        names = [n for a in archives for n in images.names_in(a)]
+        stable = [s for s in map(images.stable_name, names) if s]
+        node.keep_only(ctx.binaries, [*names, *stable])
         for archive in archives:
             node.import_image(ctx.binaries, archive)
 

@@ -142,14 +142,19 @@ class RealNode:
     def import_image(self, binaries: Path, archive: Path) -> None:
         """Import an OCI archive into the node's containerd (the kubelet's namespace, k8s.io),
         unless every image it names is there already (containerd's store outlives the
-        cluster: a warm ``up`` imports nothing). Images are pinned: with no registry, one the
+        cluster: a warm ``up`` imports nothing); then name each build of the project's image by
+        its stable name too (images.stable_name). Images are pinned: with no registry, one the
         kubelet removed (image garbage collection, disk pressure) could not be pulled again."""
         ctr = self._ctr(binaries)
-        if set(images.names_in(archive)) <= set(_listed(ctr)):
-            return
-        # Layers are discarded once unpacked (the snapshots are what runs): one copy per node.
-        _run(*ctr, "images", "import", "--local", "--discard-unpacked-layers", "--label", PINNED,
-             str(archive))  # fmt: skip
+        names = images.names_in(archive)
+        if not set(names) <= set(_listed(ctr)):
+            # Layers are discarded once unpacked (the snapshots are what runs): one copy a node.
+            _run(*ctr, "images", "import", "--local", "--discard-unpacked-layers", "--label",
+                 PINNED, str(archive))  # fmt: skip
+        for name in names:
+            stable = images.stable_name(name)
+            if stable:  # the tag keeps the pinned label (ctr's local tag copies the record)
+                _run(*ctr, "images", "tag", "--local", "--force", name, stable)
 
     def _ctr(self, binaries: Path) -> list[str]:
         """``ctr`` on the node's containerd, in the kubelet's namespace (k8s.io)."""
