@@ -55,6 +55,21 @@ def test_exporter_daemonset_service_rbac_and_network_policy() -> None:
         "kubernetes.io/metadata.name": "monitoring"}  # fmt: skip
 
 
+def test_the_kubelets_root_elsewhere_moves_only_the_host_side_of_the_socket() -> None:
+    """monitoring.exporter.podResources.kubeletDir: a kubelet rooted elsewhere (k0s) has its
+    pod-resources directory mounted where the exporter reads it; a relative one is refused."""
+    proc = helm("template", "gpufleet", str(CHART), "--namespace", "gpufleet-system", "--set",
+                "monitoring.exporter.podResources.kubeletDir=/var/lib/k0s/kubelet/")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (ds,) = _by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])["DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["volumes"][0]["hostPath"]["path"] == "/var/lib/k0s/kubelet/pod-resources"
+    assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == "/var/lib/kubelet/pod-resources"
+    refused = helm("template", "gpufleet", str(CHART), "--set",
+                   "monitoring.exporter.podResources.kubeletDir=kubelet")  # fmt: skip
+    assert refused.returncode != 0 and "kubeletDir" in refused.stderr
+
+
 def test_exporter_without_pod_resources_passes_restricted() -> None:
     proc = helm("template", "gpufleet", str(CHART), "--namespace", "gpufleet-system",
                 "--set", "monitoring.exporter.podResources.enabled=false",

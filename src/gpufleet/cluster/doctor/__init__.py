@@ -1,7 +1,7 @@
 """``gpufleet doctor``: what a cluster lacks for gpufleet, one line per check, before a job
 finds out by staying Pending. ``requirements`` holds what is needed (the one home of minimum
 versions and the controllers' names), ``facts`` reads the cluster once, ``controllers`` and
-``platform`` are the pure checks, ``findings`` the lines."""
+``platform`` and ``workloads`` (the chart's own) are the pure checks, ``findings`` the lines."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from gpufleet.cluster.doctor.platform import (
     tenant_pod_security,
 )
 from gpufleet.cluster.doctor.requirements import TARGET_NEEDS
+from gpufleet.cluster.doctor.workloads import chart_workloads
 
 
 def diagnose(facts: Facts, targets: list[str]) -> list[Finding]:
@@ -42,6 +43,7 @@ def diagnose(facts: Facts, targets: list[str]) -> list[Finding]:
         tenant_pod_security(facts),
         cluster_dns(facts),
         prometheus_operator(facts),
+        *chart_workloads(facts),
         *optional,
     ]
 

@@ -45,6 +45,10 @@ class Facts:
     # The probe of each installed controller whose webhooks are configured, by Deployment
     # name: "" passed, else why not.
     probes: dict[str, str] = field(default_factory=dict)
+    # The pods of the platform chart's workloads that are short of ready pods, and the events
+    # of their namespaces (why a pod cannot start: a failed mount, a refused pod).
+    platform_pods: list[Obj] = field(default_factory=list)
+    platform_events: list[Obj] = field(default_factory=list)
     # Whether the chart's RDMA policy and its binding are both there.
     rdma_policy: bool = False
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -71,6 +75,7 @@ def gather(api_client: Any) -> Facts:
     facts.leases = reader.read("leases", coordination.list_lease_for_all_namespaces)
     facts.daemonsets = reader.read("daemonsets", apps.list_daemon_set_for_all_namespaces)
     facts.nodes = reader.read("nodes", core.list_node)
+    _platform(reader, core)
     facts.namespaces = reader.read("namespaces", core.list_namespace)
     storage = client.StorageV1Api(api_client)
     facts.storage_classes = reader.read("storageclasses", storage.list_storage_class)
@@ -110,6 +115,20 @@ class _Reader:
             doing = call.__name__.replace("_", " ") + (f" ({kwargs})" if kwargs else "")
             self.facts.errors[key] = str(to_cluster_error(exc, doing))
             return []
+
+
+def _platform(reader: _Reader, core: Any) -> None:
+    """The pods and events behind the platform's workloads that are not ready (read only
+    then: a healthy platform costs no more reads)."""
+    from gpufleet.cluster.doctor.workloads import not_ready, platform_workloads
+
+    facts = reader.facts
+    short = [w for k, w in platform_workloads(facts) if not_ready(k, w)]
+    for namespace in sorted({w["metadata"]["namespace"] for w in short}):
+        facts.platform_pods += reader.read("platform", core.list_namespaced_pod,
+                                           namespace=namespace)  # fmt: skip
+        facts.platform_events += reader.read("platform", core.list_namespaced_event,
+                                             namespace=namespace)  # fmt: skip
 
 
 def _dns(reader: _Reader, core: Any, discovery: Any) -> None:

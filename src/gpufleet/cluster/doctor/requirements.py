@@ -245,6 +245,10 @@ DEVICE_PLUGIN = "nvidia-device-plugin"
 DNS_NAMESPACE = "kube-system"
 DNS_SELECTOR = "k8s-app=kube-dns"
 
+# The platform chart's own objects: this label's value is "<chart name>-<chart version>" (its
+# _helpers.tpl); gpufleet's rendered jobs and services carry the app.kubernetes.io ones too.
+PLATFORM_CHART_LABEL = ("helm.sh/chart", "gpufleet-")
+
 # Tenant namespaces (the chart labels them) must enforce this Pod Security level.
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 TENANT_POD_SECURITY = "restricted"
