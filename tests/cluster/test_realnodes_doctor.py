@@ -45,13 +45,13 @@ def test_an_exporter_that_cannot_mount_the_kubelets_socket_is_one_fail_line(
     reallab.helm("upgrade", platform.RELEASE, chart, "-n", platform.NAMESPACE, "--reuse-values",
                  "--set", on)  # fmt: skip
     try:
+
         def failing() -> dict[str, str] | None:
             done = reallab.gpufleet("doctor", "-o", "json")
             line = {c["check"]: c for c in json.loads(done.stdout)["checks"]}["platform"]
             return line if "FailedMount" in line["detail"] else None
 
-        line = poll_until(failing, what="doctor to name the failed mount", timeout=90,
-                          interval=2)
+        line = poll_until(failing, what="doctor to name the failed mount", timeout=90, interval=2)
         assert line["status"] == "FAIL", line
         assert "exporter on real-" in line["detail"], line
         assert "/var/lib/kubelet/pod-resources" in line["detail"], line

@@ -44,8 +44,11 @@ def test_a_ready_platform_is_one_ok_line_and_no_chart_is_none() -> None:
     assert line.status is Status.OK and line.check == "platform"
     assert line.detail == ("2 workloads ready: DaemonSet gpufleet-system/gpufleet-exporter, "
                            "Deployment gpufleet-system/gpufleet-mirror")  # fmt: skip
-    served = {**deployment, "metadata": {**deployment["metadata"], "labels": {
-        "app.kubernetes.io/part-of": "gpufleet"}}, "status": {}}  # a job's server: no chart's
+    served = {
+        **deployment,
+        "metadata": {**deployment["metadata"], "labels": {"app.kubernetes.io/part-of": "gpufleet"}},
+        "status": {},
+    }  # a job's server: no chart's
     assert chart_workloads(Facts(deployments=[served])) == []
     assert "platform" not in {f.check for f in diagnose(Facts(), [])}
 
@@ -71,9 +74,11 @@ def test_an_image_the_node_lacks_and_a_refused_pod_each_say_what_to_do() -> None
     (line,) = chart_workloads(facts)
     assert "exporter on node-1: ErrImageNeverPull: Container image" in line.detail
     assert "cluster up --image" in line.fix
-    refused = "pods is forbidden: violates PodSecurity \"restricted:latest\": hostPath volumes"
-    facts = Facts(daemonsets=[exporter(0)],
-                  platform_events=[warning("gpufleet-exporter", "FailedCreate", refused)])
+    refused = 'pods is forbidden: violates PodSecurity "restricted:latest": hostPath volumes'
+    facts = Facts(
+        daemonsets=[exporter(0)],
+        platform_events=[warning("gpufleet-exporter", "FailedCreate", refused)],
+    )
     (line,) = chart_workloads(facts)
     assert line.detail.endswith(f"exporter: FailedCreate: {refused}") and "Pod Security" in line.fix
     quiet = chart_workloads(Facts(daemonsets=[exporter(0)], platform_pods=[pod("x-0")]))
