@@ -19,6 +19,7 @@ from gpufleet.cluster.doctor.requirements import (
     DNS_SELECTOR,
     KUEUE_CONFIGMAP,
     MANAGER_CONFIG_KEY,
+    PLATFORM_CHART_LABEL,
     RDMA_POLICY,
 )
 from gpufleet.kube import Obj
@@ -117,11 +118,28 @@ class _Reader:
             return []
 
 
+def platform_workloads(facts: Facts) -> list[tuple[str, Obj]]:
+    """The platform chart's DaemonSets and Deployments, each with its kind."""
+    listed = [*(("DaemonSet", d) for d in facts.daemonsets),
+              *(("Deployment", d) for d in facts.deployments)]  # fmt: skip
+    key, prefix = PLATFORM_CHART_LABEL
+    chart = [(k, w, (w["metadata"].get("labels") or {}).get(key, "")) for k, w in listed]
+    return [(k, w) for k, w, label in chart if str(label).startswith(prefix)]
+
+
+def not_ready(kind: str, workload: Obj) -> bool:
+    """Whether a DaemonSet (ready on every node it schedules) or a Deployment (every replica
+    ready) is short of ready pods."""
+    status = workload.get("status") or {}
+    if kind == "DaemonSet":
+        return int(status.get("numberReady") or 0) < int(status.get("desiredNumberScheduled") or 0)
+    wanted = int((workload.get("spec") or {}).get("replicas", 1))
+    return int(status.get("readyReplicas") or 0) < wanted
+
+
 def _platform(reader: _Reader, core: Any) -> None:
     """The pods and events behind the platform's workloads that are not ready (read only
     then: a healthy platform costs no more reads)."""
-    from gpufleet.cluster.doctor.workloads import not_ready, platform_workloads
-
     facts = reader.facts
     short = [w for k, w in platform_workloads(facts) if not_ready(k, w)]
     for namespace in sorted({w["metadata"]["namespace"] for w in short}):

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import re
 
-from gpufleet.cluster.doctor.facts import Facts
+from gpufleet.cluster.doctor.facts import Facts, not_ready, platform_workloads
 from gpufleet.cluster.doctor.findings import Finding, fail, ok, unreadable
-from gpufleet.cluster.doctor.requirements import PLATFORM_CHART_LABEL
 from gpufleet.kube import Obj
 
 CHECK = "platform"
@@ -30,25 +29,6 @@ HINTS = [
     (re.compile(r"Insufficient|untolerated taint|didn't match", re.I),
      "no node can take the pod: see its nodeSelector, tolerations and requests in the values"),
 ]  # fmt: skip
-
-
-def platform_workloads(facts: Facts) -> list[tuple[str, Obj]]:
-    """The chart's DaemonSets and Deployments, each with its kind."""
-    listed = [*(("DaemonSet", d) for d in facts.daemonsets),
-              *(("Deployment", d) for d in facts.deployments)]  # fmt: skip
-    key, prefix = PLATFORM_CHART_LABEL
-    chart = [(k, w, (w["metadata"].get("labels") or {}).get(key, "")) for k, w in listed]
-    return [(k, w) for k, w, label in chart if str(label).startswith(prefix)]
-
-
-def not_ready(kind: str, workload: Obj) -> bool:
-    """Whether a DaemonSet (ready on every node it schedules) or a Deployment (every replica
-    ready) is short of ready pods."""
-    status = workload.get("status") or {}
-    if kind == "DaemonSet":
-        return int(status.get("numberReady") or 0) < int(status.get("desiredNumberScheduled") or 0)
-    wanted = int((workload.get("spec") or {}).get("replicas", 1))
-    return int(status.get("readyReplicas") or 0) < wanted
 
 
 def chart_workloads(facts: Facts) -> list[Finding]:
