@@ -137,8 +137,11 @@ fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks scripts examples
 	$(BIN)/ruff check --fix src tests benchmarks scripts examples
 
+# The documentation set (mkdocs.yml): docs/spec.md generated from the spec's models, then the
+# site built into build/docs, strict: a broken link or anchor fails (tests/unit/test_docs.py).
 docs: $(STAMP)
 	$(BIN)/python scripts/gen_spec_docs.py
+	$(BIN)/mkdocs build
 
 # Rewrite tests/golden/* from the renderers after an intended change; review with git diff.
 goldens: $(STAMP)

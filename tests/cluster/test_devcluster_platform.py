@@ -42,7 +42,7 @@ WAITED = re.compile(r"still exists|timed out|deadline exceeded")  # helm's wait 
 
 
 def uninstall(cluster: DevCluster, release: str, ns: str, *, check: bool) -> None:
-    """`helm uninstall --wait` for FIRST_WAIT; when that wait runs out, what README's chart
+    """`helm uninstall --wait` for FIRST_WAIT; when that wait runs out, what docs/cluster.md's chart
     section tells an operator to do about Kueue's race (annotate each Topology it holds: an
     update, so Kueue checks it again), then a longer wait for every object of the release, as
     a slow machine needs too."""

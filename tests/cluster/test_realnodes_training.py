@@ -46,15 +46,16 @@ def why(cluster: DevCluster, name: str, pods: dict[str, dict[str, Any]]) -> str:
 
 
 @pytest.mark.parametrize(("target", "nodes", "procs", "framework"),
-                         [("job", 2, 1, "pytorch"), ("jobset", 2, 1, "pytorch"),
-                          ("job", 2, 2, "pytorch"), ("pytorchjob", 2, 1, "pytorch"),
+                         [("job", 2, 1, "pytorch"), ("job", 2, 2, "pytorch"),
+                          ("pytorchjob", 2, 1, "pytorch"),
                           ("trainjob", 2, 1, "pytorch"), ("mpijob", 2, 1, "pytorch"),
                           ("volcano", 2, 1, "pytorch"), ("job", 2, 1, "tensorflow"),
                           ("tfjob", 2, 1, "tensorflow")])  # fmt: skip
 def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
     reallab: DevCluster, target: str, nodes: int, procs: int, framework: str
 ) -> None:
-    """TensorFlow too: its workers meet over the pods' names on port 2222 (GPUFLEET_TF_WORKERS,
+    """(The jobset 2x1 case is docs/local-cluster.md's job: test_docs_local_cluster.py.)
+    TensorFlow too: its workers meet over the pods' names on port 2222 (GPUFLEET_TF_WORKERS,
     or the training-operator's TF_CONFIG for a TFJob) and end with the local run's weights."""
     name = f"{'tf' if framework == 'tensorflow' else 'digits'}-{target}-{nodes}x{procs}"
     path = write_spec(reallab.root, real_job(name, nodes, procs, framework), f"{name}.yaml")

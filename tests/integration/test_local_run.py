@@ -95,18 +95,6 @@ def test_module_command_and_env(workdir: Path) -> None:
         assert got["path0"] == str(workdir)  # as python -m puts it
 
 
-def test_two_local_nodes_match_one_node_of_two(workdir: Path) -> None:
-    one = run_cli("run", str(write_spec(workdir, digits_job("wide"))), "-o", "json", cwd=workdir)
-    two_spec = write_spec(workdir, digits_job("tall", nodes=2, procsPerNode=1), "tall.yaml")
-    two = run_cli("run", str(two_spec), "-o", "json", cwd=workdir)
-    assert one.returncode == 0, one.stderr
-    assert two.returncode == 0, two.stderr
-    a, b = summary_of(one), summary_of(two)
-    assert a["state_digest"] == b["state_digest"]
-    assert a["steps"] == b["steps"] == 40
-    assert 0.0 <= a["accuracy"] <= 1.0
-
-
 def test_restarts_exhausted_names_rank_and_log(workdir: Path) -> None:
     (workdir / "flaky.py").write_text(
         "import os, sys\n"

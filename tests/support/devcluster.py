@@ -18,6 +18,7 @@ import pytest
 from gpufleet.devcluster.build import COMPONENTS, binaries_dir
 from tests.support.chart import CHART as CHART  # the cluster tests import it from here
 from tests.support.cli import cli_env, run_cli
+from tests.support.docpages import Terminal
 from tests.support.procs import poll_until
 
 NODES, GPUS_PER_NODE, PRODUCT = 3, 4, "NVIDIA-A30"
@@ -43,6 +44,8 @@ class DevCluster:
     root: Path
     dir: Path
     up: subprocess.CompletedProcess[str]
+    # the shell of the docs page that started it (tests/support/docpages.py), if one did
+    terminal: Terminal | None = None
 
     @property
     def kubeconfig(self) -> Path:

@@ -34,17 +34,18 @@ from gpufleet.devcluster.realnodes.host import (
 )
 from gpufleet.devcluster.realnodes.images import image_cache, names_in
 from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
-from gpufleet.devcluster.state import State
+from gpufleet.devcluster.state import DEFAULT_DIR, State
 from gpufleet.launch.shim import WORKER_NAME
 from tests.support import devcluster, references
 from tests.support.devcluster import DevCluster, tenant_user
+from tests.support.docpages import DOCS, Terminal, blocks, failed
 from tests.support.paths import REPO
 from tests.support.procs import poll_until
 from tests.support.references import WORKLOAD
 from tests.support.specs import digits_job, write_spec
 
-LAB_VALUES = REPO / "deploy" / "helm" / "gpufleet" / "ci" / "lab-3node-a30-values.yaml"
-REAL_NODES = 2
+LOCAL_CLUSTER_PAGE = DOCS / "local-cluster.md"  # starts the cluster, installs the chart
+REAL_NODES = 2  # the page's `cluster up --real-nodes`
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-router", "containerd", "containerd-shim-runc-v2",
                  "runc", "cni-bridge", "coredns", "pause", *metrics.BINARIES)  # fmt: skip
 BUILT = all((binaries_dir() / name).is_file() for name in NODE_BINARIES)
@@ -97,48 +98,44 @@ def host_snapshot(mine: Path) -> dict[str, object]:
 
 
 def session_real_cluster(factory: pytest.TempPathFactory) -> Iterator[devcluster.DevCluster]:
-    """The body of the fixture ``realcluster``: the cluster, then `down` and the host as it
-    was before `up` (a difference fails the last test that used it)."""
+    """The body of the fixture ``realcluster``: the cluster that docs/local-cluster.md starts,
+    by the page's own blocks (its group "cluster"), then its group "down" and the host as it
+    was before (a difference fails the last test that used it)."""
     if not devcluster.BUILT or not BUILT:
         pytest.skip(f"real nodes' components not built in {binaries_dir()} (make controlplane)")
     devcluster.stop_running()
-    # an image build mounts too; the metrics pipeline for the autoscaling test
-    extra = ("--real-nodes", str(REAL_NODES), "--metrics-pipeline", *images_args())
+    project_image()  # the archive the page imports (built by `make test` before the suite)
     # What a run killed with its cluster left (HOST_RECORD) is undone first, as `up` would.
     undo_orphan(Path("/nonexistent"), print)
     before = host_snapshot(factory.getbasetemp())
     references.prefetch(factory.mktemp("references"))  # the local runs to compare with
+    terminal = Terminal()
     try:
-        cluster = devcluster.start(factory.mktemp("realcluster"), nodes=0, gpus=4,
-                                   values=LAB_VALUES, extra=extra)  # fmt: skip
+        up = terminal.run(LOCAL_CLUSTER_PAGE, "cluster", timeout=900)
+        assert up.returncode == 0, failed(up)
     except BaseException:
         references.stop_prefetch()
         raise
+    cluster = devcluster.DevCluster(factory.mktemp("realcluster"), REPO / DEFAULT_DIR, up,
+                                    terminal=terminal)  # fmt: skip
     try:
         yield cluster
     finally:
         try:
             references.stop_prefetch()
         finally:
-            devcluster.stop(cluster)
+            down = terminal.run(LOCAL_CLUSTER_PAGE, "down", timeout=300)
+            assert down.returncode == 0, failed(down)
         after = host_snapshot(factory.getbasetemp())
         changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
         assert not changed, f"cluster down left the host changed: {changed}"
 
 
-def images_args() -> list[str]:
-    """The project's image, imported into every real node besides the pause image."""
-    return ["--image", str(project_image()[1])]
-
-
 @functools.cache
 def project_image() -> tuple[str, Path]:
     """The project's CPU image (`make image`: scripts/build-image.sh, a no-op when its
-    inputs did not change): its name and OCI archive; $GPUFLEET_TEST_IMAGE_ARCHIVE names
-    another archive instead."""
-    given = os.environ.get("GPUFLEET_TEST_IMAGE_ARCHIVE")
-    if given:
-        return names_in(Path(given))[0], Path(given)
+    inputs did not change): its name and OCI archive, the one docs/local-cluster.md's
+    `cluster up --image` imports."""
     built = subprocess.run(["bash", str(REPO / "scripts" / "build-image.sh"), "cpu"],
                            capture_output=True, text=True, cwd=REPO, timeout=3600)  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
@@ -166,11 +163,15 @@ def shared_claim(
 
 
 def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluster]:
-    """The body of the fixture ``reallab``: the chart installed by the helm command that
-    `cluster up` printed, as a user runs it (the lab's values, then the ones `up` wrote for
-    this cluster: devcluster/platform.py), and the checkpoint claim, on the real-node cluster."""
-    cluster.helm(*printed_helm_install(cluster), "--timeout", "120s")
-    shared_claim(cluster, CLAIM)
+    """The body of the fixture ``reallab``: docs/local-cluster.md's group "platform" on the
+    real-node cluster, in the page's shell: the chart installed by the helm command that
+    `cluster up` printed (the lab's values, then the ones `up` wrote for this cluster:
+    devcluster/platform.py), the checkpoint claim, and `gpufleet doctor` with no FAIL."""
+    assert cluster.terminal is not None
+    page, printed = page_helm_install(), printed_helm_install(cluster)
+    assert page == printed, f"the page's helm install is not the one `up` printed: {printed}"
+    done = cluster.terminal.run(LOCAL_CLUSTER_PAGE, "platform", timeout=600)
+    assert done.returncode == 0, failed(done)
     try:
         yield cluster
     finally:
@@ -179,12 +180,17 @@ def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluste
 
 
 def printed_helm_install(cluster: devcluster.DevCluster) -> list[str]:
-    """The arguments of the `helm install` that `cluster up` printed, its paths relative to
-    the repository's root made absolute (a user runs it there)."""
+    """The arguments of the `helm install` that `cluster up` printed."""
     (line,) = [x.strip() for x in cluster.up.stderr.splitlines()
                if x.strip().startswith("helm install ")]  # fmt: skip
-    args = shlex.split(line.split("#", 1)[0])[1:]
-    return [str(REPO / a) if a.startswith(platform.CHART) else a for a in args]
+    return shlex.split(line.split("#", 1)[0])
+
+
+def page_helm_install() -> list[str]:
+    """The arguments of the page's `helm install` (its group "platform")."""
+    (code,) = [b.code for b in blocks(LOCAL_CLUSTER_PAGE) if "helm install" in b.code]
+    (line,) = [x for x in code.replace("\\\n", " ").splitlines() if x.startswith("helm install")]
+    return shlex.split(line)
 
 
 def pod_processes(pod_uid: str, worker_only: bool) -> list[int]:

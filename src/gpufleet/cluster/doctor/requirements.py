@@ -1,6 +1,6 @@
 """What gpufleet needs of a cluster, as data: the one home of the minimum versions, the
 controllers' CRDs, Deployments, leader-election Leases and Kueue integrations that
-``gpufleet doctor`` checks (the README's "Controller versions" says the same in prose)."""
+``gpufleet doctor`` checks (docs/cluster.md's "Controller versions" says the same in prose)."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ class Controller:
     """A controller gpufleet renders for: its CRDs at the versions gpufleet writes, and its
     processes."""
 
-    name: str  # as `gpufleet cluster up --without` and the README call it
+    name: str  # as `gpufleet cluster up --without` and the docs call it
     crds: tuple[tuple[str, str], ...]  # (CRD name, version that must be served)
     processes: tuple[Process, ...]
     verified: str  # the version the tests here run

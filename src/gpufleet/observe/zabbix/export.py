@@ -39,7 +39,8 @@ NODE_TEMPLATE = "gpufleet GPU node by HTTP"
 JOB_TEMPLATE = "gpufleet job by HTTP"
 TRITON_TEMPLATE = "gpufleet Triton by HTTP"
 INTERVAL = ("{$GPUFLEET.INTERVAL}", "30s", "How often the metrics page is read.")
-# The job's metrics.port: the README's example (a spec sets its own; set the macro to it).
+# The job's metrics.port: docs/observability.md's example (a spec sets its own; set the
+# macro to it).
 JOB_METRICS_PORT = 9410
 
 

@@ -1,0 +1,128 @@
+"""The documentation set (mkdocs.yml, `make docs`): it builds with no broken link or anchor;
+a link to a repository file that does not exist fails the build (scripts/mkdocs_hooks.py);
+the README stays a page a newcomer reads in minutes, its links resolve, and its tour's
+commands are the getting-started pages' (which tests/integration/test_docs_local.py and
+tests/cluster/test_docs_local_cluster.py run)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from markdown_it import MarkdownIt
+
+from tests.support.docpages import DOCS, blocks, groups
+from tests.support.paths import REPO
+
+README = REPO / "README.md"
+README_LINES = 150  # "a README that a newcomer reads in five minutes" (issue 51)
+
+
+def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "mkdocs", "build", "-f", str(config), "-d", str(site)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    done = build(REPO / "mkdocs.yml", out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_the_documentation_set_builds_strict_with_every_page_in_its_nav(site: Path) -> None:
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    assert config["strict"] is True and config["validation"]["anchors"] == "warn"
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    listed = set(re.findall(r"(\S+\.md)$", (REPO / "mkdocs.yml").read_text(), re.M))
+    assert pages == listed
+    assert (site / "local-cluster" / "index.html").is_file()
+    # a link out of docs/ points at the repository's file on the web
+    page = (site / "local-cluster" / "index.html").read_text()
+    assert f'href="{config["repo_url"]}/blob/main/examples/local-cluster/digits.yaml"' in page
+
+
+def a_project(tmp: Path, page: str) -> Path:
+    """A one-page project with the repository's mkdocs settings and hook, beside one file."""
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    config.update(nav=["index.md"], hooks=[str(REPO / "scripts" / "mkdocs_hooks.py")])
+    (tmp / "docs").mkdir()
+    (tmp / "docs" / "index.md").write_text(page)
+    (tmp / "present.txt").write_text("here\n")
+    (tmp / "mkdocs.yml").write_text(yaml.safe_dump(config))
+    return tmp / "mkdocs.yml"
+
+
+@pytest.mark.parametrize(("link", "says"), [
+    ("[a](#nowhere)", "no such anchor"),
+    ("[a](missing.md)", "not found among documentation files"),
+    ("[a](../absent.txt)", "../absent.txt, which is not in the repository"),
+])  # fmt: skip
+def test_a_broken_link_or_anchor_fails_the_build(tmp_path: Path, link: str, says: str) -> None:
+    config = a_project(tmp_path, f"# Page\n\n## Here\n\n[ok](#here) [ok](../present.txt) {link}\n")
+    done = build(config, tmp_path / "site")
+    assert done.returncode == 1 and says in done.stderr, done.stderr
+
+
+def test_a_link_to_a_repository_file_is_kept_working(tmp_path: Path) -> None:
+    config = a_project(tmp_path, "# Page\n\n[ok](../present.txt)\n")
+    done = build(config, tmp_path / "site")
+    assert done.returncode == 0, done.stderr
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert 'href="https://github.com/gpufleet/gpufleet/blob/main/present.txt"' in html
+
+
+def links(markdown: str) -> list[str]:
+    tokens = MarkdownIt("commonmark").parse(markdown)
+    inline = [c for t in tokens for c in (t.children or [])]
+    return [str(c.attrs["href"]) for c in inline if c.type == "link_open"]
+
+
+def test_the_readme_is_short_and_its_links_resolve(site: Path) -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= README_LINES
+    for href in links(text):
+        if href.startswith("https://"):
+            continue
+        path, _, anchor = href.partition("#")
+        assert (REPO / path).exists(), href
+        if anchor:  # a page's anchor, as the built site names it
+            built = site / Path(path).relative_to("docs").with_suffix("") / "index.html"
+            assert f'id="{anchor}"' in built.read_text(), href
+
+
+def commands(code: str) -> list[str]:
+    """A block's command lines: comments dropped, continued lines joined."""
+    joined = re.sub(r"\\\n\s*", "", code)
+    return [line.split("  #", 1)[0].strip() for line in joined.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]  # fmt: skip
+
+
+def test_the_readmes_tour_runs_the_getting_started_pages_commands() -> None:
+    tokens = MarkdownIt("commonmark").parse(README.read_text())
+    fences = [t.content for t in tokens if t.type == "fence" and t.info == "bash"]
+    tour = [c for code in fences for c in commands(code)]
+    run = {c for page in ("local.md", "local-cluster.md")
+           for b in blocks(DOCS / page) for c in commands(b.code)}  # fmt: skip
+    assert tour and {"make demo", "make test"} <= set(tour)
+    assert not set(tour) - run - {"make demo", "make test"}
+
+
+def test_the_getting_started_pages_have_their_groups_in_order() -> None:
+    assert groups(DOCS / "local.md") == ["tour"]
+    assert groups(DOCS / "local-cluster.md") == ["cluster", "platform", "job", "cancel", "down"]
+
+
+def test_a_run_mark_must_precede_a_bash_block(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# P\n\n<!-- run: tour -->\n```text\nnot a command\n```\n")
+    with pytest.raises(AssertionError, match=r"page\.md:3: a run mark must precede"):
+        blocks(page)
+    page.write_text("# P\n\n<!-- run: tour -->\n```bash\necho one\n```\n\n```bash\nnot run\n```\n")
+    (only,) = blocks(page)
+    assert only.group == "tour" and only.line == 5 and only.code == "echo one\n"
