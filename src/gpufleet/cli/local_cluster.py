@@ -145,7 +145,7 @@ def up(
     err_console.print(
         f"API server {state.server}; {', '.join(described)}"
         f"\n  export KUBECONFIG={exported}"
-        f"\n  {_platform(cluster.dir, real_nodes, image or [], without or [], values)}"
+        f"\n  {_platform(directory, real_nodes, image or [], without or [], values)}"
         "\n  gpufleet cluster down   # when done",
         markup=False,
     )
@@ -155,7 +155,8 @@ def _platform(
     directory: Path, real_nodes: int, images: list[Path], without: list[str], values: Path | None
 ) -> str:
     """Write the chart values this cluster needs into its state directory (devcluster/
-    platform.py); the helm command that installs the platform with them."""
+    platform.py); the helm command that installs the platform with them, its paths as the
+    user gave them (relative ones: to where `up` ran, where the command is to run)."""
     names = [n for archive in images for n in names_in(archive)]
     volcano = "volcano" not in without
     written = write_values(directory, platform_values(real_nodes=bool(real_nodes), images=names,
