@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from tests.support.paths import REPO
 
 DOCS = REPO / "docs"
 MARK = re.compile(r"<!--\s*run:\s*([a-z][a-z0-9-]*)\s*-->")
+# What looks like a run mark (a mistyped one would otherwise run nothing, silently).
+MAYBE = re.compile(r"<!--\s*run\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,19 @@ def blocks(page: Path) -> list[Block]:
             assert token.map is not None
             found.append(Block(mark[0], token.map[0] + 2, token.content))
             mark = None
-        elif token.type == "html_block" and (m := MARK.fullmatch(token.content.strip())):
+        elif token.type == "html_block" and MAYBE.search(token.content):
             assert token.map is not None
+            m = MARK.fullmatch(token.content.strip())
+            assert m, f"{page.name}:{token.map[0] + 1}: a run mark is <!-- run: GROUP -->"
             mark = (m.group(1), token.map[0] + 1)
     return found
+
+
+def commands(code: str) -> list[str]:
+    """A block's command lines: comments dropped, continued lines joined."""
+    joined = re.sub(r"\\\n\s*", "", code)
+    return [line.split("  #", 1)[0].strip() for line in joined.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]  # fmt: skip
 
 
 def groups(page: Path) -> list[str]:
@@ -73,17 +85,32 @@ class Terminal:
             env_file, cwd_file = Path(tmp) / "env", Path(tmp) / "cwd"
             script = ["set -euo pipefail"]
             for block in chosen:
-                where = shlex.quote(f"{page.relative_to(REPO)}:{block.line}")
+                where = shlex.quote(f"{label(page)}:{block.line}")
                 script += [f"echo '>>>' {where} >&2", block.code]
             script += [f"env -0 > {shlex.quote(str(env_file))}",
                        f"pwd > {shlex.quote(str(cwd_file))}"]  # fmt: skip
-            done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=self.cwd, env=self.env,
-                                  capture_output=True, text=True, timeout=timeout)  # fmt: skip
+            done = run_group(["bash", "-c", "\n".join(script)], self.cwd, self.env, timeout)
             if done.returncode == 0:
                 pairs = env_file.read_text().split("\0")
                 self.env = dict(p.split("=", 1) for p in pairs if "=" in p)
                 self.cwd = Path(cwd_file.read_text().strip())
         return done
+
+
+def run_group(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run a group's shell in its own session: past ``timeout`` the whole group (the shell and
+    whatever it started) is killed, by its process group, and the timeout raised."""
+    with subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def reader_env() -> dict[str, str]:
@@ -98,9 +125,14 @@ def reader_env() -> dict[str, str]:
     return env
 
 
+def label(page: Path) -> str:
+    """How stderr names a page: from the repository's root (a test's own page: as given)."""
+    return str(page.relative_to(REPO) if page.is_relative_to(REPO) else page)
+
+
 def by_block(stderr: str, page: Path) -> dict[int, str]:
     """A group's stderr cut at each block's marker: the block's first line -> what it wrote."""
-    marker = f">>> {page.relative_to(REPO)}:"
+    marker = f">>> {label(page)}:"
     chunks = stderr.split(marker)[1:]
     return {int(c.split("\n", 1)[0]): c.split("\n", 1)[-1] for c in chunks}
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
 
 from gpufleet.cluster.keptlogs import READER_LABEL
 from gpufleet.devcluster import platform
@@ -37,15 +38,26 @@ from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
 from gpufleet.devcluster.state import DEFAULT_DIR, State
 from gpufleet.launch.shim import WORKER_NAME
 from tests.support import devcluster, references
+from tests.support.cli import run_cli
 from tests.support.devcluster import DevCluster, tenant_user
-from tests.support.docpages import DOCS, Terminal, blocks, failed
+from tests.support.docpages import DOCS, Terminal, blocks, commands, failed
 from tests.support.paths import REPO
 from tests.support.procs import poll_until
 from tests.support.references import WORKLOAD
 from tests.support.specs import digits_job, write_spec
 
 LOCAL_CLUSTER_PAGE = DOCS / "local-cluster.md"  # starts the cluster, installs the chart
-REAL_NODES = 2  # the page's `cluster up --real-nodes`
+
+
+def page_real_nodes() -> int:
+    """The page's `cluster up --real-nodes N` (its group "cluster"): N has one home."""
+    (line,) = [c for b in blocks(LOCAL_CLUSTER_PAGE) if b.group == "cluster"
+               for c in commands(b.code) if c.startswith("gpufleet cluster up ")]  # fmt: skip
+    argv = shlex.split(line)
+    return int(argv[argv.index("--real-nodes") + 1])
+
+
+REAL_NODES = page_real_nodes()
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-router", "containerd", "containerd-shim-runc-v2",
                  "runc", "cni-bridge", "coredns", "pause", *metrics.BINARIES)  # fmt: skip
 BUILT = all((binaries_dir() / name).is_file() for name in NODE_BINARIES)
@@ -115,9 +127,12 @@ def session_real_cluster(factory: pytest.TempPathFactory) -> Iterator[devcluster
         assert up.returncode == 0, failed(up)
     except BaseException:
         references.stop_prefetch()
+        # What a failed `up` started, `down` stops (the page's own "down" needs the shell
+        # that a successful "cluster" group leaves: its venv activated).
+        run_cli("cluster", "down", cwd=terminal.cwd, timeout=300)
         raise
-    cluster = devcluster.DevCluster(factory.mktemp("realcluster"), REPO / DEFAULT_DIR, up,
-                                    terminal=terminal)  # fmt: skip
+    cluster = devcluster.DevCluster(factory.mktemp("realcluster"), terminal.cwd / DEFAULT_DIR,
+                                    up, terminal=terminal)  # fmt: skip
     try:
         yield cluster
     finally:
@@ -146,7 +161,9 @@ def project_image() -> tuple[str, Path]:
 
 # The lab's tenant on the real nodes, and its shared claim for checkpoints.
 TENANT = "research"
-CLAIM = "ckpt"
+# The page's claim for checkpoints (its group "platform" creates it): its name has one home.
+CLAIM_FILE = REPO / "examples" / "local-cluster" / "checkpoints-claim.yaml"
+CLAIM = yaml.safe_load(CLAIM_FILE.read_text())["metadata"]["name"]
 
 
 def shared_claim(
@@ -188,8 +205,8 @@ def printed_helm_install(cluster: devcluster.DevCluster) -> list[str]:
 
 def page_helm_install() -> list[str]:
     """The arguments of the page's `helm install` (its group "platform")."""
-    (code,) = [b.code for b in blocks(LOCAL_CLUSTER_PAGE) if "helm install" in b.code]
-    (line,) = [x for x in code.replace("\\\n", " ").splitlines() if x.startswith("helm install")]
+    (line,) = [c for b in blocks(LOCAL_CLUSTER_PAGE) for c in commands(b.code)
+               if c.startswith("helm install ")]  # fmt: skip
     return shlex.split(line)
 
 

@@ -11,11 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from markdown_it import MarkdownIt
 
-from tests.support.docpages import DOCS, blocks, groups
+from tests.support.docpages import DOCS, Terminal, blocks, commands, groups
 from tests.support.paths import REPO
 
 README = REPO / "README.md"
@@ -70,11 +71,20 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path: Path, link: str, says
 
 
 def test_a_link_to_a_repository_file_is_kept_working(tmp_path: Path) -> None:
-    config = a_project(tmp_path, "# Page\n\n[ok](../present.txt)\n")
-    done = build(config, tmp_path / "site")
+    (tmp_path / "charts").mkdir()
+    (tmp_path / "charts" / "a.svg").write_text("<svg/>")
+    page = ("# Page\n\n[ok](../present.txt \"title\") [dir](../charts) ![chart](../charts/a.svg)"
+            " [ref][r] `[code](../gone.txt)`\n\n```text\n[code](../gone.txt)\n```\n\n"
+            "[r]: ../present.txt\n")  # fmt: skip
+    done = build(a_project(tmp_path, page), tmp_path / "site")
     assert done.returncode == 0, done.stderr
     html = (tmp_path / "site" / "index.html").read_text()
-    assert 'href="https://github.com/gpufleet/gpufleet/blob/main/present.txt"' in html
+    web = "https://github.com/gpufleet/gpufleet"
+    assert f'href="{web}/blob/main/present.txt" title="title"' in html  # a file: its page
+    assert f'href="{web}/tree/main/charts"' in html  # a folder: its listing
+    assert f'src="{web}/raw/main/charts/a.svg"' in html  # an image: its bytes
+    assert html.count(f'href="{web}/blob/main/present.txt"') == 2  # the reference too
+    assert html.count("../gone.txt") == 2  # code is left as written
 
 
 def links(markdown: str) -> list[str]:
@@ -94,13 +104,6 @@ def test_the_readme_is_short_and_its_links_resolve(site: Path) -> None:
         if anchor:  # a page's anchor, as the built site names it
             built = site / Path(path).relative_to("docs").with_suffix("") / "index.html"
             assert f'id="{anchor}"' in built.read_text(), href
-
-
-def commands(code: str) -> list[str]:
-    """A block's command lines: comments dropped, continued lines joined."""
-    joined = re.sub(r"\\\n\s*", "", code)
-    return [line.split("  #", 1)[0].strip() for line in joined.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]  # fmt: skip
 
 
 def test_the_readmes_tour_runs_the_getting_started_pages_commands() -> None:
@@ -126,3 +129,17 @@ def test_a_run_mark_must_precede_a_bash_block(tmp_path: Path) -> None:
     page.write_text("# P\n\n<!-- run: tour -->\n```bash\necho one\n```\n\n```bash\nnot run\n```\n")
     (only,) = blocks(page)
     assert only.group == "tour" and only.line == 5 and only.code == "echo one\n"
+    page.write_text("# P\n\n<!-- run tour -->\n```bash\necho one\n```\n")
+    with pytest.raises(AssertionError, match=r"page\.md:3: a run mark is <!-- run: GROUP -->"):
+        blocks(page)
+
+
+def test_a_group_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    page = tmp_path / "page.md"
+    page.write_text(f"# P\n\n<!-- run: slow -->\n```bash\nsleep 300 &\necho $! > {pid_file}\n"
+                    "wait\n```\n")  # fmt: skip
+    with pytest.raises(subprocess.TimeoutExpired):
+        Terminal(cwd=tmp_path).run(page, "slow", timeout=2)
+    child = int(pid_file.read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
