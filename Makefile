@@ -11,7 +11,7 @@ STAMP := $(VENV)/.gpufleet-installed
 TOOLS := .tools/bin
 
 .PHONY: demo test check lint unit fuzz fmt docs goldens schemas bench bench-controlplane clean tools \
-	controlplane image prepared measured coverage coverage-report \
+	controlplane image prepared measured coverage coverage-report compat \
 	mutation
 
 $(STAMP): pyproject.toml constraints.txt
@@ -113,6 +113,14 @@ mutation: $(STAMP)
 	$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN)
 	$(BIN)/mutmut export-cicd-stats
 	$(BIN)/python scripts/mutation_score.py
+
+# The core of the suite (spec, runtime, launch, local resume, chaos) against another torch than
+# the pinned one, in its own venv .compat/torch-<version> (scripts/compat.sh), recorded in
+# benchmarks/results/compat-torch-<version>_*; not part of `make test`. E.g. TORCH=2.8.0 (the
+# floor of pyproject's range) or the newest release.
+TORCH ?=
+compat: $(STAMP) tools
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" bash scripts/compat.sh "$(TORCH)"
 
 # The inner loop while working (tests/README.md, "The budget": at most 5 minutes warm): lint, the
 # tools and the control plane (what a fast test needs: helm, the CRDs; warm, copies from their

@@ -5,6 +5,7 @@ pod workers."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from gpufleet.render import TARGETS, render
 from gpufleet.spec import validate_training_job
+from gpufleet.torchapi import ENV_SHUTDOWN_TIMEOUT
 from tests.support.specs import cluster_job
 
 
@@ -78,7 +80,8 @@ def test_local_and_pod_workers_get_the_same_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, metrics: bool
 ) -> None:
     """One worker environment (gpufleet.launch.worker.worker_env): the pod's differs from
-    `gpufleet run`'s only where the pod launcher serves the job metrics."""
+    `gpufleet run`'s only where the pod launcher serves the job metrics, and in torchrun's
+    shutdown timeout (`gpufleet run` gives it to its agents' LaunchConfig)."""
     from gpufleet.launch import local
     from gpufleet.render import podspec
 
@@ -90,7 +93,8 @@ def test_local_and_pod_workers_get_the_same_environment(
     job = validate_training_job(doc)
     here, pod = local.worker_env(job, run_dir), podspec.worker_env(job)
     served = {"GPUFLEET_METRICS_PORT": "9400", "GPUFLEET_METRICS_ADDRESS": "0.0.0.0"}
-    assert pod == {**here, **(served if metrics else {})}
+    grace = {ENV_SHUTDOWN_TIMEOUT: str(math.ceil(job.spec.preemption.grace_period))}
+    assert pod == {**here, **(served if metrics else {}), **grace}
     assert here["FOO"] == "bar" and here["OMP_NUM_THREADS"] == "1"
     assert here["GPUFLEET_ON_NON_FINITE"] == "rollback"
     assert (here.get("PROMETHEUS_MULTIPROC_DIR") == str(run_dir / "metrics")) is metrics

@@ -11,6 +11,7 @@ import typer
 from gpufleet.cli.common import fail, stop_on_signals
 from gpufleet.console import err_console
 from gpufleet.errors import FieldError, MetricsPortError, UserInputError
+from gpufleet.extras import require
 from gpufleet.observe.devices import Device, SimulatedDevice, nvml_devices
 from gpufleet.observe.exporter import DEFAULT_DEADLINE, EXPORTER_PORT, GpuCollector, registry_for
 from gpufleet.observe.http import check_listen, start_metrics_server, url
@@ -56,6 +57,11 @@ def exporter(
 ) -> None:
     """Serve /metrics: utilization, memory, temperature, power, clocks, PCIe, NVLink, ECC, XID."""
     wait, failures = _checked(deadline, simulate, simulate_failure or [])
+    # The exporter extra: NVML for real GPUs, gRPC for the kubelet's pod-resources API.
+    needed = ([] if simulate else ["pynvml"]) + (
+        ["grpc", "google.protobuf"] if pod_resources else []
+    )
+    require("exporter", *needed, what="gpufleet exporter")
     try:
         check_listen(address, port)  # before NVML and the kubelet: a typo fails at once
     except MetricsPortError as exc:

@@ -48,8 +48,9 @@ def read_fatal(run_dir: Path) -> dict[str, Any] | None:
 def no_restart_after_fatal(run_dir: Path) -> Iterator[None]:
     """While active, the elastic agents PyTorch's launcher creates do not restart a failed
     worker group once ``run_dir`` holds a fatal error. PyTorch has no option for it; its
-    launcher names the agent class as a module global, which we swap for a subclass (torch
-    is pinned in constraints.txt; tests/integration/test_local_run.py covers it)."""
+    launcher names the agent class as a module global, which we swap for a subclass (the
+    same in every torch of gpufleet's range: `make compat` runs tests/unit/test_fatal.py and
+    tests/integration/test_local_run.py at the floor and the newest)."""
     import torch.distributed.launcher.api as launcher_api
     from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gpufleet import torchapi
 from gpufleet.errors import EXIT_FAILED, EXIT_OK
 from gpufleet.launch.fatal import no_restart_after_fatal
 from gpufleet.launch.forked import entrypoint
@@ -89,7 +90,7 @@ def launch_node(cfg: NodeConfig) -> NodeOutcome:
         logs_specs=DefaultLogsSpecs(log_dir=cfg.log_dir, redirects=Std.ALL, tee=Std.ALL),
         log_line_prefix_template="[rank${rank}]: ",
         local_addr="127.0.0.1",
-        shutdown_timeout=max(1, int(cfg.shutdown_timeout)),
+        **torchapi.shutdown_timeout(cfg.shutdown_timeout),
     )
     try:
         with no_restart_after_fatal(Path(cfg.env[ENV_RUN_DIR])), _scratch(not cfg.fork):

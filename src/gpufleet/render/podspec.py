@@ -31,6 +31,7 @@ from gpufleet.launch.worker import worker_module_args
 from gpufleet.render.meta import labels
 from gpufleet.render.podsecurity import RDMA_CAPABILITY
 from gpufleet.spec import Rdma, Resources, TrainingJob
+from gpufleet.torchapi import ENV_SHUTDOWN_TIMEOUT
 
 RDZV_PORT = 29400
 RUN_DIR = "/run/gpufleet"
@@ -147,7 +148,6 @@ def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
         "python",
         "-m",
         POD_LAUNCHER,  # torchrun, plus job metrics and gpufleet's exit codes
-        f"--shutdown-timeout={math.ceil(s.preemption.grace_period)}",
         f"--nnodes={nnodes(job)}",
         f"--nproc-per-node={s.procs_per_node}",
         "--rdzv-backend=c10d",
@@ -161,9 +161,12 @@ def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
 def worker_env(job: TrainingJob) -> dict[str, str]:
     """The environment of every worker pod's workers: gpufleet.launch.worker.worker_env (the
     same as ``gpufleet run``'s) for the pod's run directory, job metrics served on all the
-    pod's addresses."""
+    pod's addresses, and torchrun's wait for its workers after SIGTERM (spec.preemption
+    .gracePeriod; as an environment variable, which a torch before 2.12 ignores where it would
+    fail on a flag it does not know: gpufleet.torchapi)."""
     assert job.spec.checkpoint.dir or job.spec.checkpoint.durable, "call require_cluster_ready"
-    return any_worker_env(job, Path(RUN_DIR), metrics_address="0.0.0.0")
+    env = any_worker_env(job, Path(RUN_DIR), metrics_address="0.0.0.0")
+    return {**env, ENV_SHUTDOWN_TIMEOUT: str(math.ceil(job.spec.preemption.grace_period))}
 
 
 def container_env(job: TrainingJob) -> list[Obj]:

@@ -37,14 +37,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.staging import DefaultStager
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
-from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
+from gpufleet import torchapi
 from gpufleet.errors import (
     CheckpointError,
     CheckpointStorageError,
@@ -115,7 +114,7 @@ class Checkpointer:
         self._pg = dist.new_group(backend="gloo") if self._distributed else None
         self._pending: _Pending | None = None
         self._staging: Future[None] | None = None
-        self._default_stager: DefaultStager | None = None
+        self._default_stager: Any | None = None  # DCP's DefaultStager (torch 2.9+)
         # Commits of async saves (waiting for the upload, hashing every file, writing the
         # marker) run here, off the training thread.
         self._committer: ThreadPoolExecutor | None = None
@@ -184,14 +183,7 @@ class Checkpointer:
         started = time.perf_counter()
         writer = self._writer(path)
         if self.async_save and not force_sync:
-            result = dcp_async_save(
-                state, storage_writer=writer, process_group=self._pg, async_stager=self._stager()
-            )
-            if isinstance(result, AsyncSaveResponse):
-                self._staging = result.staging_completion
-                upload: Future[Any] = result.upload_completion
-            else:
-                upload = result
+            self._staging, upload = torchapi.async_save(state, writer, self._pg, self._stager())
             if self._committer is None:
                 self._committer = ThreadPoolExecutor(1, thread_name_prefix="gpufleet-commit")
             commit = self._committer.submit(self._finish, upload, path, step, started)
@@ -247,12 +239,12 @@ class Checkpointer:
                 return name
         raise CheckpointError(f"no unused checkpoint directory name for step {step} in {self.root}")
 
-    def _stager(self) -> DefaultStager:
+    def _stager(self) -> Any | None:
         # One stager for the Checkpointer's life: it keeps its CPU staging buffers (1x the
         # state) and reuses them, so a save copies into warm memory instead of faulting in
         # fresh pages every time.
         if self._default_stager is None:
-            self._default_stager = checkpoint_io.new_stager()
+            self._default_stager = torchapi.new_stager(cuda=torch.cuda.is_available())
         return self._default_stager
 
     def wait_staged(self) -> None:

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 # Errors of the storage itself, which a restart cannot fix (a transient object store error is
@@ -95,16 +94,3 @@ def storage_reader(path: str, url: str, *, local: bool) -> StorageReader:
 
     reader: StorageReader = FsspecReader(url)
     return reader
-
-
-def new_stager() -> DefaultStager:
-    """DCP's stager for async saves: CPU staging buffers (pinned with CUDA) it keeps and
-    reuses, copied in its own thread (the Checkpointer's wait_staged() is the fence)."""
-    return DefaultStager(
-        StagingOptions(
-            use_pinned_memory=torch.cuda.is_available(),
-            use_shared_memory=False,
-            use_async_staging=True,
-            use_non_blocking_copy=torch.cuda.is_available(),
-        )
-    )

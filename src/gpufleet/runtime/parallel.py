@@ -20,6 +20,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
+from gpufleet import torchapi
 from gpufleet.errors import JobConfigError
 from gpufleet.runtime.context import ParallelismSettings
 from gpufleet.runtime.distributed import DistInfo, ensure_process_group
@@ -141,6 +142,8 @@ def _fully_shard(
     for block in blocks:
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=root)  # the root: what no block holds
+    if info.device.type == "cpu":  # Gloo's reduce-scatter (NCCL's averages)
+        torchapi.fsdp_gradient_mean([*blocks, model], mesh.get_group())
     sharded = dict(model.named_parameters())
     for group in optimizer.param_groups:
         group["params"] = [sharded[names[id(p)]] for p in group["params"]]

@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 import io
 import zipfile
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.extras import missing
 from gpufleet.runtime.context import cache_dir
 from gpufleet.runtime.files import write_bytes_atomic
 
@@ -28,7 +29,11 @@ def digits_arrays() -> Arrays:
     directory by the first call on a machine: importing scikit-learn costs each worker process
     about a second of CPU, more than a short job's training. The file is named by
     scikit-learn's version; one that is unreadable or damaged (a zip CRC) is loaded anew."""
-    cached = cache_dir() / f"digits-scikit-learn-{version('scikit-learn')}.npz"
+    try:
+        sklearn = version("scikit-learn")
+    except PackageNotFoundError:
+        raise missing("digits", "scikit-learn", "the digits workload") from None
+    cached = cache_dir() / f"digits-scikit-learn-{sklearn}.npz"
     try:  # our own handle: np.load given a path leaves it open when the zip is damaged
         with cached.open("rb") as fh, np.load(fh, allow_pickle=False) as f:
             images, target = f["images"], f["target"]
