@@ -119,7 +119,7 @@ mutation: $(STAMP)
 # benchmarks/results/compat-torch-<version>_*; not part of `make test`. E.g. TORCH=2.8.0 (the
 # floor of pyproject's range) or the newest release.
 TORCH ?=
-compat: $(STAMP) tools
+compat: $(STAMP)
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" bash scripts/compat.sh "$(TORCH)"
 
 # The inner loop while working (tests/README.md, "The budget": at most 5 minutes warm): lint, the

@@ -29,9 +29,10 @@ def outcome(junit: Path) -> dict[str, Any]:
     failed, skipped = [], []
     for case in suite.iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
-        for kind in ("failure", "error"):
-            if (found := case.find(kind)) is not None:
-                failed.append({"test": name, "message": (found.get("message") or "")[:300]})
+        found = case.find("failure")
+        found = case.find("error") if found is None else found
+        if found is not None:  # a failure, or an error (of its set-up or teardown)
+            failed.append({"test": name, "message": (found.get("message") or "")[:300]})
         if (skip := case.find("skipped")) is not None:
             skipped.append({"test": name, "reason": skip.get("message") or ""})
     tests, bad = int(suite.get("tests", 0)), len(failed)

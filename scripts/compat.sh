@@ -33,7 +33,8 @@ COMPAT_TESTS=(
   tests/unit/test_forked.py tests/unit/test_shim.py tests/unit/test_launch_parts.py
   tests/unit/test_launch_shim.py tests/unit/test_launch_summary.py
   tests/unit/test_launch_orphans.py tests/unit/test_torchapi.py tests/unit/test_parallel.py
-  tests/integration/test_install.py tests/integration/test_local_run.py
+  tests/integration/test_install.py tests/integration/test_fsdp_gloo.py
+  tests/integration/test_local_run.py
   tests/integration/test_pod_launcher.py tests/integration/test_watchdog.py
   tests/integration/test_checkpoint_tiers.py tests/chaos
 )

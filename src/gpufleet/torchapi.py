@@ -10,6 +10,9 @@ runs the core of the suite against any release; docs/images.md).
   which torch 2.8's Gloo carries out as a sum (a CPU job's gradients were world-size times
   too large, so a resize changed the model). Where a probe finds that, FSDP2 sums and divides
   by itself (its own switch for backends without AVG).
+- All-gather and reduce-scatter into single tensors: `all_gather_single` and
+  `reduce_scatter_single` from torch 2.13 (the older names warn there), `*_into_tensor` and
+  `reduce_scatter_tensor` before.
 - The agents' shutdown timeout (torch 2.12+): how long torchrun waits for its workers after
   SIGTERM before it kills them (spec.preemption.gracePeriod). Before 2.12 it is 30 s, fixed.
 """
@@ -17,6 +20,7 @@ runs the core of the suite against any release; docs/images.md).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -24,8 +28,6 @@ from typing import Any
 # renderers set it in the container's env, which an older torchrun ignores (a flag it does not
 # know would fail it instead).
 ENV_SHUTDOWN_TIMEOUT = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
-# torchrun's wait before SIGKILL where it has no setting (torch < 2.12).
-FIXED_SHUTDOWN_TIMEOUT = 30
 
 
 def new_stager(*, cuda: bool) -> Any | None:
@@ -65,7 +67,7 @@ def async_save(
 
 def shutdown_timeout(seconds: float) -> dict[str, Any]:
     """LaunchConfig's keyword for the agents' shutdown timeout, where it has one (torch 2.12+);
-    an older torch waits FIXED_SHUTDOWN_TIMEOUT."""
+    an older torch waits 30 s, fixed."""
     from torch.distributed.launcher.api import LaunchConfig
 
     if "shutdown_timeout" not in {f.name for f in dataclasses.fields(LaunchConfig)}:
@@ -79,9 +81,9 @@ def averages(group: Any) -> bool:
     import torch
     import torch.distributed as dist
 
-    size = dist.get_world_size(group)
+    _, reduce_scatter = single_tensor_fns(dist)
     out = torch.zeros(1)
-    dist.reduce_scatter_tensor(out, torch.ones(size), op=dist.ReduceOp.AVG, group=group)
+    reduce_scatter(out, torch.ones(dist.get_world_size(group)), op=dist.ReduceOp.AVG, group=group)
     return bool(out.item() == 1.0)
 
 
@@ -94,3 +96,10 @@ def fsdp_gradient_mean(modules: list[Any], group: Any) -> None:
         return
     for module in modules:
         module.set_force_sum_reduction_for_comms(True)
+
+
+def single_tensor_fns(dist: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``dist``'s all-gather and reduce-scatter into single tensors, by this torch's names."""
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return gather, scatter

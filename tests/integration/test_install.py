@@ -56,21 +56,29 @@ class Team:
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory) -> Team:
     tmp = tmp_path_factory.mktemp("install")
-    # The wheels come from uv's cache, at this environment's versions (offline: no registry).
-    pins = tmp / "pins.txt"
+    # The wheels come from uv's cache (offline: no registry): the team's at this environment's
+    # versions, gpufleet's others pinned to them too; what the team had is left free, so that
+    # a resolver that wanted another torch or numpy would install it (and fail the test).
     ours = freeze(Path(sys.executable))
-    pins.write_text("".join(f"{k}=={v}\n" for k, v in ours.items() if k != "gpufleet"))
     python = tmp / "team" / "bin" / "python"
     uv("venv", "-q", "--python", sys.executable, tmp / "team")
     wanted = [f"torch=={ours['torch']}", f"numpy=={ours['numpy']}"]
-    uv("pip", "install", "-q", "--offline", "--python", python, "-c", pins, *wanted)
+    uv("pip", "install", "-q", "--offline", "--python", python, *pinned(tmp, ours), *wanted)
     before = freeze(python)
+    others = {k: v for k, v in ours.items() if k not in before}
     source = tmp / "gpufleet"  # the project's files, as its source distribution has them
     shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
-    uv("pip", "install", "-q", "--offline", "--python", python, "-c", pins, source)
+    uv("pip", "install", "-q", "--offline", "--python", python, *pinned(tmp, others), source)
     return Team(python, before, freeze(python))
+
+
+def pinned(tmp: Path, versions: dict[str, str]) -> list[str]:
+    """uv's option for a constraints file of ``versions`` (gpufleet itself left out)."""
+    pins = tmp / f"pins-{len(versions)}.txt"
+    pins.write_text("".join(f"{k}=={v}\n" for k, v in versions.items() if k != "gpufleet"))
+    return ["-c", str(pins)]
 
 
 # What only the extras bring (pyproject.toml; docs/images.md, "What each extra brings").

@@ -33,6 +33,7 @@ DISTRIBUTED = (
     "tests/integration/test_mpi_worker.py",
     "tests/integration/test_watchdog.py",
     "tests/integration/test_secret_argv.py",
+    "tests/integration/test_fsdp_gloo.py",
 )
 
 # The coverage environment of this process, taken out of os.environ at configure time so that

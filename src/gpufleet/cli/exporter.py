@@ -57,11 +57,7 @@ def exporter(
 ) -> None:
     """Serve /metrics: utilization, memory, temperature, power, clocks, PCIe, NVLink, ECC, XID."""
     wait, failures = _checked(deadline, simulate, simulate_failure or [])
-    # The exporter extra: NVML for real GPUs, gRPC for the kubelet's pod-resources API.
-    needed = ([] if simulate else ["pynvml"]) + (
-        ["grpc", "google.protobuf"] if pod_resources else []
-    )
-    require("exporter", *needed, what="gpufleet exporter")
+    _require_extra(simulate=bool(simulate), pod_resources=bool(pod_resources))
     try:
         check_listen(address, port)  # before NVML and the kubelet: a typo fails at once
     except MetricsPortError as exc:
@@ -83,6 +79,14 @@ def exporter(
         devices, node=node, deadline=wait, nvml_reason=reason, attribution=attribution
     )
     _serve(collector, address, port)
+
+
+def _require_extra(*, simulate: bool, pod_resources: bool) -> None:
+    """The exporter extra's packages this run needs: NVML for real GPUs, gRPC for the kubelet's
+    pod-resources API (a missing one: exit 2 with its install command)."""
+    needed = [] if simulate else ["pynvml"]
+    needed += ["grpc", "google.protobuf"] if pod_resources else []
+    require("exporter", *needed, what="gpufleet exporter")
 
 
 def _serve(collector: GpuCollector, address: str, port: int) -> None:

@@ -117,7 +117,8 @@ class Preemption(SpecModel):
 
     grace_period: Duration = Field(
         default=30.0,
-        description="Seconds the workers get to take the preemption checkpoint before SIGKILL.",
+        description="Seconds the workers get to take the preemption checkpoint before SIGKILL "
+        "(with torch 2.12 or later; an older torchrun gives them 30 s).",
     )
 
 

@@ -16,13 +16,7 @@ from typing import Any
 from gpufleet.bench.collectives.config import CollectivesConfig
 from gpufleet.bench.collectives.ops import ELEMENT, OPS, Op, Row, bandwidths, elements, sweep
 from gpufleet.bench.collectives.report import HEADER, format_row
-
-
-def single_tensor_fns(dist: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """all-gather and reduce-scatter into single tensors (renamed in torch 2.13)."""
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    return gather, scatter
+from gpufleet.torchapi import single_tensor_fns as single_tensor_fns
 
 
 class Collective:
