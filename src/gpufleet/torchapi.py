@@ -13,6 +13,8 @@ runs the core of the suite against any release; docs/images.md).
 - All-gather and reduce-scatter into single tensors: `all_gather_single` and
   `reduce_scatter_single` from torch 2.13 (the older names warn there), `*_into_tensor` and
   `reduce_scatter_tensor` before.
+- DCP's fsspec storage: `torch.distributed.checkpoint.fsspec_filesystem` from torch 2.15 (the
+  private `_fsspec_filesystem` warns there that it will be removed), the private one before.
 - The agents' shutdown timeout (torch 2.12+): how long torchrun waits for its workers after
   SIGTERM before it kills them (spec.preemption.gracePeriod). Before 2.12 it is 30 s, fixed.
 """
@@ -103,3 +105,13 @@ def single_tensor_fns(dist: Any) -> tuple[Callable[..., Any], Callable[..., Any]
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     return gather, scatter
+
+
+def fsspec_filesystem() -> Any:
+    """DCP's module of FsspecReader and FsspecWriter, by this torch's name for it."""
+    import importlib
+
+    try:
+        return importlib.import_module("torch.distributed.checkpoint.fsspec_filesystem")
+    except ImportError:
+        return importlib.import_module("torch.distributed.checkpoint._fsspec_filesystem")

@@ -55,3 +55,12 @@ def importable(module: str, name: str) -> bool:
         return hasattr(__import__(module, fromlist=[name]), name)
     except ImportError:
         return False
+
+
+def test_dcp_fsspec_storage_is_the_public_module_where_torch_has_it() -> None:
+    module = torchapi.fsspec_filesystem()
+    assert hasattr(module, "FsspecReader") and hasattr(module, "FsspecWriter")
+    public = importable("torch.distributed.checkpoint.fsspec_filesystem", "FsspecReader")
+    assert module.__name__.rsplit(".", 1)[-1] == (
+        "fsspec_filesystem" if public else "_fsspec_filesystem"
+    )

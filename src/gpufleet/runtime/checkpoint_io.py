@@ -17,6 +17,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
+from gpufleet import torchapi
+
 # Errors of the storage itself, which a restart cannot fix (a transient object store error is
 # not among them and keeps its retries).
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
@@ -80,9 +82,7 @@ def storage_writer(path: str, url: str, *, local: bool) -> StorageWriter:
     """DCP's writer for a checkpoint directory: the file system's (fsynced) or fsspec's."""
     if local:
         return FileSystemWriter(path, sync_files=True)
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
-
-    writer: StorageWriter = FsspecWriter(url, sync_files=False)
+    writer: StorageWriter = torchapi.fsspec_filesystem().FsspecWriter(url, sync_files=False)
     return writer
 
 
@@ -90,7 +90,5 @@ def storage_reader(path: str, url: str, *, local: bool) -> StorageReader:
     """DCP's reader for a checkpoint directory: the file system's or fsspec's."""
     if local:
         return FileSystemReader(path)
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
-
-    reader: StorageReader = FsspecReader(url)
+    reader: StorageReader = torchapi.fsspec_filesystem().FsspecReader(url)
     return reader
