@@ -19,25 +19,33 @@ def free_port() -> int:
 # outgoing connection), and the lowest port free_ports() uses below that range.
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 QUIET_FLOOR = 10000
+# The first of those ports are for local control planes alone (gpufleet.devcluster): a control
+# plane picks its ports at once and starts its listeners one by one over a minute, and another
+# program's free_ports() meanwhile took one of them (Kueue's metrics port, in a `make test`
+# whose other worker ran local jobs).
+CLUSTER_SPAN = 6000
 
 
-def quiet_ports() -> range:
-    """Ports the kernel never hands out on its own: from QUIET_FLOOR to below the ephemeral
-    range (empty when that range starts lower)."""
+def quiet_ports(*, cluster: bool = False) -> range:
+    """Ports the kernel never hands out on its own (from QUIET_FLOOR to below the ephemeral
+    range; empty when that range starts lower), in two parts: the first CLUSTER_SPAN for
+    control planes (``cluster``), the rest for every other caller."""
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768  # Linux's default
-    return range(QUIET_FLOOR, low)
+    split = min(QUIET_FLOOR + CLUSTER_SPAN, low)
+    return range(QUIET_FLOOR, split) if cluster else range(split, low)
 
 
-def free_ports(count: int) -> list[int]:
+def free_ports(count: int, *, cluster: bool = False) -> list[int]:
     """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago, all bound at once
     while chosen (so no two are the same, as separate free_port() calls may be). Taken at random
     from quiet_ports(): a control plane starts its listeners one by one over a minute, and a
     port the kernel may hand out could meanwhile become the local end of some program's
-    connection; from the kernel's own when that range is too small."""
-    quiet = quiet_ports()
+    connection; from the kernel's own when that range is too small. ``cluster``: for a control
+    plane's listeners, from quiet ports no other caller takes."""
+    quiet = quiet_ports(cluster=cluster)
     candidates = random.sample(quiet, len(quiet)) if len(quiet) >= 8 * count else []
     sockets: list[socket.socket] = []
     try:

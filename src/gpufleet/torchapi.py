@@ -67,12 +67,12 @@ def async_save(
     return None, result
 
 
-def shutdown_timeout(seconds: float) -> dict[str, Any]:
-    """LaunchConfig's keyword for the agents' shutdown timeout, where it has one (torch 2.12+);
-    an older torch waits 30 s, fixed."""
+def shutdown_timeout(seconds: float, config: type | None = None) -> dict[str, Any]:
+    """``config``'s keyword for the agents' shutdown timeout, where it has one (LaunchConfig,
+    by default: torch 2.12+); an older torch waits 30 s, fixed."""
     from torch.distributed.launcher.api import LaunchConfig
 
-    if "shutdown_timeout" not in {f.name for f in dataclasses.fields(LaunchConfig)}:
+    if "shutdown_timeout" not in {f.name for f in dataclasses.fields(config or LaunchConfig)}:
         return {}
     return {"shutdown_timeout": max(1, int(seconds))}
 

@@ -232,15 +232,17 @@ def test_cluster_ports_are_ones_the_kernel_never_hands_out(
     span = tmp_path / "ip_local_port_range"
     span.write_text("32768\t60999\n")
     monkeypatch.setattr(net, "EPHEMERAL_RANGE", span)
-    assert net.quiet_ports() == range(net.QUIET_FLOOR, 32768)
-    ports = net.free_ports(40)
-    assert len(set(ports)) == 40 and all(net.QUIET_FLOOR <= p < 32768 for p in ports), ports
-    assert all(net.QUIET_FLOOR <= net.free_port() < 32768 for _ in range(20))  # one at a time
+    split = net.QUIET_FLOOR + net.CLUSTER_SPAN
+    assert net.quiet_ports(cluster=True) == range(net.QUIET_FLOOR, split)
+    assert net.quiet_ports() == range(split, 32768)  # every other caller's: apart
+    ports = net.free_ports(40, cluster=True)
+    assert len(set(ports)) == 40 and all(net.QUIET_FLOOR <= p < split for p in ports), ports
+    assert all(split <= net.free_port() < 32768 for _ in range(20))  # one at a time
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", ports[0]))
         with monkeypatch.context() as narrow:
-            narrow.setattr(net, "quiet_ports", lambda: range(ports[0], ports[0] + 8))
+            narrow.setattr(net, "quiet_ports", lambda **_: range(ports[0], ports[0] + 8))
             (port,) = net.free_ports(1)
         assert ports[0] < port < ports[0] + 8
 

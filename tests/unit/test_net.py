@@ -16,6 +16,6 @@ def test_a_taken_candidate_port_is_skipped(monkeypatch: pytest.MonkeyPatch) -> N
         taken.listen()
         port = taken.getsockname()[1]
         # Every candidate is the taken port: each bind fails, the OS's free port is used.
-        monkeypatch.setattr(net, "quiet_ports", lambda: [port] * 16)
+        monkeypatch.setattr(net, "quiet_ports", lambda **_: [port] * 16)
         chosen = net.free_ports(2)
     assert len(chosen) == 2 and port not in chosen and len(set(chosen)) == 2

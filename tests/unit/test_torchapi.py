@@ -42,6 +42,9 @@ def test_the_shutdown_timeout_is_given_where_launchconfig_takes_it(
 ) -> None:
     has = "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}
     assert torchapi.shutdown_timeout(45.7) == ({"shutdown_timeout": 45} if has else {})
+    # torch 2.11's LaunchConfig, as far as this goes: no such field (make compat runs 2.8's)
+    older = dataclasses.make_dataclass("LaunchConfig", [("min_nodes", int), ("max_nodes", int)])
+    assert torchapi.shutdown_timeout(45.7, older) == {}
     if has:
         assert torchapi.shutdown_timeout(0.2) == {"shutdown_timeout": 1}
         # What a pod's torchrun reads (the renderers set it; gpufleet.render.podspec)

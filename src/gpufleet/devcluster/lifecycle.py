@@ -162,7 +162,7 @@ class LocalCluster:
         pki = make_pki(self.dir / "pki", sorted({LOOPBACK, address, KUBERNETES_SERVICE_IP}))
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         names = port_names()
-        ports = dict(zip(names, free_ports(len(names)), strict=True))
+        ports = dict(zip(names, free_ports(len(names), cluster=True), strict=True))
         server = f"https://{address}:{ports['kube-apiserver']}"
         state = State(ports=ports, server=server, binaries=str(binaries))
         configs = {u: write_kubeconfig(self.dir / f"{u}.kubeconfig", server, pki, u)

@@ -170,7 +170,7 @@ class RealNodes:
 
     def _coredns(self, ctx: NodeContext) -> Component:
         kubeconfig = ctx.issue_client("coredns", COREDNS_USER)
-        (ready_port,) = free_ports(1)
+        (ready_port,) = free_ports(1, cluster=True)
         path = ctx.directory / "Corefile"
         path.write_text(configs.corefile(kubeconfig, ready_port))
         argv = [str(ctx.binaries / "coredns"), "-conf", str(path)]

@@ -125,7 +125,7 @@ class MetricsPipeline:
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory / "metrics"
-        self.prometheus_port, self.adapter_port = free_ports(2)
+        self.prometheus_port, self.adapter_port = free_ports(2, cluster=True)
 
     @staticmethod
     def check(binaries: Path) -> None:
