@@ -22,6 +22,7 @@ runs the core of the suite against any release; docs/images.md).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -107,6 +108,7 @@ def single_tensor_fns(dist: Any) -> tuple[Callable[..., Any], Callable[..., Any]
     return gather, scatter
 
 
+@functools.cache  # asked at every checkpoint's reader and writer: the failed import once
 def fsspec_filesystem() -> Any:
     """DCP's module of FsspecReader and FsspecWriter, by this torch's name for it."""
     import importlib
