@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the gpufleet image here, with no registry, and write it as an OCI archive that
 # containerd imports (`ctr -n k8s.io images import <archive>`):
-#   scripts/build-image.sh [cpu|cuda]          (make image: cpu)
+#   scripts/build-image.sh [cpu|cuda|own]      (make image: cpu)
 # cpu: docker/Dockerfile on localhost/gpufleet-base:bookworm (scripts/make-base-image.sh, built
-# when missing); cuda: on its default CUDA base, which needs that base's registry.
+# when missing); cuda: on its default CUDA base, which needs that base's registry; own: a team's
+# own PyTorch image with gpufleet added as docs/images.md says (build_own).
 # The image is localhost/gpufleet:<flavor>-<key>, <key> a hash of the build's inputs; its archive
 # is $GPUFLEET_IMAGE_CACHE/gpufleet-<flavor>-<key>.tar (default ~/.cache/gpufleet/images), and
 # gpufleet-<flavor>.tar links to the newest. With that archive there already, nothing is done.
@@ -14,6 +15,9 @@ source scripts/image-lib.sh
 
 # What the image is made of: a change to any of these is a new key.
 INPUTS=(docker/Dockerfile docker/sshd_config .dockerignore pyproject.toml constraints.txt src)
+
+# What the own flavor adds: the stand-in for a team's image, and the lines the team adds.
+OWN_INPUTS=(docker/own-base.Dockerfile examples/own-image/Dockerfile)
 
 # Files of $@ as the working tree has them (tracked or not, but not ignored), NUL-separated.
 input_files() {
@@ -31,26 +35,69 @@ input_key() {
   local flavor=$1
   {
     echo "$flavor"
-    if [ "$flavor" = cpu ]; then echo "$BASE_IMAGE" && sha256sum scripts/make-base-image.sh; fi
+    if [ "$flavor" != cuda ]; then echo "$BASE_IMAGE" && sha256sum scripts/make-base-image.sh; fi
+    if [ "$flavor" = own ]; then torch_floor && input_files "${OWN_INPUTS[@]}" | xargs -0 sha256sum --; fi
     input_files "${INPUTS[@]}" | xargs -0 sha256sum --
   } | sha256sum | cut -c1-12
+}
+
+# The lowest torch gpufleet takes, as a release: pyproject.toml's "torch>=2.8.0a0" is 2.8.0.
+torch_floor() {
+  python3 -c 'import re, tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print(next(re.fullmatch(r"torch>=([0-9.]+?)(a0)?", d)[1] for d in deps if d.startswith("torch>=")))'
 }
 
 # Build the image, and tag its build stage too, so that a prune keeps that stage's cache. pip
 # in the RUN steps trusts what this host trusts (a TLS-inspecting proxy's CA included): the
 # host's CA bundle is bind-mounted at /mnt, which every base has, empty.
 build() {
-  local flavor=$1 key=$2 bundle options
+  local flavor=$1 key=$2 bundle common options
   bundle=$(realpath /etc/ssl/certs/ca-certificates.crt)
-  options=(--layers --isolation=chroot --force-rm -f docker/Dockerfile
+  common=(--layers --isolation=chroot --force-rm
     "--volume=$(dirname "$bundle"):/mnt:ro" "--build-arg=PIP_CERT=/mnt/$(basename "$bundle")")
-  if [ "$flavor" = cpu ]; then
-    options+=("--build-arg=BASE=$BASE_IMAGE")
+  if [ "$flavor" != cuda ]; then
+    common+=("--build-arg=BASE=$BASE_IMAGE")
     buildah inspect --type image "$BASE_IMAGE" >/dev/null 2>&1 || scripts/make-base-image.sh
   fi
+  options=(-f docker/Dockerfile "${common[@]}")
   buildah bud "${options[@]}" --target build -t "$(image_name "$flavor" "$key")-build" .
+  if [ "$flavor" = own ]; then build_own "$key" "${common[@]}" && return 0; fi
   buildah bud "${options[@]}" -t "$(image_name "$flavor" "$key")" .
 }
+
+# A team's own PyTorch image, as docs/images.md "Your own PyTorch image" makes it: the
+# team's two lines (examples/own-image/Dockerfile) on a stand-in for its image (own_base: torch
+# at gpufleet's floor, not the pinned build of gpufleet's image), gpufleet from this checkout's
+# wheel (the build stage's) with the extras cli and digits. pip trusts this host's CA bundle
+# through /etc/pip.conf, mounted for the build alone: the team's file names neither. The wheel's
+# folder is named by the key, so that a new wheel misses the layer cache.
+build_own() {
+  local key=$1 work ctr mnt wheel
+  shift
+  if ! buildah inspect --type image "$(own_base)" >/dev/null 2>&1; then
+    buildah bud "$@" -f docker/own-base.Dockerfile --build-arg "TORCH=$(torch_floor)" \
+      -t "$(own_base)" .
+  fi
+  work=$(mktemp -d) && mkdir "$work/$key"
+  ctr=$(buildah from --quiet "$(image_name own "$key")-build") && mnt=$(buildah mount "$ctr")
+  cp "$mnt"/wheels/gpufleet-*.whl "$work/$key/" && buildah umount "$ctr" >/dev/null
+  buildah rm "$ctr" >/dev/null
+  wheel=$(basename "$work/$key"/gpufleet-*.whl)
+  cp "$(realpath /etc/ssl/certs/ca-certificates.crt)" "$work/ca.crt"
+  printf '[global]\ncert = /mnt/ca.crt\n' > "$work/pip.conf"
+  buildah bud --layers --isolation=chroot --force-rm -f examples/own-image/Dockerfile \
+    "--volume=$work:/mnt:ro" "--volume=$work/pip.conf:/etc/pip.conf:ro" \
+    "--build-arg=BASE=$(own_base)" "--build-arg=GPUFLEET=/mnt/$key/$wheel[cli,digits]" \
+    -t "$(image_name own "$key")" .
+  rm -rf "$work"
+}
+
+# The stand-in for a team's image, named by its torch and by what it is made of; its archive
+# (the image without gpufleet that the tests run too).
+own_base() {
+  echo "$OWN_BASE_REPO:torch-$(torch_floor)-$({ echo "$BASE_IMAGE"
+    sha256sum docker/own-base.Dockerfile; } | sha256sum | cut -c1-12)"
+}
+own_base_archive() { echo "$IMAGE_CACHE/gpufleet-own-base-$(own_base | cut -d: -f2).tar"; }
 
 # Write the archive next to its final name, then move it there and point the link at it. Layers
 # are zstd-compressed (containerd >= 1.5 reads them): as fast to write as gzip here and ~10%
@@ -61,6 +108,11 @@ export_archive() {
   rm -f "$out.tmp"
   buildah push --quiet --compression-format zstd "$(image_name "$flavor" "$key")" \
     "oci-archive:$out.tmp:$(image_name "$flavor" "$key")"
+  if [ "$flavor" = own ] && [ ! -f "$(own_base_archive)" ]; then  # written once
+    buildah push --quiet --compression-format zstd "$(own_base)" \
+      "oci-archive:$(own_base_archive).tmp:$(own_base)"
+    mv "$(own_base_archive).tmp" "$(own_base_archive)"
+  fi
   mv "$out.tmp" "$out"
   ln -sfn "$(basename "$out")" "$IMAGE_CACHE/gpufleet-$flavor.tar"
 }
@@ -72,7 +124,8 @@ prune() {
   local flavor=$1 key=$2 keep ref id
   keep=$(basename "$(archive_path "$flavor" "$key")")
   for f in "$IMAGE_CACHE/gpufleet-$flavor"-*.tar "$IMAGE_CACHE/gpufleet-$flavor"-*.tar.tmp; do
-    if [ -f "$f" ] && [ "$(basename "$f")" != "$keep" ]; then rm -f "$f"; fi
+    case $(basename "$f") in "$keep" | gpufleet-own-base-*) continue ;; esac
+    if [ -f "$f" ]; then rm -f "$f"; fi
   done
   buildah images --noheading --format '{{.Name}}:{{.Tag}}' --filter "reference=$IMAGE_REPO" |
     while read -r ref; do
@@ -81,6 +134,15 @@ prune() {
         "$IMAGE_REPO:$flavor-"*) buildah rmi "$ref" >/dev/null || echo "prune: kept $ref (in use)" ;;
       esac
     done
+  if [ "$flavor" = own ]; then  # and older stand-ins
+    for f in "$IMAGE_CACHE"/gpufleet-own-base-*.tar; do
+      if [ -f "$f" ] && [ "$f" != "$(own_base_archive)" ]; then rm -f "$f"; fi
+    done
+    buildah images --noheading --format '{{.Name}}:{{.Tag}}' --filter "reference=$OWN_BASE_REPO" |
+      while read -r ref; do
+        [ "$ref" = "$(own_base)" ] || buildah rmi "$ref" >/dev/null || echo "prune: kept $ref"
+      done
+  fi
   for _ in 1 2 3 4 5 6 7 8; do  # a pass removes the leaves; their parents are next
     id=$(buildah images --quiet --filter dangling=true \
       --filter label=org.opencontainers.image.vendor=gpufleet)
@@ -106,7 +168,7 @@ up_to_date() {
 
 main() {
   local flavor=${1:-cpu} key
-  case $flavor in cpu | cuda) ;; *) echo "usage: $0 [cpu|cuda]" >&2 && exit 2 ;; esac
+  case $flavor in cpu | cuda | own) ;; *) echo "usage: $0 [cpu|cuda|own]" >&2 && exit 2 ;; esac
   key=$(input_key "$flavor")
   up_to_date "$flavor" "$key" && return 0
   # One build at a time on this machine (a build prunes the other images of its flavor); a

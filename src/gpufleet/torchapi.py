@@ -1,4 +1,4 @@
-"""Where torch's API differs inside gpufleet's range (pyproject.toml: torch>=2.8), one function
+"""Where torch's API differs inside gpufleet's range (pyproject.toml: torch>=2.8.0a0), one function
 per difference, each deciding by what the installed torch has (never by its version string),
 so that a team's own torch runs as it is: nothing is patched (`make compat TORCH=<version>`
 runs the core of the suite against any release; docs/images.md).

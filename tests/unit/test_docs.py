@@ -143,3 +143,18 @@ def test_a_group_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path)
         Terminal(cwd=tmp_path).run(page, "slow", timeout=2)
     child = int(pid_file.read_text())
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_two_lines_for_your_own_image_are_the_ones_the_real_node_test_builds() -> None:
+    """docs/images.md's Dockerfile is examples/own-image/Dockerfile's, which
+    scripts/build-image.sh own builds and tests/cluster/test_realnodes_own_image.py runs: the
+    page's RUN and USER lines are the file's (its ARG GPUFLEET in place of the package)."""
+    (shown,) = [t.content for t in MarkdownIt("commonmark").parse((DOCS / "images.md").read_text())
+                if t.type == "fence" and t.info.strip() == "dockerfile"]  # fmt: skip
+    built = (REPO / "examples" / "own-image" / "Dockerfile").read_text()
+    run = re.search(r"^RUN .*?^USER .*?$", built, re.S | re.M)
+    assert run is not None
+    lines = run.group(0).replace('"$GPUFLEET"', '"gpufleet[digits]"').splitlines()
+    page = shown.splitlines()[1:]
+    assert [line for line in lines if not line.startswith("#")] == page, page
+    assert 'ARG GPUFLEET="gpufleet[digits]"' in built

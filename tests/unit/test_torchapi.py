@@ -12,6 +12,7 @@ import pytest
 from torch.distributed.launcher.api import LaunchConfig
 
 from gpufleet import torchapi
+from tests.support.paths import REPO
 
 
 def test_async_save_commits_through_this_torchs_path(tmp_path: Path) -> None:
@@ -67,3 +68,19 @@ def test_dcp_fsspec_storage_is_the_public_module_where_torch_has_it() -> None:
     assert module.__name__.rsplit(".", 1)[-1] == (
         "fsspec_filesystem" if public else "_fsspec_filesystem"
     )
+
+
+def test_the_range_takes_nvidias_builds_of_its_floor() -> None:
+    """NVIDIA's PyTorch images carry torch as a pre-release of its version: 2.8.0a0+<commit>.
+    nv25.8 comes before 2.8.0, which "torch>=2.8" refused (pip then replaced the image's torch,
+    or failed). The floor stays: 2.7 is out."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    (torch,) = [Requirement(d) for d in deps if Requirement(d).name == "torch"]
+    for inside in ("2.8.0a0+34c6371d24.nv25.8", "2.8.0", "2.10.0a0+b4e4ee81d3.nv25.12", "2.15.0"):
+        assert torch.specifier.contains(inside), inside
+    for outside in ("2.7.1", "2.7.0a0+79aa17489c.nv25.4"):
+        assert not torch.specifier.contains(outside, prereleases=True), outside

@@ -12,6 +12,7 @@ from gpufleet.cli.common import Output, fail
 from gpufleet.cli.render import TargetOption, load_and_render
 from gpufleet.cli.validate import SetOption
 from gpufleet.cluster import Cluster
+from gpufleet.cluster.imagecheck import image_problems
 from gpufleet.console import err_console, print_json
 from gpufleet.errors import FieldError, GpufleetError, UserInputError
 
@@ -106,6 +107,9 @@ def logs(
             lines = cluster.logs(name, tail=tail, pod=pod)
         for line in lines:
             print(line)
+        if not kept:  # an image that cannot run the pods: what it lacks, in one line
+            for problem, where in image_problems(cluster.pods(name)).items():
+                err_console.print(f"pod {where}: {problem}", markup=False)
 
 
 def cancel(name: NameArg, namespace: NamespaceOption = None, context: ContextOption = None) -> None:

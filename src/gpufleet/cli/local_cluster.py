@@ -249,6 +249,22 @@ def start_node(
     err_console.print(f"{name}: started; Ready again with its kubelet's next heartbeat")
 
 
+@local_cluster.command(name="load")
+def load_cmd(
+    archives: Annotated[list[Path], typer.Argument(help="OCI archives of images.")],
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Import images into every real node, as `kind load image-archive` does: your own image
+    (docs/images.md), for a job's spec.image, with no registry."""
+    from gpufleet.devcluster.realnodes.load import load
+
+    try:
+        names = load(directory, archives, log=err_console.print)
+    except (ClusterUpError, UserInputError) as exc:
+        fail(exc)
+    err_console.print(f"loaded into every real node: {', '.join(names)}")
+
+
 NodesArgument = Annotated[list[str], typer.Argument(help="Two or more real nodes' names.")]
 
 

@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpufleet.cluster.imagecheck import image_problems
 from gpufleet.cluster.phases import job_phase
 from gpufleet.kube import KUEUE_QUEUE_LABEL, Obj
 
@@ -224,10 +225,13 @@ def pod_reasons(pods: list[Obj], events: list[Obj]) -> list[str]:
     for ev in sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or "")):
         if ev.get("reason") == "FailedScheduling":
             latest[(ev.get("involvedObject") or {}).get("name", "")] = ev.get("message", "")
-    reasons: list[str] = []
+    # What an image lacks says more than its exit code: once, for the first pod that shows it.
+    reasons = [f"pod {pod}: {line}" for line, pod in image_problems(pods).items()]
     seen: set[str] = set()
     for pod in pods:
         name = pod["metadata"]["name"]
+        if image_problems([pod]):
+            continue
         status = pod.get("status") or {}
         message = ""
         for cond in status.get("conditions") or []:

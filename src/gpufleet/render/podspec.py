@@ -244,6 +244,9 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
         "name": where.container_name,
         "image": s.image,
         "imagePullPolicy": "IfNotPresent",
+        # A container that fails keeps its log's last lines as its termination message, which
+        # `gpufleet status` reads (an image without gpufleet: cluster/imagecheck.py).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "command": where.command or torchrun_command(job, where),
         "env": sorted(
             container_env(job) + [{"name": k, "value": v} for k, v in where.env],

@@ -305,7 +305,8 @@ class Checkpointer:
             world = dist.get_world_size() if self._distributed else 1
             every = dict(sorted(kv for part in gathered for kv in part.items()))
             marker = {"step": step, "world_size": world, "seconds": time.perf_counter() - started,
-                      "identity": self.identity, "host": self._node, "files": every}  # fmt: skip
+                      "identity": self.identity, "host": self._node, "files": every,
+                      "torch": torch.__version__}  # the torch that wrote it  # fmt: skip
             data = json.dumps(marker).encode()
             self.fast.write_atomic(marker_path, data)
         if self._nodes > 1:

@@ -141,10 +141,7 @@ class RealNodes:
             taints = [GPU_TAINT] if pool.gpus else []
             node.write_configs(ctx, cni_bin, proxy, taints)
             processes.start(node.containerd(ctx.binaries), timeout)
-        started = time.monotonic()
-        with ThreadPoolExecutor(len(self._nodes)) as pool_:  # the nodes import side by side
-            list(pool_.map(lambda n: self._import(ctx, n[0], archives), self._nodes))
-        processes.log(f"  images imported ({time.monotonic() - started:.1f} s)")
+        import_all(ctx.binaries, [node for node, _ in self._nodes], archives, processes.log)
         for node, _ in self._nodes:
             processes.start(node.kubelet(ctx.binaries, self._registered(ctx, node)), timeout)
             processes.start(node.kube_proxy(ctx.binaries), timeout)
@@ -156,17 +153,6 @@ class RealNodes:
         wait(lambda: ctx.api.nodes_ready(names), "real nodes", timeout, processes.log)
         if self._pipeline is not None:
             self._pipeline.start(ctx, processes, len(names), timeout)
-
-    @staticmethod
-    def _import(ctx: NodeContext, node: RealNode, archives: list[Path]) -> None:
-        """The archives' images into the node, and no others: older builds go first, so the
-        node's store never holds two builds of the project's image (7 GB each, unpacked; the
-        disk ran out with both)."""
-        names = [n for a in archives for n in images.names_in(a)]
-        stable = [s for s in map(images.stable_name, names) if s]
-        node.keep_only(ctx.binaries, [*names, *stable])
-        for archive in archives:
-            node.import_image(ctx.binaries, archive)
 
     def _coredns(self, ctx: NodeContext) -> Component:
         kubeconfig = ctx.issue_client("coredns", COREDNS_USER)
@@ -223,3 +209,26 @@ def _cni_bin(ctx: NodeContext) -> Path:
         if not link.is_symlink():
             link.symlink_to(ctx.binaries / f"cni-{plugin}")
     return where
+
+
+def import_all(binaries: Path, nodes: list[RealNode], archives: list[Path],
+               log: Callable[[str], None]) -> None:  # fmt: skip
+    """The archives' images into every node, side by side; then the layers they unpacked
+    stored once (images.share_files)."""
+    started = time.monotonic()
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        unpacked = list(pool.map(lambda node: _import(binaries, node, archives), nodes))
+    log(f"  images imported ({time.monotonic() - started:.1f} s)")
+    if any(unpacked):
+        log(f"  layers the nodes share: {images.share_files([d for u in unpacked for d in u])}")
+
+
+def _import(binaries: Path, node: RealNode, archives: list[Path]) -> set[Path]:
+    """The archives' images into the node; other builds of the project's images go first, so
+    the node's store never holds two builds of one (7 GB each, unpacked; the disk ran out with
+    both). Returns the layers it unpacked."""
+    node.drop_other_builds(binaries, [n for a in archives for n in images.names_in(a)])
+    before = node.layer_dirs()
+    for archive in archives:
+        node.import_image(binaries, archive)
+    return node.layer_dirs() - before

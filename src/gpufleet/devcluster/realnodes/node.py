@@ -22,6 +22,7 @@ from gpufleet.devcluster.realnodes.network import run as _run
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")  # the kubelet's fixed path
 PINNED = "io.cri-containerd.pinned=pinned"  # containerd's CRI label: the kubelet never removes
 ROUTER_HEALTH_PORT = 20244  # kube-router's default, on the node's own address
+SNAPSHOTS = "io.containerd.snapshotter.v1.overlayfs/snapshots"  # under containerd's root
 
 
 @dataclass(frozen=True)
@@ -156,21 +157,31 @@ class RealNode:
             if stable:  # the tag keeps the pinned label (ctr's local tag copies the record)
                 _run(*ctr, "images", "tag", "--local", "--force", name, stable)
 
+    def layer_dirs(self) -> set[Path]:
+        """The directories of the snapshots in the node's store (containerd's overlayfs
+        snapshotter: a snapshot's files are in ``snapshots/<id>/fs``)."""
+        root = self.paths.cache / "containerd" / SNAPSHOTS
+        return {d / "fs" for d in root.iterdir()} if root.is_dir() else set()
+
     def _ctr(self, binaries: Path) -> list[str]:
         """``ctr`` on the node's containerd, in the kubelet's namespace (k8s.io)."""
         return [str(binaries / "ctr"), "--address", str(self.paths.containerd_socket),
                 "--namespace", "k8s.io"]  # fmt: skip
 
-    def keep_only(self, binaries: Path, names: list[str]) -> None:
-        """Remove every other image from the node's store (older builds of the project's
-        image), so that containerd collects their layers: the store holds one of each."""
+    def drop_other_builds(self, binaries: Path, names: list[str]) -> None:
+        """Remove the other builds of the project's images that ``names`` has a build of
+        (``localhost/gpufleet:cpu-<key>`` replaces every other ``cpu-<key>``), so that containerd
+        collects their layers: the store holds one build of each flavor. Other images stay."""
         ctr = self._ctr(binaries)
         listed = _listed(ctr)
-        # CRI also names each image by its config's digest (its image ID): keep those of ours.
-        keep = set(names) | {_config_digest(ctr, n) for n in names if n in listed}
-        stale = [n for n in listed if n not in keep]
-        if stale:
-            _run(*ctr, "images", "remove", "--sync", *stale)
+        flavors = {images.stable_name(n) for n in names} - {None}
+        stale = [n for n in listed if images.stable_name(n) in flavors and n not in names]
+        if not stale:
+            return
+        # CRI also names each image by its config's digest (its image ID): those of the stale.
+        kept = {_config_digest(ctr, n) for n in listed if n not in stale and "@" not in n}
+        ids = {_config_digest(ctr, n) for n in stale} - kept - {""}
+        _run(*ctr, "images", "remove", "--sync", *stale, *(i for i in ids if i in listed))
 
 
 def _listed(ctr: list[str]) -> list[str]:

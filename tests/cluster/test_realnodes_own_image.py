@@ -1,0 +1,93 @@
+"""A team's own PyTorch image on real nodes (docs/images.md "Your own PyTorch image"): gpufleet
+added with the page's two lines to an image whose torch is gpufleet's floor, not the pinned
+build of gpufleet's own image, loaded into the nodes with `gpufleet cluster load`; digits 2x1
+queued by Kueue on it ends with the weights of the same job run locally on that torch. An
+image without gpufleet fails in one line from `gpufleet status` and `logs`: what it lacks and
+the page's fix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from gpufleet.cluster.imagecheck import DOC
+from gpufleet.runtime.integrity import MARKER
+from tests.support.cli import run_cli
+from tests.support.devcluster import DevCluster
+from tests.support.ownimage import OwnImages, local_digest_in, own_images, torch_in
+from tests.support.procs import poll_until
+from tests.support.realnodes import TENANT, digests_in_logs, real_job
+from tests.support.specs import write_spec
+
+pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
+              pytest.mark.timeout(900)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def loaded(reallab: DevCluster) -> Iterator[OwnImages]:
+    """Both images built (scripts/build-image.sh own) and loaded into every real node."""
+    images = own_images()
+    load = run_cli("cluster", "load", *map(str, images.archives), "--dir", str(reallab.dir),
+                   cwd=reallab.root, timeout=600)  # fmt: skip
+    assert load.returncode == 0, load.stderr[-3000:]
+    assert images.with_gpufleet in load.stderr and images.without in load.stderr, load.stderr
+    yield images
+
+
+def test_digits_on_a_teams_image_with_another_torch_ends_with_that_torchs_local_weights(
+    reallab: DevCluster, loaded: OwnImages
+) -> None:
+    work = reallab.root / "own-local"
+    floor = torch_in(loaded.with_gpufleet, work)
+    import torch
+
+    assert floor.split("+")[0] != torch.__version__.split("+")[0], "the same torch as the suite's"
+    name = "digits-own-2x1"
+    doc = real_job(name, 2, 1)
+    doc["spec"]["image"] = loaded.with_gpufleet
+    with ThreadPoolExecutor(1) as pool:  # the local run in the image, beside the pods
+        local = pool.submit(local_digest_in, loaded.with_gpufleet, work, 2, 1)
+        submit = reallab.gpufleet("submit", str(write_spec(reallab.root, doc, f"{name}.yaml")))
+        assert submit.returncode == 0, submit.stderr[-2000:]
+        phase, pods = reallab.run_to_end(name, TENANT, timeout=300)
+        assert phase == "Succeeded", reallab.gpufleet("status", name, "-n", TENANT).stdout
+        assert {p["spec"]["containers"][0]["image"] for p in pods.values()} == {
+            loaded.with_gpufleet}  # fmt: skip
+        assert len({p["spec"]["nodeName"] for p in pods.values()}) == 2
+        assert digests_in_logs(reallab, name) == [local.result()]
+    # The pods' checkpoints say which torch wrote them: the image's, not the suite's.
+    markers = list((reallab.dir / "volumes").glob(f"pv-*/{name}/step_*/{MARKER}"))
+    assert markers and {json.loads(m.read_text())["torch"] for m in markers} == {floor}
+    assert reallab.cancel(name, TENANT)
+
+
+def test_an_image_without_gpufleet_fails_in_one_line_that_names_the_fix(
+    reallab: DevCluster, loaded: OwnImages
+) -> None:
+    name = "digits-no-gpufleet"
+    doc = real_job(name, 2, 1)
+    doc["spec"]["image"] = loaded.without
+    submit = reallab.gpufleet("submit", str(write_spec(reallab.root, doc, f"{name}.yaml")))
+    assert submit.returncode == 0, submit.stderr[-2000:]
+    lacking = f"image {loaded.without} has no gpufleet"
+
+    def told() -> subprocess.CompletedProcess[str] | None:
+        status = reallab.gpufleet("status", name, "-n", TENANT)
+        return status if lacking in status.stdout else None
+
+    status = poll_until(
+        told, what=f"{name}: status names what the image lacks", timeout=240, interval=3
+    )
+    lines = [line for line in status.stdout.splitlines() if lacking in line]
+    assert len(lines) == 1 and status.stdout.count(lacking) == 1, status.stdout
+    assert DOC in lines[0] and "pip install gpufleet" in lines[0], lines[0]
+    logs = reallab.gpufleet("logs", name, "-n", TENANT)
+    assert logs.returncode == 0, logs.stderr[-2000:]
+    assert logs.stderr.count(lacking) == 1 and DOC in logs.stderr, logs.stderr
+    for out in (status.stdout, status.stderr, logs.stdout, logs.stderr):
+        assert "Traceback" not in out, out
+    assert reallab.cancel(name, TENANT)
