@@ -11,7 +11,7 @@ STAMP := $(VENV)/.gpufleet-installed
 TOOLS := .tools/bin
 
 .PHONY: demo test check lint unit fuzz fmt docs goldens schemas bench bench-controlplane clean tools \
-	controlplane image prepared measured coverage coverage-report compat \
+	controlplane image prepared measured coverage coverage-report compat gpu-prep \
 	mutation
 
 $(STAMP): pyproject.toml constraints.txt
@@ -115,6 +115,12 @@ mutation: $(STAMP)
 	$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN)
 	$(BIN)/mutmut export-cicd-stats
 	$(BIN)/python scripts/mutation_score.py
+
+# What scripts/gpu-check.sh carries to a lent GPU machine (.gpu-carry/; docs/development.md,
+# "On a lent GPU"): gpufleet's wheel and what the device lacks, for its Python. Not part of
+# `make test`, which tests it.
+gpu-prep: $(STAMP)
+	bash scripts/gpu-prep.sh
 
 # The core of the suite (spec, runtime, launch, local resume, chaos) against another torch than
 # the pinned one, in its own venv .compat/torch-<version> (scripts/compat.sh), recorded in
