@@ -60,8 +60,11 @@ build() {
   fi
   options=(-f docker/Dockerfile "${common[@]}")
   buildah bud "${options[@]}" --target build -t "$(image_name "$flavor" "$key")-build" .
-  if [ "$flavor" = own ]; then build_own "$key" "${common[@]}" && return 0; fi
-  buildah bud "${options[@]}" -t "$(image_name "$flavor" "$key")" .
+  if [ "$flavor" = own ]; then
+    build_own "$key" "${common[@]}"
+  else
+    buildah bud "${options[@]}" -t "$(image_name "$flavor" "$key")" .
+  fi
 }
 
 # A team's own PyTorch image, as docs/images.md "Your own PyTorch image" makes it: the
@@ -77,9 +80,13 @@ build_own() {
     buildah bud "$@" -f docker/own-base.Dockerfile --build-arg "TORCH=$(torch_floor)" \
       -t "$(own_base)" .
   fi
-  work=$(mktemp -d) && mkdir "$work/$key"
-  ctr=$(buildah from --quiet "$(image_name own "$key")-build") && mnt=$(buildah mount "$ctr")
-  cp "$mnt"/wheels/gpufleet-*.whl "$work/$key/" && buildah umount "$ctr" >/dev/null
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"; trap - RETURN' RETURN
+  mkdir "$work/$key"
+  ctr=$(buildah from --quiet "$(image_name own "$key")-build")
+  mnt=$(buildah mount "$ctr")
+  cp "$mnt"/wheels/gpufleet-*.whl "$work/$key/"
+  buildah umount "$ctr" >/dev/null
   buildah rm "$ctr" >/dev/null
   wheel=$(basename "$work/$key"/gpufleet-*.whl)
   cp "$(realpath /etc/ssl/certs/ca-certificates.crt)" "$work/ca.crt"
@@ -88,16 +95,16 @@ build_own() {
     "--volume=$work:/mnt:ro" "--volume=$work/pip.conf:/etc/pip.conf:ro" \
     "--build-arg=BASE=$(own_base)" "--build-arg=GPUFLEET=/mnt/$key/$wheel[cli,digits]" \
     -t "$(image_name own "$key")" .
-  rm -rf "$work"
 }
 
-# The stand-in for a team's image, named by its torch and by what it is made of; its archive
-# (the image without gpufleet that the tests run too).
+# The stand-in for a team's image, named as a flavor (ownbase) by what it is made of (its torch
+# too), so that a node keeps one build of it; its archive: the image without gpufleet that the
+# tests run too.
 own_base() {
-  echo "$OWN_BASE_REPO:torch-$(torch_floor)-$({ echo "$BASE_IMAGE"
+  image_name ownbase "$({ echo "$BASE_IMAGE" && torch_floor
     sha256sum docker/own-base.Dockerfile; } | sha256sum | cut -c1-12)"
 }
-own_base_archive() { echo "$IMAGE_CACHE/gpufleet-own-base-$(own_base | cut -d: -f2).tar"; }
+own_base_archive() { archive_path ownbase "$(own_base | cut -d- -f2)"; }
 
 # Write the archive next to its final name, then move it there and point the link at it. Layers
 # are zstd-compressed (containerd >= 1.5 reads them): as fast to write as gzip here and ~10%
@@ -124,8 +131,7 @@ prune() {
   local flavor=$1 key=$2 keep ref id
   keep=$(basename "$(archive_path "$flavor" "$key")")
   for f in "$IMAGE_CACHE/gpufleet-$flavor"-*.tar "$IMAGE_CACHE/gpufleet-$flavor"-*.tar.tmp; do
-    case $(basename "$f") in "$keep" | gpufleet-own-base-*) continue ;; esac
-    if [ -f "$f" ]; then rm -f "$f"; fi
+    if [ -f "$f" ] && [ "$(basename "$f")" != "$keep" ]; then rm -f "$f"; fi
   done
   buildah images --noheading --format '{{.Name}}:{{.Tag}}' --filter "reference=$IMAGE_REPO" |
     while read -r ref; do
@@ -135,12 +141,15 @@ prune() {
       esac
     done
   if [ "$flavor" = own ]; then  # and older stand-ins
-    for f in "$IMAGE_CACHE"/gpufleet-own-base-*.tar; do
+    for f in "$IMAGE_CACHE"/gpufleet-ownbase-*.tar; do
       if [ -f "$f" ] && [ "$f" != "$(own_base_archive)" ]; then rm -f "$f"; fi
     done
-    buildah images --noheading --format '{{.Name}}:{{.Tag}}' --filter "reference=$OWN_BASE_REPO" |
+    buildah images --noheading --format '{{.Name}}:{{.Tag}}' --filter "reference=$IMAGE_REPO" |
       while read -r ref; do
-        [ "$ref" = "$(own_base)" ] || buildah rmi "$ref" >/dev/null || echo "prune: kept $ref"
+        case $ref in
+          "$(own_base)") ;;
+          "$IMAGE_REPO:ownbase-"*) buildah rmi "$ref" >/dev/null || echo "prune: kept $ref" ;;
+        esac
       done
   fi
   for _ in 1 2 3 4 5 6 7 8; do  # a pass removes the leaves; their parents are next

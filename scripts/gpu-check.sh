@@ -44,13 +44,18 @@ if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() el
   exit 2
 fi
 
+# The wheels go into a folder of their own on PYTHONPATH, beside the device's packages (its
+# python3 is a venv's: a venv made from it would not see them); `python` is that python3.
 work=$(mktemp -d /tmp/gpu-check.XXXXXX)
-venv=$work/venv
-"$python" -m venv --system-site-packages "$venv"  # the device's torch and the rest, as they are
+mkdir -p "$work/bin"
+printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v "$python")" > "$work/bin/python"
+chmod +x "$work/bin/python"
 wheels=("$carry"/wheels/*.whl)
 if pytriton=$(join "$work"); then wheels+=("$pytriton"); fi
-"$venv/bin/python" -m pip install -q --no-index --no-deps --no-compile "${wheels[@]}" || exit 1
-export PATH=$venv/bin:$PATH PYTHONUNBUFFERED=1
+"$python" -m pip install -q --no-index --no-deps --no-compile --target "$work/site" \
+  "${wheels[@]}" || exit 1
+export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH} PATH=$work/bin:$work/site/bin:$PATH
+export PYTHONUNBUFFERED=1
 steps=$work/steps.jsonl
 : > "$steps"
 
@@ -72,15 +77,15 @@ print(json.dumps({"name": name, "command": command, "exit": int(rc), "seconds": 
 PY
 }
 
-step tests 40 python -m pytest -q -p no:cacheprovider -m gpu --timeout=240 \
+step tests 35 python -m pytest -q -p no:cacheprovider -m gpu --timeout=240 \
   --junitxml=benchmarks/results/gpu-check-tests.xml tests/integration/test_gpu.py \
   tests/unit/test_runtime_misc.py tests/unit/test_runtime_faults.py
-step collectives 12 python benchmarks/collectives.py --rounds 1 --pairs 3 --procs 1 \
+step collectives 10 python benchmarks/collectives.py --rounds 1 --pairs 3 --procs 1 \
   --max-bytes $((64 << 20))
 step parallelism 15 python benchmarks/parallelism.py --rounds 1
 step inference 20 python benchmarks/inference.py --offline-seconds 3 --server-seconds 2 \
   --bisect-steps 3 --single-queries 100 --rounds 1 --hostile-loops 5
-step exporter 8 python benchmarks/exporter_scrape.py --scrapes 50
+step exporter 7 python benchmarks/exporter_scrape.py --scrapes 50
 python -m benchmarks.gpu_check "$steps"
 rc=$?
 if [ -n "${OUT:-}" ]; then  # at most 8 files come back

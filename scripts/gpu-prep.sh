@@ -32,8 +32,9 @@ download() {  # $1: name==version; one binary wheel for the device's Python and 
 
 # What travels with every call: the files git would copy (tracked, and untracked not ignored).
 tree_bytes() {
-  git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null |
-    tail -1 | cut -f1
+  git ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' f; do if [ -f "$f" ]; then printf '%s\0' "$f"; fi; done |
+    du -cb --files0-from=- | tail -1 | cut -f1
 }
 
 rm -rf "$dest" && mkdir -p "$dest/wheels" "$dest/split"

@@ -9,7 +9,6 @@
 
 BASE_IMAGE=localhost/gpufleet-base:bookworm # scripts/make-base-image.sh builds it
 IMAGE_REPO=localhost/gpufleet               # tagged <flavor>-<key of the build's inputs>
-OWN_BASE_REPO=localhost/gpufleet-own-base   # a team's image without gpufleet (build-image.sh own)
 IMAGE_CACHE=${GPUFLEET_IMAGE_CACHE:-$HOME/.cache/gpufleet/images}
 
 # The image name of a flavor and key: localhost/gpufleet:cpu-0123456789ab.

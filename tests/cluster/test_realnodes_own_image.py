@@ -18,7 +18,15 @@ from gpufleet.cluster.imagecheck import DOC
 from gpufleet.runtime.integrity import MARKER
 from tests.support.cli import run_cli
 from tests.support.devcluster import DevCluster
-from tests.support.ownimage import OwnImages, local_digest_in, own_images, torch_in
+from tests.support.ownimage import (
+    OwnImages,
+    local_digest_in,
+    node_ctr,
+    node_images,
+    own_images,
+    tiny_archive,
+    torch_in,
+)
 from tests.support.procs import poll_until
 from tests.support.realnodes import TENANT, digests_in_logs, real_job
 from tests.support.specs import write_spec
@@ -91,3 +99,37 @@ def test_an_image_without_gpufleet_fails_in_one_line_that_names_the_fix(
     for out in (status.stdout, status.stderr, logs.stdout, logs.stderr):
         assert "Traceback" not in out, out
     assert reallab.cancel(name, TENANT)
+
+
+def test_a_new_build_replaces_its_older_one_on_every_node_and_other_images_stay(
+    reallab: DevCluster, loaded: OwnImages
+) -> None:
+    """`cluster load` of another build of a project image (localhost/gpufleet:<flavor>-<key>):
+    the older build goes from every node, its ID and stable name with it (containerd collects
+    its layers), the stable name follows the new build, and the other images stay."""
+    old, new = "localhost/gpufleet:tiny-00000000000a", "localhost/gpufleet:tiny-00000000000b"
+    nodes = ("real-a30-node-0", "real-a30-node-1")
+    before = {node: set(node_images(reallab.dir, node)) for node in nodes}
+    try:
+        for name, content in ((old, "a"), (new, "b")):
+            archive = tiny_archive(name, content, reallab.root / "tiny")
+            load = run_cli("cluster", "load", str(archive), "--dir", str(reallab.dir),
+                           cwd=reallab.root, timeout=120)  # fmt: skip
+            assert load.returncode == 0, load.stderr[-2000:]
+        for node in nodes:
+
+            def added(node: str = node) -> set[str] | None:
+                """What the loads left: the new build, its stable name and its ID, which CRI
+                adds once it has seen the image (the old build's gone with its ID)."""
+                new_names = set(node_images(reallab.dir, node)) - before[node]
+                return new_names if len(new_names) >= 3 else None
+
+            names = poll_until(added, what=f"{node}: the new build and its ID", timeout=30)
+            ids = [n for n in names if n.startswith("sha256:")]
+            assert names - set(ids) == {new, "localhost/gpufleet:tiny"} and len(ids) == 1, names
+            assert {loaded.with_gpufleet, loaded.without} <= set(node_images(reallab.dir, node))
+    finally:
+        for node in nodes:
+            gone = set(node_images(reallab.dir, node)) - before[node]
+            if gone:
+                node_ctr(reallab.dir, node, "images", "remove", "--sync", *gone)

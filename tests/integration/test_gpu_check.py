@@ -83,7 +83,11 @@ def test_pytritons_wheel_is_stashed_then_joined_whole_and_a_bad_part_is_refused(
 
 
 def test_a_machine_without_a_gpu_is_refused_in_one_line_and_nothing_runs(tmp_path: Path) -> None:
-    env = os.environ | {"GPU_CHECK_PYTHON": sys.executable, "OUT": str(tmp_path)}
+    env = os.environ | {
+        "GPU_CHECK_PYTHON": sys.executable,
+        "OUT": str(tmp_path),
+        "CUDA_VISIBLE_DEVICES": "",
+    }  # none, on a machine with some too
     done = subprocess.run(["bash", str(CHECK)], env=env, capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     import torch

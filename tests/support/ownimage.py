@@ -24,7 +24,7 @@ from tests.support.specs import digits_job
 @dataclass(frozen=True)
 class OwnImages:
     with_gpufleet: str  # localhost/gpufleet:own-<key>
-    without: str  # localhost/gpufleet-own-base:torch-<floor>-<key>
+    without: str  # localhost/gpufleet:ownbase-<key>
     archives: tuple[Path, Path]
 
 
@@ -35,7 +35,7 @@ def own_images() -> OwnImages:
                            capture_output=True, text=True, cwd=REPO, timeout=3600)  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
     archive = (image_cache() / "gpufleet-own.tar").resolve()
-    (base,) = sorted(image_cache().glob("gpufleet-own-base-*.tar"))
+    (base,) = sorted(image_cache().glob("gpufleet-ownbase-*.tar"))  # one: the build prunes
     return OwnImages(names_in(archive)[0], names_in(base)[0], (archive, base))
 
 
@@ -70,3 +70,39 @@ def torch_in(image: str, work: Path) -> str:
     """The version of the torch that ``image`` carries."""
     return in_image(image, "python", "-c", "import torch; print(torch.__version__)",
                     work=work).strip()  # fmt: skip
+
+
+def tiny_archive(name: str, content: str, where: Path) -> Path:
+    """An OCI archive of a one-file image ``name`` (buildah, from scratch)."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "file").write_text(content)
+
+    def buildah(*args: str) -> str:
+        return subprocess.run(["buildah", *args], capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+
+    container = buildah("from", "scratch")
+    try:
+        buildah("copy", container, str(where / "file"), "/file")
+        buildah("commit", "-q", container, name)
+        archive = where / f"{content}.tar"
+        buildah("push", "-q", name, f"oci-archive:{archive}:{name}")
+    finally:
+        subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+        subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
+    return archive
+
+
+def node_ctr(state_dir: Path, node: str, *args: str) -> str:
+    """``ctr ARGS`` on real node ``node``'s containerd (CRI's namespace); its stdout."""
+    from gpufleet.devcluster.realnodes.chaos import find_node
+
+    real, state = find_node(state_dir, node)
+    ctr = [str(Path(state.binaries) / "ctr"), "--address", str(real.paths.containerd_socket),
+           "--namespace", "k8s.io", *args]  # fmt: skip
+    return subprocess.run(ctr, capture_output=True, text=True, check=True).stdout
+
+
+def node_images(state_dir: Path, node: str) -> list[str]:
+    """The names in real node ``node``'s image store."""
+    return node_ctr(state_dir, node, "images", "list", "--quiet").split()

@@ -155,6 +155,8 @@ def test_the_two_lines_for_your_own_image_are_the_ones_the_real_node_test_builds
     run = re.search(r"^RUN .*?^USER .*?$", built, re.S | re.M)
     assert run is not None
     lines = run.group(0).replace('"$GPUFLEET"', '"gpufleet[digits]"').splitlines()
-    page = shown.splitlines()[1:]
+    comment, source, *page = shown.splitlines()
     assert [line for line in lines if not line.startswith("#")] == page, page
-    assert 'ARG GPUFLEET="gpufleet[digits]"' in built
+    assert 'ARG GPUFLEET="gpufleet[digits]"' in built and comment.startswith("# ")
+    base = re.search(r"^ARG BASE=(\S+)$", built, re.M)  # the page's FROM: the file's default
+    assert base is not None and source == f"FROM {base.group(1)}", source

@@ -33,6 +33,11 @@ class NodePaths:
     cache: Path
 
     @property
+    def containerd_root(self) -> Path:
+        """containerd's store: content, and the overlayfs snapshotter's ``snapshots/<id>/fs``."""
+        return self.cache / "containerd"
+
+    @property
     def containerd_socket(self) -> Path:
         return self.run / "containerd.sock"
 
@@ -54,7 +59,7 @@ def containerd_config(paths: NodePaths, binaries: Path, cni_bin: Path) -> str:
     runc = f"{runtime}.containerd.runtimes.runc"
     lines = [
         "version = 3",
-        f"root = {_toml(str(paths.cache / 'containerd'))}",
+        f"root = {_toml(str(paths.containerd_root))}",
         f"state = {_toml(str(paths.run / 'containerd'))}",
         "[grpc]",
         f"  address = {_toml(str(paths.containerd_socket))}",

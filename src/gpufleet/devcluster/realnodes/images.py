@@ -88,17 +88,17 @@ def pause_archive(binaries: Path) -> Path:
 
 def share_files(layers: list[Path]) -> str:
     """Store the files that the nodes' copies of the same layers hold once: util-linux's
-    ``hardlink`` links identical files (content, mode, owner, times) across ``layers``, the
-    snapshots that the nodes' imports just unpacked. Nodes on one host would otherwise keep one
-    copy of each image a node (7 GB for the project's; the disk ran out). Only those snapshots:
-    containerd never writes a committed layer again, and overlayfs copies a file up before a
-    container changes it, so no node sees another's writes (a container's own writable layer,
-    which may be written in place, is never one of them). Returns hardlink's summary."""
+    ``hardlink`` links identical files (content, mode, owner, times, extended attributes) across
+    ``layers``, the nodes' committed snapshots (RealNode.layer_dirs). Nodes on one host would
+    otherwise keep one copy of each image a node (7 GB for the project's; the disk ran out).
+    Only those: containerd never writes a committed layer again, and overlayfs copies a file up
+    before a container changes it, so no node sees another's writes (a container's writable
+    layer, which may be written in place, is never one of them). Returns hardlink's summary."""
     if len(layers) < 2:
         return "nothing to share"
+    argv = ["hardlink", "--respect-xattrs", *map(str, sorted(layers))]
     try:
-        done = subprocess.run(["hardlink", *map(str, sorted(layers))], capture_output=True,
-                              text=True, check=False)  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
     except FileNotFoundError:
         return "not shared: hardlink (util-linux) is not installed"
     if done.returncode != 0:

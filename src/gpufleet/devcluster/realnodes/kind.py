@@ -213,22 +213,20 @@ def _cni_bin(ctx: NodeContext) -> Path:
 
 def import_all(binaries: Path, nodes: list[RealNode], archives: list[Path],
                log: Callable[[str], None]) -> None:  # fmt: skip
-    """The archives' images into every node, side by side; then the layers they unpacked
-    stored once (images.share_files)."""
+    """The archives' images into every node, side by side; then, if any was imported, the
+    nodes' layers stored once (images.share_files)."""
     started = time.monotonic()
     with ThreadPoolExecutor(len(nodes)) as pool:
-        unpacked = list(pool.map(lambda node: _import(binaries, node, archives), nodes))
+        imported = list(pool.map(lambda node: _import(binaries, node, archives), nodes))
     log(f"  images imported ({time.monotonic() - started:.1f} s)")
-    if any(unpacked):
-        log(f"  layers the nodes share: {images.share_files([d for u in unpacked for d in u])}")
+    if any(imported):
+        layers = [d for node in nodes for d in node.layer_dirs(binaries)]
+        log(f"  layers the nodes share: {images.share_files(layers)}")
 
 
-def _import(binaries: Path, node: RealNode, archives: list[Path]) -> set[Path]:
+def _import(binaries: Path, node: RealNode, archives: list[Path]) -> bool:
     """The archives' images into the node; other builds of the project's images go first, so
     the node's store never holds two builds of one (7 GB each, unpacked; the disk ran out with
-    both). Returns the layers it unpacked."""
+    both). Whether it imported any."""
     node.drop_other_builds(binaries, [n for a in archives for n in images.names_in(a)])
-    before = node.layer_dirs()
-    for archive in archives:
-        node.import_image(binaries, archive)
-    return node.layer_dirs() - before
+    return any([node.import_image(binaries, archive) for archive in archives])

@@ -23,7 +23,10 @@ def load(directory: Path, archives: list[Path], log: Callable[[str], None]) -> l
     missing = [str(a) for a in archives if not a.is_file()]
     if missing:
         raise UserInputError([FieldError("ARCHIVE", f"no such file: {', '.join(missing)}")])
-    names = [n for a in archives for n in images.names_in(a)]
+    try:
+        names = [n for a in archives for n in images.names_in(a)]
+    except ClusterUpError as exc:
+        raise UserInputError([FieldError("ARCHIVE", str(exc))]) from None
     state, changes = State.read(directory), HostChanges.load(directory)
     if state is None or changes is None or not changes.netns:
         raise ClusterUpError(f"no cluster with real nodes runs from {directory}")

@@ -8,6 +8,7 @@ kube-router's firewall (NetworkPolicy enforcement) in the node's network namespa
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,10 @@ from gpufleet.devcluster.realnodes.network import run as _run
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")  # the kubelet's fixed path
 PINNED = "io.cri-containerd.pinned=pinned"  # containerd's CRI label: the kubelet never removes
 ROUTER_HEALTH_PORT = 20244  # kube-router's default, on the node's own address
-SNAPSHOTS = "io.containerd.snapshotter.v1.overlayfs/snapshots"  # under containerd's root
+# A snapshot's files, in the mounts containerd's overlayfs snapshotter gives.
+_SNAPSHOT_DIR = re.compile(
+    r"/[^\s,:=]*/io\.containerd\.snapshotter\.v1\.overlayfs/snapshots/\d+/fs"
+)
 
 
 @dataclass(frozen=True)
@@ -140,15 +144,17 @@ class RealNode:
         url = f"http://{address}:{ROUTER_HEALTH_PORT}/healthz"
         return Component(f"kube-router@{self.name}", argv, lambda: _get(url))
 
-    def import_image(self, binaries: Path, archive: Path) -> None:
+    def import_image(self, binaries: Path, archive: Path) -> bool:
         """Import an OCI archive into the node's containerd (the kubelet's namespace, k8s.io),
         unless every image it names is there already (containerd's store outlives the
         cluster: a warm ``up`` imports nothing); then name each build of the project's image by
         its stable name too (images.stable_name). Images are pinned: with no registry, one the
-        kubelet removed (image garbage collection, disk pressure) could not be pulled again."""
+        kubelet removed (image garbage collection, disk pressure) could not be pulled again.
+        Returns whether it imported."""
         ctr = self._ctr(binaries)
         names = images.names_in(archive)
-        if not set(names) <= set(_listed(ctr)):
+        imported = not set(names) <= set(_listed(ctr))
+        if imported:
             # Layers are discarded once unpacked (the snapshots are what runs): one copy a node.
             _run(*ctr, "images", "import", "--local", "--discard-unpacked-layers", "--label",
                  PINNED, str(archive))  # fmt: skip
@@ -156,12 +162,30 @@ class RealNode:
             stable = images.stable_name(name)
             if stable:  # the tag keeps the pinned label (ctr's local tag copies the record)
                 _run(*ctr, "images", "tag", "--local", "--force", name, stable)
+        return imported
 
-    def layer_dirs(self) -> set[Path]:
-        """The directories of the snapshots in the node's store (containerd's overlayfs
-        snapshotter: a snapshot's files are in ``snapshots/<id>/fs``)."""
-        root = self.paths.cache / "containerd" / SNAPSHOTS
-        return {d / "fs" for d in root.iterdir()} if root.is_dir() else set()
+    def layer_dirs(self, binaries: Path) -> set[Path]:
+        """The directories of the node's committed snapshots (image layers, never written
+        again), not those of containers' writable layers: each one's, as a read-only view of it
+        mounts it (containerd's overlayfs snapshotter: ``snapshots/<id>/fs``)."""
+        ctr = self._ctr(binaries)
+        listed = subprocess.run([*ctr, "snapshots", "list"], capture_output=True, text=True,
+                                check=False).stdout.splitlines()[1:]  # fmt: skip
+        found: set[Path] = set()
+        for key in (row.split()[0] for row in listed if row.split()[-1:] == ["Committed"]):
+            view = f"gpufleet-layer-{key.removeprefix('sha256:')[:16]}"
+            _run(*ctr, "snapshots", "view", view, key)
+            try:
+                mounts = subprocess.run(
+                    [*ctr, "snapshots", "mounts", "/", view],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                ).stdout
+            finally:
+                _run(*ctr, "snapshots", "rm", view)
+            found |= {Path(m) for m in _SNAPSHOT_DIR.findall(mounts)}
+        return found
 
     def _ctr(self, binaries: Path) -> list[str]:
         """``ctr`` on the node's containerd, in the kubelet's namespace (k8s.io)."""
@@ -178,10 +202,18 @@ class RealNode:
         stale = [n for n in listed if images.stable_name(n) in flavors and n not in names]
         if not stale:
             return
-        # CRI also names each image by its config's digest (its image ID): those of the stale.
-        kept = {_config_digest(ctr, n) for n in listed if n not in stale and "@" not in n}
-        ids = {_config_digest(ctr, n) for n in stale} - kept - {""}
+        # CRI's names of the old builds by their config's digest (their image IDs) go too,
+        # unless an image that stays has that config. The stable names stay, so that pods that
+        # start meanwhile find an image, but they keep no ID: import_image moves them to the new
+        # build, and containerd collects the old layers at its next collection.
+        stays = [n for n in listed if n not in stale and n not in flavors and not _is_id(n)]
+        ids = {_config_digest(ctr, n) for n in stale} - {_config_digest(ctr, n) for n in stays}
         _run(*ctr, "images", "remove", "--sync", *stale, *(i for i in ids if i in listed))
+
+
+def _is_id(name: str) -> bool:
+    """Whether ``name`` is CRI's name of an image by its ID (``sha256:<config digest>``)."""
+    return name.startswith("sha256:")
 
 
 def _listed(ctr: list[str]) -> list[str]:
