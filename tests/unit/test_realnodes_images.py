@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.devcluster.realnodes.images import share_files, stable_name
+from gpufleet.devcluster.realnodes.node import SNAPSHOTS, written_dirs
 
 
 def test_each_build_of_the_project_image_has_a_stable_name_and_no_other_image_does() -> None:
@@ -63,3 +64,17 @@ def test_cluster_load_needs_archives_and_a_cluster_with_real_nodes(tmp_path: Pat
     none = run_cli("cluster", "load", str(tmp_path / "x.tar"), "--dir", str(tmp_path), cwd=tmp_path)
     assert none.returncode == 1 and "no cluster with real nodes runs" in none.stderr, none.stderr
     assert "Traceback" not in gone.stderr + none.stderr
+
+
+def test_a_containers_writable_layer_is_never_one_to_share() -> None:
+    """RealNode.layer_dirs leaves out what an active snapshot writes to: an overlay's upper
+    directory, a bound directory; its read-only layers stay layers."""
+
+    def snap(n: int) -> str:
+        return f"/c/n0/containerd/{SNAPSHOTS}/{n}/fs"
+
+    overlay = (f"mount -t overlay overlay / -o index=off,workdir=/c/{SNAPSHOTS}/31/work,"
+               f"upperdir={snap(31)},lowerdir={snap(5)}:{snap(4)}")  # fmt: skip
+    assert written_dirs(overlay) == {snap(31)}
+    assert written_dirs(f"mount -t bind {snap(7)} / -o rbind,rw") == {snap(7)}
+    assert written_dirs("") == set()

@@ -23,10 +23,10 @@ from gpufleet.devcluster.realnodes.network import run as _run
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")  # the kubelet's fixed path
 PINNED = "io.cri-containerd.pinned=pinned"  # containerd's CRI label: the kubelet never removes
 ROUTER_HEALTH_PORT = 20244  # kube-router's default, on the node's own address
-# A snapshot's files, in the mounts containerd's overlayfs snapshotter gives.
-_SNAPSHOT_DIR = re.compile(
-    r"/[^\s,:=]*/io\.containerd\.snapshotter\.v1\.overlayfs/snapshots/\d+/fs"
-)
+SNAPSHOTS = "io.containerd.snapshotter.v1.overlayfs/snapshots"  # under containerd's root
+# A snapshot's files, and an overlay's read-only layers, in the mounts containerd gives.
+_SNAPSHOT_DIR = re.compile(rf"/[^\s,:=]*/{re.escape(SNAPSHOTS)}/\d+/fs")
+_LOWER = re.compile(r"lowerdir=([^\s,]+)")
 
 
 @dataclass(frozen=True)
@@ -165,27 +165,21 @@ class RealNode:
         return imported
 
     def layer_dirs(self, binaries: Path) -> set[Path]:
-        """The directories of the node's committed snapshots (image layers, never written
-        again), not those of containers' writable layers: each one's, as a read-only view of it
-        mounts it (containerd's overlayfs snapshotter: ``snapshots/<id>/fs``)."""
+        """The directories of the node's image layers (committed snapshots, never written
+        again): every snapshot's (containerd's overlayfs snapshotter: ``snapshots/<id>/fs``),
+        less those that an active snapshot (a container's root, an unpacking) writes to, its
+        upper or bound directory. Listed first, so that a container made meanwhile is not in it."""
+        root = self.paths.containerd_root / SNAPSHOTS
+        dirs = {d / "fs" for d in root.iterdir()} if root.is_dir() else set()
         ctr = self._ctr(binaries)
-        listed = subprocess.run([*ctr, "snapshots", "list"], capture_output=True, text=True,
-                                check=False).stdout.splitlines()[1:]  # fmt: skip
-        found: set[Path] = set()
-        for key in (row.split()[0] for row in listed if row.split()[-1:] == ["Committed"]):
-            view = f"gpufleet-layer-{key.removeprefix('sha256:')[:16]}"
-            _run(*ctr, "snapshots", "view", view, key)
-            try:
-                mounts = subprocess.run(
-                    [*ctr, "snapshots", "mounts", "/", view],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                ).stdout
-            finally:
-                _run(*ctr, "snapshots", "rm", view)
-            found |= {Path(m) for m in _SNAPSHOT_DIR.findall(mounts)}
-        return found
+        rows = subprocess.run([*ctr, "snapshots", "list"], capture_output=True, text=True,
+                              check=False).stdout.splitlines()[1:]  # fmt: skip
+        written: set[str] = set()
+        for key in (row.split()[0] for row in rows if row.split()[-1:] == ["Active"]):
+            mounts = subprocess.run([*ctr, "snapshots", "mounts", "/", key], capture_output=True,
+                                    text=True, check=False).stdout  # fmt: skip
+            written |= written_dirs(mounts)
+        return {d for d in dirs if str(d) not in written}
 
     def _ctr(self, binaries: Path) -> list[str]:
         """``ctr`` on the node's containerd, in the kubelet's namespace (k8s.io)."""
@@ -209,6 +203,13 @@ class RealNode:
         stays = [n for n in listed if n not in stale and n not in flavors and not _is_id(n)]
         ids = {_config_digest(ctr, n) for n in stale} - {_config_digest(ctr, n) for n in stays}
         _run(*ctr, "images", "remove", "--sync", *stale, *(i for i in ids if i in listed))
+
+
+def written_dirs(mounts: str) -> set[str]:
+    """The snapshot directories that ``ctr snapshots mounts`` of an active snapshot writes to:
+    every one it names but its overlay's read-only layers (lowerdir)."""
+    lower = {m for found in _LOWER.findall(mounts) for m in found.split(":")}
+    return set(_SNAPSHOT_DIR.findall(mounts)) - lower
 
 
 def _is_id(name: str) -> bool:
