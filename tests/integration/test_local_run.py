@@ -257,10 +257,14 @@ def test_a_checkpoint_dir_knows_its_job_and_fresh_starts_over(workdir: Path) -> 
     assert sorted(p.name for p in (ckpt / ".archive").glob("job-a-*/step_*")) == before
 
 
+# Each line in one write: print(a, b) writes its parts one by one where stdout is unbuffered,
+# and torchrun's log tailer prefixes a part it read alone as a line of its own ("[rank1]:
+# HF_TOKEN[rank1]:  0d55...", seen once in a newcomer run).
 SECRET_SCRIPT = """\
-import hashlib, os
+import hashlib, os, sys
 for name in ("HF_TOKEN", "S3_KEY", "MODE"):
-    print(name, hashlib.sha256(os.environ[name].encode()).hexdigest()[:16], flush=True)
+    sys.stdout.write(f"{name} {hashlib.sha256(os.environ[name].encode()).hexdigest()[:16]}\\n")
+    sys.stdout.flush()
 """
 
 
