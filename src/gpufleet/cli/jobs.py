@@ -109,7 +109,7 @@ def logs(
             print(line)
         if not kept:  # an image that cannot run the pods: what it lacks, in one line
             for problem, where in image_problems(cluster.pods(name)).items():
-                err_console.print(f"pod {where}: {problem}", markup=False)
+                err_console.print(f"pod {where[0]}: {problem}", markup=False)
 
 
 def cancel(name: NameArg, namespace: NamespaceOption = None, context: ContextOption = None) -> None:

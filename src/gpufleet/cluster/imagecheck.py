@@ -34,9 +34,9 @@ def lacks(text: str, image: str) -> str | None:
     return None
 
 
-def image_problems(pods: list[Obj]) -> dict[str, str]:
-    """Each distinct problem of the pods' images, with the first pod that showed it."""
-    found: dict[str, str] = {}
+def image_problems(pods: list[Obj]) -> dict[str, list[str]]:
+    """Each distinct problem of the pods' images, with the pods that showed it, in order."""
+    found: dict[str, list[str]] = {}
     for pod in pods:
         images = {c["name"]: c.get("image", "?") for c in pod.get("spec", {}).get("containers", [])}
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -44,6 +44,7 @@ def image_problems(pods: list[Obj]) -> dict[str, str]:
                 for detail in state.values():
                     line = lacks(str((detail or {}).get("message", "")),
                                  images.get(cs.get("name", ""), cs.get("image", "?")))  # fmt: skip
-                    if line is not None:
-                        found.setdefault(line, pod["metadata"]["name"])
+                    name = pod["metadata"]["name"]
+                    if line is not None and name not in found.setdefault(line, []):
+                        found[line].append(name)
     return found

@@ -226,11 +226,13 @@ def pod_reasons(pods: list[Obj], events: list[Obj]) -> list[str]:
         if ev.get("reason") == "FailedScheduling":
             latest[(ev.get("involvedObject") or {}).get("name", "")] = ev.get("message", "")
     # What an image lacks says more than its exit code: once, for the first pod that shows it.
-    reasons = [f"pod {pod}: {line}" for line, pod in image_problems(pods).items()]
+    problems = image_problems(pods)
+    reasons = [f"pod {where[0]}: {line}" for line, where in problems.items()]
+    troubled = {name for where in problems.values() for name in where}
     seen: set[str] = set()
     for pod in pods:
         name = pod["metadata"]["name"]
-        if image_problems([pod]):
+        if name in troubled:
             continue
         status = pod.get("status") or {}
         message = ""

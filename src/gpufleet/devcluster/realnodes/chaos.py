@@ -37,20 +37,28 @@ def _components(name: str) -> tuple[str, ...]:
     return (f"containerd@{name}", f"kubelet@{name}", f"kube-proxy@{name}")
 
 
-def find_node(directory: Path, name: str, field: str = "NAME") -> tuple[RealNode, State]:
-    """Real node ``name`` of the cluster in ``directory`` (its index is its namespace's place
-    in the journal of host changes), and the cluster's state."""
+def real_nodes(directory: Path) -> tuple[list[RealNode], State]:
+    """The real nodes of the cluster in ``directory`` (each one's index is its namespace's
+    place in the journal of host changes), and the cluster's state."""
     state = State.read(directory)
     changes = HostChanges.load(directory)
     if state is None or changes is None:
         raise ClusterUpError(f"no cluster with real nodes runs from {directory}")
     names = [n.removeprefix(network.netns_name("")) for n in changes.netns]
-    if name not in names:
-        known = ", ".join(names)
-        raise UserInputError([FieldError(field, f"not a real node of this cluster ({known})")])
-    paths = configs.NodePaths(run=Path(RUN_ROOT) / name, data=Path(DATA_ROOT) / name,
-                              cache=node_cache() / name)  # fmt: skip
-    return RealNode(name, names.index(name), len(names), paths), state
+    nodes = [RealNode(name, index, len(names), configs.NodePaths(
+        run=Path(RUN_ROOT) / name, data=Path(DATA_ROOT) / name, cache=node_cache() / name))
+        for index, name in enumerate(names)]  # fmt: skip
+    return nodes, state
+
+
+def find_node(directory: Path, name: str, field: str = "NAME") -> tuple[RealNode, State]:
+    """Real node ``name`` of the cluster in ``directory``, and the cluster's state."""
+    nodes, state = real_nodes(directory)
+    for node in nodes:
+        if node.name == name:
+            return node, state
+    known = ", ".join(node.name for node in nodes)
+    raise UserInputError([FieldError(field, f"not a real node of this cluster ({known})")])
 
 
 def crash(directory: Path, name: str) -> int:

@@ -9,11 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from gpufleet.devcluster.realnodes import images, network
-from gpufleet.devcluster.realnodes.chaos import find_node
-from gpufleet.devcluster.realnodes.host import HostChanges
+from gpufleet.devcluster.realnodes import images
+from gpufleet.devcluster.realnodes.chaos import real_nodes
 from gpufleet.devcluster.realnodes.kind import import_all
-from gpufleet.devcluster.state import State
 from gpufleet.errors import ClusterUpError, FieldError, UserInputError
 
 
@@ -27,10 +25,8 @@ def load(directory: Path, archives: list[Path], log: Callable[[str], None]) -> l
         names = [n for a in archives for n in images.names_in(a)]
     except ClusterUpError as exc:
         raise UserInputError([FieldError("ARCHIVE", str(exc))]) from None
-    state, changes = State.read(directory), HostChanges.load(directory)
-    if state is None or changes is None or not changes.netns:
+    nodes, state = real_nodes(directory)
+    if not nodes:
         raise ClusterUpError(f"no cluster with real nodes runs from {directory}")
-    nodes = [find_node(directory, n.removeprefix(network.netns_name("")))[0]
-             for n in changes.netns]  # fmt: skip
     import_all(Path(state.binaries), nodes, archives, log)
     return names
