@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 source scripts/image-lib.sh
 
 # What the image is made of: a change to any of these is a new key.
-INPUTS=(docker/Dockerfile docker/sshd_config .dockerignore pyproject.toml constraints.txt src)
+INPUTS=(docker/Dockerfile docker/sshd_config .dockerignore pyproject.toml constraints.txt src
+  scripts/build-horovod.sh patches/horovod examples/horovod_digits.py)
 
 # What the own flavor adds: the stand-in for a team's image, and the lines the team adds.
 OWN_INPUTS=(docker/own-base.Dockerfile examples/own-image/Dockerfile)

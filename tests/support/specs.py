@@ -36,7 +36,7 @@ def cluster_job(target: str | None = None, **spec: Any) -> dict[str, Any]:
     """A digits job named "train" that can run on a cluster (image, checkpoints on a volume);
     with ``target``, of a framework that target runs (a TensorFlow job for tfjob, a Ray job
     for rayjob: one process per node, nothing PyTorch's alone), so a test of every target
-    renders each one."""
+    renders each one. A Horovod job (framework="horovod") runs a script instead."""
     base: dict[str, Any] = {
         "image": "ghcr.io/example/gpufleet:0.1.0",
         "checkpoint": {"dir": "/ckpt/run", "everySteps": 50},
@@ -54,6 +54,9 @@ def cluster_job(target: str | None = None, **spec: Any) -> dict[str, Any]:
             s["checkpoint"].pop("async", None)
         if framework == "ray":
             s.pop("metrics", None)  # Ray exports its own metrics (training_rules)
+    if doc["spec"].get("framework") == "horovod":  # a Horovod script, no built-in workload
+        doc["spec"].pop("workload")
+        doc["spec"].setdefault("command", ["train.py", "--epochs", "3"])
     return doc
 
 

@@ -160,3 +160,26 @@ def test_the_two_lines_for_your_own_image_are_the_ones_the_real_node_test_builds
     assert 'ARG GPUFLEET="gpufleet[digits]"' in built and comment.startswith("# ")
     base = re.search(r"^ARG BASE=(\S+)$", built, re.M)  # the page's FROM: the file's default
     assert base is not None and source == f"FROM {base.group(1)}", source
+
+
+def table_rows(page: Path) -> list[list[str]]:
+    """The cells of a page's first table, its header first, footnote marks left out."""
+    rows = [ln for ln in page.read_text().splitlines() if ln.startswith("| ")]
+    return [[re.sub("[¹²³⁴⁵⁶⁷⁸⁹⁰]", "", c).strip() for c in r.strip("|").split("|")] for r in rows]
+
+
+def test_the_readmes_frameworks_table_is_the_frameworks_pages_and_the_renderers() -> None:
+    """Every cell of the table (README and docs/frameworks.md alike): "refused" exactly where
+    gpufleet.render refuses the framework's job on that target."""
+    from gpufleet.render import FRAMEWORK_TARGETS
+
+    readme, page = table_rows(README), table_rows(DOCS / "frameworks.md")
+    assert readme == page
+    header, rows = readme[0], readme[2:]
+    names = {"PyTorch": "pytorch", "TensorFlow": "tensorflow", "Ray": "ray", "Horovod": "horovod"}
+    assert sorted(names[r[0]] for r in rows) == sorted(FRAMEWORK_TARGETS)
+    for row in rows:
+        targets = FRAMEWORK_TARGETS[names[row[0]]]
+        assert row[1].startswith("runs"), row  # every framework runs on this machine
+        for target, cell in zip(header[2:], row[2:], strict=True):
+            assert (cell == "refused") == (target not in targets), (row[0], target, cell)

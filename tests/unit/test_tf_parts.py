@@ -18,9 +18,8 @@ from gpufleet.frameworks.tf.cluster import ClusterConfigError, local_workers, po
 from gpufleet.launch.worker import FRAMEWORK_MODULES, worker_env, worker_module_args
 from gpufleet.render import FRAMEWORK_TARGETS, TARGETS, check_restricted, pod_specs_in, render
 from gpufleet.runtime import integrity
-from gpufleet.runtime.context import DEFAULT_FRAMEWORK
 from gpufleet.spec import validate_training_job
-from gpufleet.spec.training_rules import FRAMEWORKS
+from gpufleet.spec.training_rules import FRAMEWORK_WORKLOADS, FRAMEWORKS
 from tests.support.specs import cluster_job, digits_job, pod_templates
 from tests.unit.test_spec import errors_of
 
@@ -39,7 +38,7 @@ def tf_job(**spec: Any) -> dict[str, Any]:
         ({"onNonFinite": "rollback"}, "spec.onNonFinite", "rollback is the PyTorch"),
         ({"checkpoint": {"dir": "s3://b/c"}}, "spec.checkpoint.dir", "not an object store"),
         ({"checkpoint": {"async": True}}, "spec.checkpoint.async", "saves synchronously"),
-        ({"framework": "jax"}, "spec.framework", "'pytorch', 'tensorflow' or 'ray'"),
+        ({"framework": "jax"}, "spec.framework", "'pytorch', 'tensorflow', 'ray' or 'horovod'"),
     ],
 )
 def test_what_a_tensorflow_job_cannot_have_is_refused_with_its_path(
@@ -69,7 +68,8 @@ def test_a_tensorflow_job_is_refused_by_the_targets_that_run_pytorch(target: str
         render(job, target)
     (error,) = info.value.errors
     assert error.path == "spec.framework"
-    assert f"target {target} runs pytorch workers" in error.message
+    runs = "pytorch or horovod" if target == "mpijob" else "pytorch"
+    assert f"target {target} runs {runs} workers" in error.message
     assert "renders to job, jobset, tfjob" in error.message
     with pytest.raises(UserInputError, match="target tfjob runs tensorflow workers"):
         render(validate_training_job(cluster_job(nodes=2)), "tfjob")
@@ -234,5 +234,6 @@ def test_another_jobs_or_models_checkpoint_is_refused_and_never_purged(tmp_path:
 
 def test_every_framework_has_its_targets_and_a_worker() -> None:
     assert set(FRAMEWORK_TARGETS) == set(FRAMEWORKS)
-    assert set(FRAMEWORK_MODULES) == set(FRAMEWORKS) - {DEFAULT_FRAMEWORK}
+    # a worker for the built-in workloads of each framework that has any (Horovod runs scripts)
+    assert set(FRAMEWORK_MODULES) == {f for f, names in FRAMEWORK_WORKLOADS.items() if names}
     assert all(TARGETS.keys() >= set(targets) for targets in FRAMEWORK_TARGETS.values())

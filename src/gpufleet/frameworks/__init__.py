@@ -8,4 +8,10 @@ them alike. Importing these packages imports neither torch nor the framework."""
 __all__ = ["FRAMEWORK_PACKAGES"]
 
 # The package each framework's workers import, also the name of the extra that installs it.
-FRAMEWORK_PACKAGES = {"tensorflow": "tensorflow", "ray": "ray"}
+FRAMEWORK_PACKAGES = {"tensorflow": "tensorflow", "ray": "ray", "horovod": "horovod"}
+# How to install a framework that its extra alone does not bring. Horovod's extra holds its
+# dependencies; Horovod is built from source for the environment's torch.
+FRAMEWORK_BUILDS = {
+    "horovod": "Horovod built for this environment's torch: scripts/build-horovod.sh install "
+    "<venv> (docs/frameworks.md, Horovod)",
+}

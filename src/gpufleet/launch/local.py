@@ -29,7 +29,7 @@ from gpufleet.errors import (
     UserInputError,
 )
 from gpufleet.extras import install_hint, missing
-from gpufleet.frameworks import FRAMEWORK_PACKAGES
+from gpufleet.frameworks import FRAMEWORK_BUILDS, FRAMEWORK_PACKAGES
 from gpufleet.frameworks.tf.cluster import ENV_TF_INDEX, ENV_TF_WORKERS, local_workers
 from gpufleet.launch.fatal import read_fatal
 from gpufleet.launch.fresh import set_checkpoints_aside
@@ -153,9 +153,13 @@ def check_script(job: TrainingJob) -> None:
 def check_framework(job: TrainingJob) -> None:
     """A framework other than PyTorch must be installed here (its extra), or exit 2 with the
     install command before any worker starts (each would fail on import, and be restarted)."""
-    package = FRAMEWORK_PACKAGES.get(job.spec.framework)  # its extra has its name too
+    framework = job.spec.framework
+    package = FRAMEWORK_PACKAGES.get(framework)  # its extra has its name too
     if package and importlib.util.find_spec(package) is None:
-        raise missing(package, package, f"spec.framework {job.spec.framework}")
+        if framework in FRAMEWORK_BUILDS:
+            message = f"spec.framework {framework} needs {FRAMEWORK_BUILDS[framework]}"
+            raise UserInputError([FieldError(package, message)])
+        raise missing(package, package, f"spec.framework {framework}")
 
 
 def check_checkpoint_storage(job: TrainingJob) -> None:

@@ -215,6 +215,9 @@ def _framework_worker(argv: list[str]) -> None:
     is (Ray sets up its workers)."""
     from gpufleet.frameworks.tf.cluster import ENV_TF_CONFIG, ClusterConfigError, tf_config
 
+    if env_framework() == "horovod":
+        _horovod_worker(argv)
+        return
     if env_framework() != "tensorflow":
         _run(argv)
         return
@@ -232,6 +235,21 @@ def _framework_worker(argv: list[str]) -> None:
     if threads:
         os.environ.setdefault("TF_NUM_INTRAOP_THREADS", threads)
         os.environ.setdefault("TF_NUM_INTEROP_THREADS", threads)
+    _run(argv)
+
+
+def _horovod_worker(argv: list[str]) -> None:
+    """A Horovod script's worker: Horovod's slot and Gloo variables from torchrun's
+    (gpufleet.frameworks.horovod), then the script, as under horovodrun. Under mpirun (an
+    MPIJob) Horovod's MPI controller needs none of them."""
+    from gpufleet.frameworks.horovod import SlotError, prepare
+
+    if "OMPI_COMM_WORLD_RANK" not in os.environ:
+        try:
+            prepare(os.environ)
+        except SlotError as exc:
+            print(f"gpufleet: spec.framework horovod: {exc}", file=sys.stderr, flush=True)
+            sys.exit(2)
     _run(argv)
 
 

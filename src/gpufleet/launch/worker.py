@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpufleet.frameworks.horovod import HOROVOD_ENV
 from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_WORKERS, RAY_ENV
 from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
 from gpufleet.runtime.context import ENV_GRACE_PERIOD, JobContext
@@ -75,6 +76,8 @@ def worker_env(
         s = job.spec
         env |= {ENV_RAY_WORKERS: str(s.nodes * s.procs_per_node),
                 ENV_RAY_MAX_FAILURES: str(s.max_restarts), **RAY_ENV}  # fmt: skip
+    if job.spec.framework == "horovod":
+        env |= HOROVOD_ENV
     return {**env, **job.spec.plain_env}
 
 

@@ -41,6 +41,7 @@ FRAMEWORK_TARGETS: dict[str, tuple[str, ...]] = {
     "pytorch": ("job", "jobset", "pytorchjob", "trainjob", "mpijob", "volcano"),
     "tensorflow": ("job", "jobset", "tfjob"),
     "ray": ("rayjob",),
+    "horovod": ("mpijob",),
 }
 
 

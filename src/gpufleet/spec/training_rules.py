@@ -12,21 +12,28 @@ from gpufleet.spec.workloads import WORKLOAD_KINDS
 # The frameworks a job's workers may use (spec.framework; the default: DEFAULT_FRAMEWORK). Each
 # has its targets in gpufleet.render.FRAMEWORK_TARGETS and, but PyTorch, its worker in
 # gpufleet.frameworks (tests/unit/test_tf_parts.py holds the three together).
-Framework = Literal["pytorch", "tensorflow", "ray"]
+Framework = Literal["pytorch", "tensorflow", "ray", "horovod"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 FRAMEWORK_HELP = (
     "What the workers run on. pytorch: torchrun's workers (a command, or any built-in "
     "workload). tensorflow: one worker per node with tf.distribute.MultiWorkerMirroredStrategy "
     "and its TF_CONFIG (a command, or workload digits in Keras); targets job, jobset and "
     "tfjob. ray: a Ray cluster of spec.nodes nodes and a driver (a command, or workload digits "
-    "with Ray Train's TorchTrainer); gpufleet run only, for now."
+    "with Ray Train's TorchTrainer); target rayjob. horovod: a Horovod PyTorch script (a command) "
+    "on Horovod's Gloo controller, or under mpirun on target mpijob (docs/frameworks.md, "
+    "Horovod)."
 )
 # Built-in workloads each other framework has a version of (gpufleet.frameworks.<name>).
-FRAMEWORK_WORKLOADS: dict[str, tuple[str, ...]] = {"tensorflow": ("digits",), "ray": ("digits",)}
+FRAMEWORK_WORKLOADS: dict[str, tuple[str, ...]] = {
+    "tensorflow": ("digits",),
+    "ray": ("digits",),
+    "horovod": (),  # a user's Horovod script: spec.command
+}
 # How each other framework spreads a model over its workers (why spec.parallelism is refused).
 _REPLICATES = {
     "tensorflow": "replicates the model on every GPU (MultiWorkerMirroredStrategy)",
     "ray": "replicates the model on every worker (Ray Train's DDP)",
+    "horovod": "replicates the model on every worker (hvd.DistributedOptimizer)",
 }
 
 
@@ -77,7 +84,10 @@ def framework_problems(data: dict[str, Any]) -> list[Problem]:
                          "1"))  # fmt: skip
     workload = data.get("workload")
     name = workload.get("name") if isinstance(workload, dict) else None
-    if name in WORKLOAD_KINDS and name not in FRAMEWORK_WORKLOADS[framework]:
+    if name in WORKLOAD_KINDS and not FRAMEWORK_WORKLOADS[framework]:
+        problems.append((("workload",), f"{label} runs a script: set spec.command to the "
+                         "Horovod script and its arguments instead"))  # fmt: skip
+    elif name in WORKLOAD_KINDS and name not in FRAMEWORK_WORKLOADS[framework]:
         problems.append((("workload", "name"), f"{name!r} has no {framework} version; {label} "
                          f"has: {', '.join(FRAMEWORK_WORKLOADS[framework])}"))  # fmt: skip
     raw = data.get("parallelism")
