@@ -17,6 +17,7 @@ benchmarks/results/horovod_<hardware>_<date>.md (and .json).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -88,9 +89,7 @@ def main() -> None:
 
 def write(runs: dict[str, list[dict[str, Any]]], rounds: int, epochs: int) -> None:
     env = environment()
-    import horovod
-
-    env["horovod"] = f"{horovod.__version__} (scripts/build-horovod.sh, Gloo)"
+    env["horovod"] = f"{importlib.metadata.version('horovod')} (scripts/build-horovod.sh, Gloo)"
     how = __doc__.split("\n\n")[2]
     base = {k: median([t[k] for t in runs[MODES[0]]]) for k in ("wall", "cpu", "training")}
     digests = {t["digest"] for ts in runs.values() for t in ts}

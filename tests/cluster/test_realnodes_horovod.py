@@ -1,7 +1,7 @@
 """A Horovod script trained on the two real nodes through an MPIJob (the MPI Operator's, which
 Horovod's users pair it with): the project's image carries Horovod built with Open MPI, the
 launcher's mpirun starts one rank per worker pod over SSH, and Horovod's MPI controller runs the
-allreduces. Rank 1 killed mid-run fails mpirun; the launcher is restarted, and the script
+allreduces. Rank 1 killed after epoch 1 fails mpirun; the launcher is restarted, and the script
 resumes from its own checkpoint on the shared claim, ending with the weights of an
 uninterrupted run under Horovod's own launcher here (tests/support/horovod.py), bit for bit."""
 
@@ -53,12 +53,12 @@ def test_a_horovod_mpijob_trains_on_two_nodes_and_resumes_after_a_killed_rank(
     volumes = reallab.dir / "volumes"
 
     def victim() -> dict[str, object] | None:
-        if not list(volumes.glob(f"pv-*/{name}/horovod/checkpoint-2.pth.tar")):
+        if not list(volumes.glob(f"pv-*/{name}/horovod/checkpoint-1.pth.tar")):
             return None
         return next((p for p in reallab.pods(TENANT, name)
                      if p["metadata"]["name"] == f"{name}-worker-1"), None)  # fmt: skip
 
-    pod = poll_until(victim, what="the script's checkpoint of epoch 2", timeout=300)
+    pod = poll_until(victim, what="the script's checkpoint of epoch 1", timeout=300)
     ranks = rank_processes(pod["metadata"]["uid"])  # type: ignore[index]
     assert len(ranks) == 1, ranks
     os.kill(ranks[0], signal.SIGKILL)

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.support.cli import cli_env, gpufleet_cmd
@@ -46,6 +47,14 @@ def horovodrun(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return horovodrun_reference(tmp_path_factory.mktemp("horovodrun"))
 
 
+def rank(process: psutil.Process) -> str | None:
+    """A worker's torchrun rank (None for a process that is not one, or gone meanwhile)."""
+    try:
+        return process.environ().get("RANK")
+    except psutil.Error:
+        return None
+
+
 def test_a_killed_rank_restarts_the_group_and_the_script_resumes_exact(
     tmp_path: Path, horovodrun: dict[str, Any]
 ) -> None:
@@ -54,10 +63,9 @@ def test_a_killed_rank_restarts_the_group_and_the_script_resumes_exact(
                             env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
     try:
-        poll_until(lambda: (tmp_path / "ckpt" / "checkpoint-2.pth.tar").exists(),
-                   what="the script's checkpoint of epoch 2", alive=proc, timeout=180)  # fmt: skip
-        victims = [p for p in processes_mentioning(str(SCRIPT), cwd=tmp_path)
-                   if p.environ().get("RANK") == "1"]  # fmt: skip
+        poll_until(lambda: (tmp_path / "ckpt" / "checkpoint-1.pth.tar").exists(),
+                   what="the script's checkpoint of epoch 1", alive=proc, timeout=180)  # fmt: skip
+        victims = [p for p in processes_mentioning(str(SCRIPT), cwd=tmp_path) if rank(p) == "1"]
         assert len(victims) == 1, victims
         victims[0].send_signal(signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
@@ -69,6 +77,6 @@ def test_a_killed_rank_restarts_the_group_and_the_script_resumes_exact(
     assert json.loads(out)["status"] == "Succeeded"
     killed = json.loads((tmp_path / "result.json").read_text())
     assert killed["size"] == horovodrun["size"] == 2
-    assert killed["resumed_from_epoch"] >= 2, killed
+    assert killed["resumed_from_epoch"] >= 1, killed
     assert "resumed from epoch" in err
     assert killed["digest"] == horovodrun["digest"], (killed, horovodrun)

@@ -5,6 +5,7 @@ where Horovod is built here)."""
 
 from __future__ import annotations
 
+import http.server
 import importlib.util
 import socket
 import threading
@@ -39,7 +40,8 @@ def horovod_job(**spec: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("spec", "path", "text"),
     [
-        ({"workload": {"name": "digits"}}, "spec.workload", "runs a script: set spec.command"),
+        ({"workload": {"name": "digits"}}, "spec.workload", "no built-in workload: set spec.comm"),
+        ({"metrics": {"port": 9400}}, "spec.metrics.port", "a Horovod script writes none"),
         ({"parallelism": {"strategy": "fsdp"}}, "spec.parallelism", "hvd.DistributedOptimizer"),
         ({"nodes": 2, "minNodes": 1}, "spec.minNodes", "fixed number of workers"),
         ({"onNonFinite": "rollback"}, "spec.onNonFinite", "rollback is the PyTorch"),
@@ -96,7 +98,8 @@ def test_an_mpijob_runs_each_horovod_rank_under_mpirun() -> None:
 def torchrun_env(rank: int, nodes: int = 2, procs: int = 2) -> dict[str, str]:
     return {"RANK": str(rank), "WORLD_SIZE": str(nodes * procs), "LOCAL_RANK": str(rank % procs),
             "LOCAL_WORLD_SIZE": str(procs), "GROUP_RANK": str(rank // procs),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # fmt: skip
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1",
+            "TORCHELASTIC_USE_AGENT_STORE": "True"}  # fmt: skip
 
 
 def test_horovods_slot_variables_come_from_torchruns() -> None:
@@ -106,6 +109,9 @@ def test_horovods_slot_variables_come_from_torchruns() -> None:
                      "HOROVOD_CROSS_RANK": "1", "HOROVOD_CROSS_SIZE": "2"}  # fmt: skip
     with pytest.raises(SlotError, match="GROUP_RANK"):
         slot_env({k: v for k, v in torchrun_env(0).items() if k != "GROUP_RANK"})
+    # its address is in the agents' shared store, which torch can be told not to share
+    with pytest.raises(SlotError, match="unset TORCH_DISABLE_SHARE_RDZV_TCP_STORE"):
+        slot_env({**torchrun_env(0), "TORCHELASTIC_USE_AGENT_STORE": "False"})
 
 
 def test_gloo_uses_loopback_on_one_machine_and_the_pods_address_elsewhere() -> None:
@@ -116,44 +122,75 @@ def test_gloo_uses_loopback_on_one_machine_and_the_pods_address_elsewhere() -> N
     assert "HOROVOD_GLOO_IFACE" not in pods
 
 
+class NonceServer(http.server.ThreadingHTTPServer):
+    """A server on 127.0.0.1 that answers every GET with ``nonce``: rank 0's of an attempt, or
+    another server that took an earlier attempt's port since."""
+
+    def __init__(self, nonce: str) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(nonce.encode())
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def entry(self, nonce: str) -> str:
+        return f"127.0.0.1 {self.server_address[1]} {nonce}"
+
+
 def test_a_rank_waits_past_an_earlier_attempts_address_for_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The agents' store keeps the last attempt's address, whose server is gone: a rank of the
-    next attempt reads again until its rank 0 has written a live one."""
+    """The agents' store keeps the last attempt's address: its server is gone, or its port is
+    another server's now. A rank of the next attempt reads again until its rank 0 has written
+    an address whose server gives back the nonce published with it."""
     from torch._C._distributed_c10d import TCPStore
 
     store = TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30))
     with socket.socket() as gone:
         gone.bind(("127.0.0.1", 0))
-        dead_port = gone.getsockname()[1]
-    store.set(horovod.STORE_KEY, f"127.0.0.1 {dead_port}")
-    live = socket.create_server(("127.0.0.1", 0))
-    threading.Timer(0.6, store.set, (horovod.STORE_KEY,
-                                     f"127.0.0.1 {live.getsockname()[1]}")).start()  # fmt: skip
-    started = time.monotonic()
+        dead = f"127.0.0.1 {gone.getsockname()[1]} aaaa"
+    other, live = NonceServer("another"), NonceServer("bbbb")
     try:
-        assert horovod._current_rendezvous(store) == ("127.0.0.1", live.getsockname()[1])
+        for stale in (dead, other.entry("aaaa")):
+            store.set(horovod.STORE_KEY, stale)
+            started = time.monotonic()
+            threading.Timer(0.6, store.set, (horovod.STORE_KEY, live.entry("bbbb"))).start()
+            assert horovod.current_rendezvous(store) == ("127.0.0.1", live.server_address[1])
+            assert time.monotonic() - started >= 0.6  # it waited for the live one
+        monkeypatch.setattr(horovod, "STORE_TIMEOUT", timedelta(seconds=0))
+        store.set(horovod.STORE_KEY, dead)
+        with pytest.raises(TimeoutError, match="no rendezvous answered"):
+            horovod.current_rendezvous(store)
     finally:
-        live.close()
-    assert time.monotonic() - started >= 0.5
-    monkeypatch.setattr(horovod, "STORE_TIMEOUT", timedelta(seconds=0))
-    with pytest.raises(OSError):
-        horovod._current_rendezvous(store)
+        for server in (other, live):
+            server.shutdown()
+            server.server_close()
 
 
 @pytest.mark.skipif(not HAS_HOROVOD, reason="needs Horovod: scripts/build-horovod.sh install")
 def test_rank_0_serves_horovods_rendezvous_sized_by_the_plan() -> None:
+    """Horovod's own server: its scopes sized by every rank's slot (a scope is cleared once all
+    of its ranks are connected), the nonce in a scope of gpufleet's, Gloo's keys put and read."""
     import urllib.request
 
-    slots = slot_env(torchrun_env(0))
-    port = horovod.serve_rendezvous("127.0.0.1", slots)
-    url = f"http://127.0.0.1:{port}/global/0"
-    put = urllib.request.Request(url, data=b"addr", method="PUT")
-    assert urllib.request.urlopen(put, timeout=5).status == 200
-    assert urllib.request.urlopen(url, timeout=5).read() == b"addr"
-    scopes = {s.hostname for s in horovod.host_plan(slots)}
-    assert scopes == {"node0", "node1"}
+    server = horovod.serve_rendezvous("127.0.0.1", slot_env(torchrun_env(0)), "cccc")
+    try:
+        assert server.scope_size == {"global": 4, "local_node0": 2, "local_node1": 2,
+                                     "cross_0": 2, "cross_1": 2}  # fmt: skip
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert urllib.request.urlopen(f"{base}/gpufleet/nonce", timeout=5).read() == b"cccc"
+        put = urllib.request.Request(f"{base}/global/0", data=b"addr", method="PUT")
+        assert urllib.request.urlopen(put, timeout=5).status == 200
+        assert urllib.request.urlopen(f"{base}/global/0", timeout=5).read() == b"addr"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_missing_horovod_says_how_to_build_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,13 +200,14 @@ def test_a_missing_horovod_says_how_to_build_it(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(UserInputError) as info:
         local.check_framework(validate_training_job(horovod_job()))
     (error,) = info.value.errors
-    assert error.path == "horovod"
+    assert error.path == "spec.framework"
     assert "scripts/build-horovod.sh install" in error.message
 
 
 def test_a_horovod_rank_outside_torchrun_is_one_line_and_exit_2(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("open('ran', 'w').close()\n")
-    done = run_shim(tmp_path, "train.py", GPUFLEET_FRAMEWORK="horovod")
+    done = run_shim(tmp_path, "train.py", GPUFLEET_FRAMEWORK="horovod",
+                    TORCHELASTIC_USE_AGENT_STORE="True")  # fmt: skip
     assert done.returncode == 2
     assert done.stderr == ("gpufleet: spec.framework horovod: not started by torchrun's agent: "
                            "'RANK' is missing or not a number\n")  # fmt: skip

@@ -157,8 +157,8 @@ def check_framework(job: TrainingJob) -> None:
     package = FRAMEWORK_PACKAGES.get(framework)  # its extra has its name too
     if package and importlib.util.find_spec(package) is None:
         if framework in FRAMEWORK_BUILDS:
-            message = f"spec.framework {framework} needs {FRAMEWORK_BUILDS[framework]}"
-            raise UserInputError([FieldError(package, message)])
+            message = f"{framework} needs {FRAMEWORK_BUILDS[framework]}"
+            raise UserInputError([FieldError("spec.framework", message)])
         raise missing(package, package, f"spec.framework {framework}")
 
 

@@ -250,6 +250,10 @@ def _horovod_worker(argv: list[str]) -> None:
         except SlotError as exc:
             print(f"gpufleet: spec.framework horovod: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
+        except (OSError, RuntimeError) as exc:  # the agents' store, or rank 0's server, gone
+            print(f"gpufleet: spec.framework horovod: no rendezvous: {exc}", file=sys.stderr,
+                  flush=True)  # fmt: skip
+            sys.exit(1)
     _run(argv)
 
 

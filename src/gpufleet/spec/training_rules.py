@@ -36,6 +36,14 @@ _REPLICATES = {
     "horovod": "replicates the model on every worker (hvd.DistributedOptimizer)",
 }
 
+# Why gpufleet's job metrics (spec.metrics.port) cannot come from a framework's workers.
+_NO_JOB_METRICS = {
+    "ray": "does not run; Ray exports its own (ray start's --metrics-export-port, 8080 under "
+    "KubeRay)",
+    "horovod": "cannot serve: a Horovod script writes none, and an MPIJob's ranks run without "
+    "the pod launcher",
+}
+
 
 def parallelism_problems(data: dict[str, Any], has_command: bool) -> list[Problem]:
     """spec.parallelism applies to the built-in Trainer: refused with a command (the script
@@ -69,7 +77,8 @@ def _non_default(raw: dict[str, Any], defaults: dict[str, Any]) -> bool:
 
 
 def framework_problems(data: dict[str, Any]) -> list[Problem]:
-    """What a TensorFlow or Ray job cannot have: each field PyTorch's runtime alone implements."""
+    """What a job of another framework than PyTorch cannot have: each field PyTorch's runtime
+    alone implements."""
     framework = data.get("framework")
     if not isinstance(framework, str) or framework not in FRAMEWORK_WORKLOADS:
         return []
@@ -85,8 +94,8 @@ def framework_problems(data: dict[str, Any]) -> list[Problem]:
     workload = data.get("workload")
     name = workload.get("name") if isinstance(workload, dict) else None
     if name in WORKLOAD_KINDS and not FRAMEWORK_WORKLOADS[framework]:
-        problems.append((("workload",), f"{label} runs a script: set spec.command to the "
-                         "Horovod script and its arguments instead"))  # fmt: skip
+        problems.append((("workload",), f"{label} has no built-in workload: set spec.command "
+                         "to a script and its arguments instead"))  # fmt: skip
     elif name in WORKLOAD_KINDS and name not in FRAMEWORK_WORKLOADS[framework]:
         problems.append((("workload", "name"), f"{name!r} has no {framework} version; {label} "
                          f"has: {', '.join(FRAMEWORK_WORKLOADS[framework])}"))  # fmt: skip
@@ -101,10 +110,9 @@ def framework_problems(data: dict[str, Any]) -> list[Problem]:
         problems.append((("onNonFinite",), f"rollback is the PyTorch Trainer's; {label} stops "
                          "at a NaN/Inf loss (fail)"))  # fmt: skip
     metrics = data.get("metrics")
-    if framework == "ray" and isinstance(metrics, dict) and metrics.get("port"):
+    if framework in _NO_JOB_METRICS and isinstance(metrics, dict) and metrics.get("port"):
         problems.append((("metrics", "port"), "gpufleet's job metrics come from its launcher, "
-                         f"which {label} does not run; Ray exports its own (ray start's "
-                         "--metrics-export-port, 8080 under KubeRay): remove it"))  # fmt: skip
+                         f"which {label} {_NO_JOB_METRICS[framework]}: remove it"))  # fmt: skip
     return problems + _checkpoint_problems(data, label)
 
 
