@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +26,7 @@ from tests.support.realnodes import (
     TENANT,
     digests_in_logs,
     pod_log,
+    processes_in_pod,
     prometheus,
     real_job,
     record,
@@ -49,16 +49,9 @@ def exporter_pid(cluster: DevCluster, node: str) -> int:
         SYSTEM, label_selector="app.kubernetes.io/component=exporter",
         field_selector=f"spec.nodeName={node}")  # fmt: skip
     (pod,) = listed.items
-    uid = pod.metadata.uid
-    for proc in Path("/proc").iterdir():
-        try:
-            cgroup = (proc / "cgroup").read_text()
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"pod{uid}" in cgroup and b"exporter" in argv:
-            return int(proc.name)
-    raise AssertionError(f"no exporter process in pod {pod.metadata.name}")
+    pids = processes_in_pod(pod.metadata.uid, b"exporter")
+    assert pids, f"no exporter process in pod {pod.metadata.name}"
+    return pids[0]
 
 
 def firing(cluster: DevCluster) -> list[dict[str, str]]:

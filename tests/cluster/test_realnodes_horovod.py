@@ -3,7 +3,7 @@ Horovod's users pair it with): the project's image carries Horovod built with Op
 launcher's mpirun starts one rank per worker pod over SSH, and Horovod's MPI controller runs the
 allreduces. Rank 1 killed after epoch 1 fails mpirun; the launcher is restarted, and the script
 resumes from its own checkpoint on the shared claim, ending with the weights of an
-uninterrupted run under Horovod's own launcher here (tests/support/horovod.py), bit for bit."""
+uninterrupted run under Horovod's own launcher here (tests/support/horovodrun.py), bit for bit."""
 
 from __future__ import annotations
 
@@ -14,28 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.devcluster import DevCluster
-from tests.support.horovod import IMAGE_SCRIPT, WORKERS, horovodrun_reference, script_args
+from tests.support.horovodrun import IMAGE_SCRIPT, WORKERS, horovodrun_reference, script_args
 from tests.support.procs import poll_until
-from tests.support.realnodes import DIGEST, TENANT, pod_log, real_job
+from tests.support.realnodes import DIGEST, TENANT, pod_log, processes_in_pod, real_job
 from tests.support.specs import write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
-
-
-def rank_processes(pod_uid: str) -> list[int]:
-    """Host pids of the Horovod ranks in a pod (mpirun's, over SSH: the worker shim), found by
-    the pod's cgroup."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cgroup = (proc / "cgroup").read_text()
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"pod{pod_uid}" in cgroup and b"gpufleet.launch.shim" in argv:
-            pids.append(int(proc.name))
-    return pids
 
 
 def test_a_horovod_mpijob_trains_on_two_nodes_and_resumes_after_a_killed_rank(
@@ -59,7 +44,8 @@ def test_a_horovod_mpijob_trains_on_two_nodes_and_resumes_after_a_killed_rank(
                      if p["metadata"]["name"] == f"{name}-worker-1"), None)  # fmt: skip
 
     pod = poll_until(victim, what="the script's checkpoint of epoch 1", timeout=300)
-    ranks = rank_processes(pod["metadata"]["uid"])  # type: ignore[index]
+    # the rank mpirun started over SSH, under the worker shim
+    ranks = processes_in_pod(pod["metadata"]["uid"], b"gpufleet.launch.shim")  # type: ignore[index]
     assert len(ranks) == 1, ranks
     os.kill(ranks[0], signal.SIGKILL)
     phase, pods = reallab.run_to_end(name, TENANT, timeout=400)

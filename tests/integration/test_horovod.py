@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from tests.support.cli import cli_env, gpufleet_cmd
-from tests.support.horovod import SCRIPT, WORKERS, horovodrun_reference, script_args
+from tests.support.horovodrun import SCRIPT, WORKERS, horovodrun_reference, script_args
 from tests.support.procs import poll_until, processes_mentioning
 from tests.support.specs import write_spec
 

@@ -75,9 +75,11 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Team:
 
 
 def pinned(tmp: Path, versions: dict[str, str]) -> list[str]:
-    """uv's option for a constraints file of ``versions`` (gpufleet itself left out)."""
+    """uv's option for a constraints file of ``versions`` (gpufleet itself left out, and what was
+    installed from its files: Horovod's wheel, built here, is no registry's version)."""
     pins = tmp / f"pins-{len(versions)}.txt"
-    pins.write_text("".join(f"{k}=={v}\n" for k, v in versions.items() if k != "gpufleet"))
+    pins.write_text("".join(f"{k}=={v}\n" for k, v in versions.items()
+                            if k != "gpufleet" and "://" not in v))  # fmt: skip
     return ["-c", str(pins)]
 
 

@@ -210,6 +210,21 @@ def page_helm_install() -> list[str]:
     return shlex.split(line)
 
 
+def processes_in_pod(pod_uid: str, marker: bytes) -> list[int]:
+    """Host pids of a pod's processes (by its cgroup: its UID as the cgroupfs driver writes
+    it) with ``marker`` as one of their arguments."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cgroup = (proc / "cgroup").read_text()
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"pod{pod_uid}" in cgroup and marker in argv:
+            pids.append(int(proc.name))
+    return pids
+
+
 def pod_processes(pod_uid: str, worker_only: bool) -> list[int]:
     """Host pids of a pod's launcher (gpufleet.launch.pod, the container's process), its
     forkserver (the launcher's fork, its command line the same: gpufleet.launch.zygote) and its

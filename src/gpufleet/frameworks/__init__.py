@@ -5,7 +5,7 @@ elastic agent here, the pod launcher in a pod, or the framework's own operator) 
 same run-directory files (gpufleet.runtime.rundir), so ``gpufleet run`` and ``status`` read
 them alike. Importing these packages imports neither torch nor the framework."""
 
-__all__ = ["FRAMEWORK_PACKAGES"]
+__all__ = ["FRAMEWORK_BUILDS", "FRAMEWORK_PACKAGES"]
 
 # The package each framework's workers import, also the name of the extra that installs it.
 FRAMEWORK_PACKAGES = {"tensorflow": "tensorflow", "ray": "ray", "horovod": "horovod"}

@@ -24,6 +24,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
 
+__all__ = [
+    "HOROVOD_ENV",
+    "LOOPBACK",
+    "STORE_KEY",
+    "STORE_TIMEOUT",
+    "SlotError",
+    "current_rendezvous",
+    "host_name",
+    "host_plan",
+    "prepare",
+    "run_env",
+    "serve_rendezvous",
+    "slot_env",
+]
+
 # What every rank of a Horovod job gets, here and in pods (spec.env may set otherwise): no tensor
 # fusion. Fused, tensors are batched by when they are ready, so with 3 ranks or more the order
 # of a sum changes from run to run (two 4-rank runs here ended with other weights; unfused, the

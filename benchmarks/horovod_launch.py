@@ -2,7 +2,7 @@
 gpufleet's default of no tensor fusion costs against Horovod's, on the same script in the same
 run.
 
-    python benchmarks/horovod.py [--rounds 3] [--epochs 12]
+    python benchmarks/horovod_launch.py [--rounds 3] [--epochs 12]
 
 Each round runs examples/horovod_digits.py on 2 processes of this machine three ways, in a
 rotating order: `horovodrun -np 2 -H localhost:2 --gloo` with fusion off
@@ -11,7 +11,7 @@ fusion (128 MiB), and `gpufleet run` of a 1-node, 2-process spec.framework horov
 elastic agent, the worker shim's Gloo rendezvous). Wall is from the launcher's start to its
 exit; CPU is the whole machine's busy time from /proc/stat over the run (run it on an otherwise
 quiet machine); "training s" is rank 0's time from its first to its last epoch line. Writes
-benchmarks/results/horovod_<hardware>_<date>.md (and .json).
+benchmarks/results/horovod-launch_<hardware>_<date>.md (and .json).
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def write(runs: dict[str, list[dict[str, Any]]], rounds: int, epochs: int) -> No
     base = {k: median([t[k] for t in runs[MODES[0]]]) for k in ("wall", "cpu", "training")}
     digests = {t["digest"] for ts in runs.values() for t in ts}
     lines = ["# A Horovod script under gpufleet against horovodrun, and fusion off against on", "",
-             f"`python benchmarks/horovod.py --rounds {rounds} --epochs {epochs}`. {how}", "",
+             f"`python benchmarks/horovod_launch.py --rounds {rounds} --epochs {epochs}`. "
+             f"{how}", "",
              "| launcher | wall s (median) | wall ratio | busy CPU-s (median) | CPU ratio "
              "| training s (median) | training ratio |",
              "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
@@ -106,7 +107,7 @@ def write(runs: dict[str, list[dict[str, Any]]], rounds: int, epochs: int) -> No
     same = "yes" if len(digests) == 1 else f"NO ({len(digests)} digests)"
     lines += ["", f"Every run ended with the same weights (sha256 over the state dict): {same}.",
               "", *environment_section(env)]  # fmt: skip
-    out = result_path("horovod")
+    out = result_path("horovod-launch")
     out.write_text("\n".join(lines) + "\n")
     out.with_suffix(".json").write_text(json.dumps({"env": env, "runs": runs}, indent=1) + "\n")
     print(out)
