@@ -29,6 +29,7 @@ tools:
 	bash scripts/get-prometheus.sh
 	bash scripts/get-alertmanager.sh
 	bash scripts/get-zabbix.sh
+	bash scripts/get-chromium.sh
 	bash scripts/get-node-packages.sh
 
 # Horovod for spec.framework horovod, built from its sdist for the venv's torch with the upstream

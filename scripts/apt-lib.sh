@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Sourced by scripts/get-prometheus.sh, get-alertmanager.sh and get-zabbix.sh: installs Debian
-# packages for the tests that start real servers (the tests start their own, on 127.0.0.1).
+# Sourced by scripts/get-prometheus.sh, get-alertmanager.sh, get-zabbix.sh and get-chromium.sh:
+# installs Debian packages for the tests that start real servers or a browser (the tests start
+# their own, on 127.0.0.1).
 
 # apt_install PKG...: install with apt-get, no recommends, with no package's init script
 # starting a daemon (policy-rc.d exiting 101, Debian's switch for that, unless the machine has

@@ -4,6 +4,7 @@ print through these, so stdout holds only what a script reads."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -26,6 +27,25 @@ def strict_json(data: Any) -> Any:
     if isinstance(data, list | tuple):
         return [strict_json(v) for v in data]
     return data
+
+
+def camel_json(item: Any) -> Any:
+    """A dataclass (or what it holds) as JSON with camelCase keys, as the API's objects have."""
+
+    def camel(key: str) -> str:
+        head, *rest = key.split("_")
+        return head + "".join(part.title() for part in rest)
+
+    def convert(value: Any) -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        if isinstance(value, dict):
+            return {camel(k): convert(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [convert(v) for v in value]
+        return value
+
+    return convert(item)
 
 
 def print_json(data: Any) -> None:

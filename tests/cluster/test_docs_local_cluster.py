@@ -30,6 +30,7 @@ def test_the_local_cluster_page_runs_a_job_on_the_real_nodes(reallab: DevCluster
     assert done.returncode == 0, failed(done)
     assert len(by_block(done.stderr, LOCAL_CLUSTER_PAGE)) == 1
     assert re.search(rf"^{NAME} \(JobSet\): Succeeded", done.stdout, re.M), done.stdout
+    assert re.search(rf"^{NAME} +jobset +{TENANT} +Succeeded ", done.stdout, re.M)  # jobs
     pods = reallab.pods(TENANT, NAME)
     placed = {p["spec"]["nodeName"] for p in pods}
     assert len(placed) == 2 and all(n.startswith("real-") for n in placed), placed

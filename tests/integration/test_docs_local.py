@@ -44,6 +44,7 @@ def test_getting_started_on_this_machine_runs_as_written() -> None:
     two_nodes = DIGEST.findall(wrote[block_line("--set spec.nodes=2")])
     assert two_nodes == [first], "two nodes of one process trained other weights than one of two"
     assert re.search(r"^ *300 +OK ", done.stdout, re.M) and "CORRUPT" not in done.stdout
+    assert re.search(r"^digits +Succeeded +300/300 ", done.stdout, re.M)  # gpufleet jobs
     script = json.loads(script_result.read_text())
     assert script["world"] == 2 and script["env"]["WORLD_SIZE"] == "2"
     assert "kind: JobSet" in done.stdout

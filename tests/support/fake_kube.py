@@ -40,9 +40,11 @@ def _terms(selector: str | None) -> list[tuple[str, str]]:
 
 
 def _matches(obj: Obj, label_selector: str | None, field_selector: str | None = None) -> bool:
-    """Equality-based label and field selectors (``a=b,c=d``; fields as dotted paths)."""
+    """Equality-based label and field selectors (``a=b,c=d``; fields as dotted paths), and a
+    label's existence (``a``)."""
     labels = obj.get("metadata", {}).get("labels") or {}
-    if any(labels.get(k) != v for k, v in _terms(label_selector)):
+    terms = (t.partition("=") for t in (label_selector or "").split(",") if t)
+    if any(labels.get(k) != v if eq else k not in labels for k, eq, v in terms):
         return False
     for path, want in _terms(field_selector):
         value: Any = obj
@@ -70,6 +72,10 @@ class FakeKube:
         self.calls: list[tuple[str, dict[str, Any]]] = []  # (client method, keyword arguments)
         self.fail_with: int | None = None  # every call raises ApiException(status) when set
         self.metrics: dict[str, str] = {}  # pod name -> what its metrics port serves
+        # "plural.group" (core: "pods") -> the status a list of it gets: 404 for a kind whose
+        # CRD is not installed, 403 for one the user may not list across namespaces (only
+        # those lists are refused), any other for all
+        self.refuse: dict[str, int] = {}
 
     def __getattribute__(self, name: str) -> Any:
         attr = object.__getattribute__(self, name)
@@ -155,6 +161,9 @@ class FakeKube:
         self, group: str, version: str, namespace: str | None, plural: str, kw: dict[str, Any]
     ) -> list[Obj]:
         self._check()
+        refused = self.refuse.get(f"{plural}.{group}".rstrip("."))
+        if refused is not None and (refused != 403 or namespace is None):
+            raise k8s.ApiException(status=refused, reason=REASONS.get(refused, "Injected"))
         return [
             o for (g, v, ns, p, _), o in self.objects.items()
             if (g, v, p) == (group, version, plural) and namespace in (None, ns)
@@ -182,6 +191,10 @@ class FakeKube:
     ) -> Obj:
         return {"items": self._list(group, version, namespace, plural, kw)}
 
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, **kw: Any) -> Obj:
+        """A cluster-scoped kind's objects, or a namespaced kind's in every namespace."""
+        return {"items": self._list(group, version, None, plural, kw)}
+
     def create_namespaced_custom_object(
         self, group: str, version: str, namespace: str, plural: str, body: Obj, **_: Any
     ) -> Obj:
@@ -201,21 +214,21 @@ class FakeKube:
 
     def list_pod_for_all_namespaces(self, **kw: Any) -> k8s.V1PodList:
         """Typed models, as the real client returns them (the exporter reads attributes)."""
-        pods = self._list("", "v1", None, "pods", kw)
-        return k8s.V1PodList(
-            items=[
-                k8s.V1Pod(
-                    metadata=k8s.V1ObjectMeta(
-                        namespace=p["metadata"].get("namespace", ""),
-                        name=p["metadata"]["name"],
-                        labels=p["metadata"].get("labels"),
-                    )
-                )
-                for p in pods
-            ]
-        )
+        pods = sorted(self._list("", "v1", None, "pods", kw), key=lambda p: p["metadata"]["name"])
+        return k8s.V1PodList(items=[k8s.V1Pod.from_dict(_complete(p)) for p in pods])
 
     def list_namespaced_event(self, namespace: str, **kw: Any) -> Obj:
+        self._check()
+        return {
+            "items": [
+                e
+                for e in self.events
+                if _matches(e, None, kw.get("field_selector"))
+                and e.get("metadata", {}).get("namespace", namespace) == namespace
+            ]
+        }
+
+    def list_event_for_all_namespaces(self, **kw: Any) -> Obj:
         self._check()
         return {"items": [e for e in self.events if _matches(e, None, kw.get("field_selector"))]}
 
@@ -298,6 +311,16 @@ class ApiView:
         if not hasattr(getattr(k8s, self.cls), name):
             raise AttributeError(f"kubernetes.client.{self.cls} has no method {name}")
         return getattr(self.kube, name)
+
+
+def _complete(pod: Obj) -> Obj:
+    """A recorded pod with the container status fields it was trimmed of, which the API
+    server always sends and the client's typed model requires."""
+    pod = copy.deepcopy(pod)
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        for key, value in (("image", ""), ("imageID", ""), ("ready", False), ("restartCount", 0)):
+            status.setdefault(key, value)
+    return pod
 
 
 def _plural(kind: str) -> str:

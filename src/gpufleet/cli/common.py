@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
+import typer
 from rich.text import Text
 
 from gpufleet.console import err_console
 from gpufleet.errors import EXIT_FAILED, GpufleetError, UserInputError
 from gpufleet.spec import Spec, TrainingJob, load_spec, load_training_job
+
+RunRootOption = Annotated[
+    Path, typer.Option(help="Where the local runs' directories (logs, checkpoints) live.")
+]
 
 
 class Output(StrEnum):
@@ -66,6 +73,15 @@ def resolve_checkpoint_dir(job: TrainingJob, spec_file: Path) -> TrainingJob:
                       f"{spec_file})", markup=False)  # fmt: skip
     checkpoint = job.spec.checkpoint.model_copy(update={"dir": resolved})
     return job.model_copy(update={"spec": job.spec.model_copy(update={"checkpoint": checkpoint})})
+
+
+@contextlib.contextmanager
+def reported() -> Iterator[None]:
+    """Cluster and input errors end the command with their exit code and message."""
+    try:
+        yield
+    except GpufleetError as exc:
+        fail(exc)
 
 
 def fail(exc: GpufleetError) -> NoReturn:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import Output, fail
+from gpufleet.cli.common import Output, fail, reported
 from gpufleet.cli.render import TargetOption, load_and_render
 from gpufleet.cli.validate import SetOption
 from gpufleet.cluster import Cluster
 from gpufleet.cluster.imagecheck import image_problems
 from gpufleet.console import err_console, print_json
-from gpufleet.errors import FieldError, GpufleetError, UserInputError
+from gpufleet.errors import FieldError, UserInputError
 
 NamespaceOption = Annotated[
     str | None,
@@ -25,15 +24,6 @@ NameArg = Annotated[str, typer.Argument(help="The job's metadata.name.")]
 # A job with no pods in these phases has not run (or waits to run again: --kept shows its
 # earlier tries' logs); in any other, its ranks' logs were kept beside its checkpoints.
 NOT_STARTED = ("Queued", "Pending", "Suspended")
-
-
-@contextlib.contextmanager
-def _reported() -> Iterator[None]:
-    """Cluster and input errors end the command with their exit code and message."""
-    try:
-        yield
-    except GpufleetError as exc:
-        fail(exc)
 
 
 def submit(
@@ -50,7 +40,7 @@ def submit(
         fail(UserInputError([FieldError("metadata.namespace", (
             f"the spec says {job.metadata.namespace!r} but --namespace says {namespace!r}; "
             "drop one or make them agree"))]))  # fmt: skip
-    with _reported():
+    with reported():
         cluster = Cluster.connect(namespace or job.metadata.namespace, context)
         for created in cluster.submit(objects):
             err_console.print(f"created {created}")
@@ -67,7 +57,7 @@ def status(
     ] = False,
 ) -> None:
     """One line: phase, pods, and why a job or service is not running (Kueue, scheduler...)."""
-    with _reported():
+    with reported():
         result = Cluster.connect(namespace, context).status(name)
     if output is Output.json:
         print_json(result.as_dict())
@@ -89,7 +79,7 @@ def logs(
 ) -> None:
     """Print the logs of the job's pods, each line prefixed with its pod. Once the pods are
     gone (or with --kept): every rank's log kept beside the checkpoints, every try's."""
-    with _reported():
+    with reported():
         if kept and pod is not None:
             raise UserInputError([FieldError("--pod", "not with --kept (every pod's are shown)")])
         cluster = Cluster.connect(namespace, context)
@@ -114,6 +104,6 @@ def logs(
 
 def cancel(name: NameArg, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
     """Delete the job (its pods, Service, PodMonitor), or an InferenceService's objects."""
-    with _reported():
+    with reported():
         for deleted in Cluster.connect(namespace, context).cancel(name):
             err_console.print(f"deleted {deleted}")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import typer
 
 from gpufleet import __version__
-from gpufleet.cli import jobs
+from gpufleet.cli import fleet, jobs
 from gpufleet.cli.bench import bench
 from gpufleet.cli.checkpoints import checkpoints
 from gpufleet.cli.common import fail, internal_error
+from gpufleet.cli.dashboard import dashboard
 from gpufleet.cli.doctor import doctor
 from gpufleet.cli.exporter import exporter
 from gpufleet.cli.local_cluster import local_cluster
@@ -34,7 +35,17 @@ app.command()(serve)
 app.add_typer(bench, name="bench")
 app.add_typer(checkpoints, name="checkpoints")
 app.add_typer(local_cluster, name="cluster")
-for command in (jobs.submit, jobs.status, jobs.logs, jobs.cancel, doctor, exporter):
+for command in (
+    jobs.submit,
+    jobs.status,
+    jobs.logs,
+    jobs.cancel,
+    fleet.jobs,
+    fleet.queues,
+    dashboard,
+    doctor,
+    exporter,
+):
     app.command()(command)
 
 

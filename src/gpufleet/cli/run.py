@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from gpufleet.cli.common import Output, load_job
+from gpufleet.cli.common import Output, RunRootOption, load_job
 from gpufleet.cli.validate import SetOption
 from gpufleet.console import err_console, print_json
 from gpufleet.launch.worker import DEFAULT_RUN_ROOT
@@ -35,9 +35,7 @@ def run(
     fresh: Annotated[
         bool, typer.Option(help="Start over: move the old run directory aside instead of resuming.")
     ] = False,
-    run_root: Annotated[
-        Path, typer.Option(help="Where run directories (logs, checkpoints) live.")
-    ] = DEFAULT_RUN_ROOT,
+    run_root: RunRootOption = DEFAULT_RUN_ROOT,
 ) -> None:
     """Run a TrainingJob locally with PyTorch's elastic launcher.
 

@@ -68,7 +68,8 @@ class ApiAccess:
             raise to_cluster_error(exc, f"get {kind.kind} {name}") from exc
         return as_dict(obj)
 
-    def _owned_by(self, kind: Kind, owner: Obj) -> Obj | None:
+    def owned_by(self, kind: Kind, owner: Obj) -> Obj | None:
+        """The object of ``kind`` in the namespace that ``owner`` owns (its Workload, say)."""
         uid = owner["metadata"].get("uid")
         try:
             listed = self.custom.list_namespaced_custom_object(

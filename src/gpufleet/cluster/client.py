@@ -16,6 +16,7 @@ from gpufleet.cluster.access import as_dict, is_ours, items
 from gpufleet.cluster.admission import check_pod_security
 from gpufleet.cluster.apierrors import api_errors, server_message, status_code, to_cluster_error
 from gpufleet.cluster.builtin import BuiltinApi
+from gpufleet.cluster.fleet import fold_status
 from gpufleet.cluster.keptlogs import read_kept_logs
 from gpufleet.cluster.kinds import (
     BUILTIN_KINDS,
@@ -29,9 +30,9 @@ from gpufleet.cluster.kinds import (
     kind_of,
 )
 from gpufleet.cluster.progress import progress_line
-from gpufleet.cluster.replaced import replaced_note, split_replaced
+from gpufleet.cluster.replaced import split_replaced
 from gpufleet.cluster.serving import ServingOperations
-from gpufleet.cluster.status import FAILED_CREATE_REASONS, JobStatus, PodState, summarize
+from gpufleet.cluster.status import FAILED_CREATE_REASONS, RUNNING, JobStatus
 from gpufleet.errors import ClusterError, FieldError, UserInputError
 from gpufleet.extras import missing
 from gpufleet.kube import (
@@ -191,31 +192,21 @@ class Cluster(ServingOperations):
         kind, job = found
         pods, replaced = split_replaced(self.pods(name))
         events = self._pending_events(pods) + self._refused_pods(name)
-        workload = self._owned_by(WORKLOADS, job)
+        workload = self.owned_by(WORKLOADS, job)
         local_queue = cluster_queue = None
         if workload is not None:
             local_queue = self._get(LOCAL_QUEUES, workload["spec"].get("queueName", ""))
             cq = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
             cluster_queue = self._get(CLUSTER_QUEUES, cq, cluster_scoped=True) if cq else None
-        podgroup = self._owned_by(PODGROUPS, job) if kind.group == "batch.volcano.sh" else None
-        status = summarize(
-            job,
-            pods,
-            events,
-            workload=workload,
-            local_queue=local_queue,
-            cluster_queue=cluster_queue,
-            podgroup=podgroup,
-        )
-        if status.phase in ("Running", "Restarting"):
-            status.progress = progress_line(self._job_metrics(pods))
-        note = replaced_note(replaced)
-        if note:
-            status.reasons.append(note)
-        status.pod_states += sorted((PodState.of(p) for p in replaced), key=lambda s: s.name)
+        podgroup = self.owned_by(PODGROUPS, job) if kind.group == "batch.volcano.sh" else None
+        status = fold_status(job, pods, replaced, events, workload=workload,
+                             local_queue=local_queue, cluster_queue=cluster_queue,
+                             podgroup=podgroup)  # fmt: skip
+        if status.phase in RUNNING:
+            status.progress = progress_line(self.job_metrics(pods))
         return status
 
-    def _job_metrics(self, pods: list[Obj]) -> list[str]:
+    def job_metrics(self, pods: list[Obj]) -> list[str]:
         """The job metrics of each running pod that serves them (its ``metrics`` port), read
         through the API server's pod proxy; a pod that does not answer is left out."""
         texts = []
@@ -226,10 +217,11 @@ class Cluster(ServingOperations):
             if not ports or (pod.get("status") or {}).get("phase") != "Running":
                 continue
             target = f"{pod['metadata']['name']}:{ports[0]}"
+            ns = pod["metadata"].get("namespace") or self.namespace
             try:
                 # 5 s: where NetworkPolicies drop the API server's connection, no progress
                 texts.append(str(self.core.connect_get_namespaced_pod_proxy_with_path(
-                    target, self.namespace, "metrics", _request_timeout=5)))  # fmt: skip
+                    target, ns, "metrics", _request_timeout=5)))  # fmt: skip
             except api_errors():
                 continue
         return texts

@@ -19,6 +19,7 @@ class Kind:
     version: str
     plural: str
     kind: str
+    target: str = ""  # a job kind's: the --target that renders it (gpufleet.render.TARGETS)
 
     @property
     def api_version(self) -> str:
@@ -28,14 +29,14 @@ class Kind:
 
 # Top-level job kinds, in the order ``status`` looks for a job of a given name.
 JOB_KINDS = [
-    Kind("batch", "v1", "jobs", "Job"),
-    Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
-    Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
-    Kind("kubeflow.org", "v1", "tfjobs", "TFJob"),
-    Kind("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
-    Kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
-    Kind("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
-    Kind("ray.io", "v1", "rayjobs", "RayJob"),
+    Kind("batch", "v1", "jobs", "Job", "job"),
+    Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", "jobset"),
+    Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "pytorchjob"),
+    Kind("kubeflow.org", "v1", "tfjobs", "TFJob", "tfjob"),
+    Kind("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", "trainjob"),
+    Kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", "mpijob"),
+    Kind("batch.volcano.sh", "v1alpha1", "jobs", "Job", "volcano"),
+    Kind("ray.io", "v1", "rayjobs", "RayJob", "rayjob"),
 ]
 WORKLOADS = Kind("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
 LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")

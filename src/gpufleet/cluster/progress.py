@@ -50,23 +50,35 @@ def progress_line(texts: list[str]) -> str | None:
     at step 300`` from rank 0 (samples/s from every rank's samples over rank 0's step time);
     None when no pod has reported a step yet."""
     ranks = by_rank(texts)
-    zero = ranks.get("0", {})
-    if STEP not in zero:
+    numbers = progress_numbers(ranks)
+    if numbers is None:
         return None
-    step, total = int(zero[STEP]), int(zero.get(TOTAL_STEPS, 0))
+    zero, (step, total, left) = ranks["0"], numbers
     parts = [f"step {step}/{total} ({100 * step // total} %)" if total else f"step {step}"]
-    busy, count = zero.get(STEP_SECONDS + "_sum", 0.0), zero.get(STEP_SECONDS + "_count", 0.0)
-    if busy > 0 and count:
+    busy = zero.get(STEP_SECONDS + "_sum", 0.0)
+    if busy > 0 and zero.get(STEP_SECONDS + "_count", 0.0):
         samples = sum(r.get(SAMPLES + "_total", 0.0) for r in ranks.values())
         parts.append(f"{samples / busy:,.0f} samples/s")
-        if total > step:
-            parts.append(f"about {duration((total - step) * busy / count)} to go")
+    if left is not None:
+        parts.append(f"about {duration(left)} to go")
     if zero.get(LAST_CHECKPOINT_STEP):
         parts.append(f"last checkpoint at step {int(zero[LAST_CHECKPOINT_STEP])}")
     if durable := durable_note(texts):
         parts.append(durable)
     note = restart_note(ranks)
     return "progress: " + ", ".join(parts) + (f"; {note}" if note else "")
+
+
+def progress_numbers(ranks: dict[str, dict[str, float]]) -> tuple[int, int, float | None] | None:
+    """Rank 0's ``(step, total steps, seconds to go)``: total 0 when unknown, seconds None
+    when no step was timed or none is left; None before rank 0 reported a step."""
+    zero = ranks.get("0", {})
+    if STEP not in zero:
+        return None
+    step, total = int(zero[STEP]), int(zero.get(TOTAL_STEPS, 0))
+    busy, count = zero.get(STEP_SECONDS + "_sum", 0.0), zero.get(STEP_SECONDS + "_count", 0.0)
+    left = (total - step) * busy / count if busy > 0 and count and total > step else None
+    return step, total, left
 
 
 def durable_note(texts: list[str]) -> str | None:

@@ -17,6 +17,8 @@ from gpufleet.cluster.imagecheck import image_problems
 from gpufleet.cluster.phases import job_phase
 from gpufleet.kube import KUEUE_QUEUE_LABEL, Obj
 
+# Phases of a job whose ranks serve the progress status reads (gpufleet.cluster.progress).
+RUNNING = ("Running", "Restarting")
 _WAITING_PROBLEMS = {
     "ImagePullBackOff",
     "ErrImagePull",

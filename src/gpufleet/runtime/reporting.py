@@ -93,7 +93,8 @@ class Reporter:
         """The mean loss and the rate of the last ``log_every`` steps: a log line, the loss
         gauge and ``progress.json`` (collective: the loss is averaged over ranks)."""
         mean_loss = self.mean(loss) if loss is not None else float("nan")
-        sps = throughput(seconds[-self.log_every :], global_batch)
+        recent = seconds[-self.log_every :]
+        sps = throughput(recent, global_batch)
         if self.metrics is not None and self.info.is_main:
             self.metrics.loss.set(mean_loss)
         if self.info.is_main:
@@ -105,6 +106,8 @@ class Reporter:
                     "steps": self.steps,
                     "loss": mean_loss,
                     "samples_per_second": sps,
+                    # `gpufleet jobs` reckons the time to go from it (gpufleet.launch.runs)
+                    "step_seconds": sum(recent) / len(recent) if recent else None,
                     "restart_count": restart_count(),
                     "time": time.time(),
                 },

@@ -1,0 +1,65 @@
+"""``gpufleet dashboard``: the fleet and the local runs in a browser, read-only, on 127.0.0.1
+unless told otherwise."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Annotated
+
+import typer
+
+from gpufleet.cli.common import RunRootOption, fail
+from gpufleet.cli.fleet import connect_or_local
+from gpufleet.cli.jobs import ContextOption, NamespaceOption
+from gpufleet.console import err_console
+from gpufleet.dashboard import DASHBOARD_PORT, REFRESH_S
+from gpufleet.errors import FieldError, MetricsPortError, UserInputError
+from gpufleet.extras import require
+from gpufleet.launch.worker import DEFAULT_RUN_ROOT
+from gpufleet.observe.http import check_listen, url
+
+
+def dashboard(
+    address: Annotated[
+        str, typer.Option(help="Listen address; 0.0.0.0 only behind authentication.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Listen port (0: any free port).")] = DASHBOARD_PORT,
+    namespace: NamespaceOption = None,
+    context: ContextOption = None,
+    local: Annotated[bool, typer.Option("--local", help="Only the local runs.")] = False,
+    run_root: RunRootOption = DEFAULT_RUN_ROOT,
+    refresh: Annotated[
+        float, typer.Option(help="Seconds between a page's updates of itself.", min=0.5)
+    ] = REFRESH_S,
+) -> None:
+    """Serve the dashboard: the jobs of every namespace the kubeconfig may read (else of
+    --namespace), and the local runs under --run-root. Ctrl-C stops it."""
+    require("dashboard", "starlette", "uvicorn", "jinja2", "matplotlib", what="gpufleet dashboard")
+    import uvicorn
+
+    from gpufleet.dashboard.app import LOCAL_HOSTS, create_app
+    from gpufleet.dashboard.sources import ClusterSource
+
+    try:
+        family, host = check_listen(address, port)
+    except MetricsPortError as exc:
+        fail(UserInputError([FieldError(exc.option, str(exc))]))
+    asked = bool(namespace or context)
+    cluster = None if local else connect_or_local(namespace, context, run_root, asked=asked)
+    # Reached by its own address too; on every address, by any name (behind authentication).
+    hosts = ("*",) if ipaddress.ip_address(host).is_unspecified else (*LOCAL_HOSTS, address)
+    source = ClusterSource(cluster) if cluster is not None else None
+    app = create_app(run_root, source, refresh, hosts)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        fail(UserInputError([FieldError("--port", f"cannot listen on {address}:{port}: {exc}")]))
+    sock.listen(128)
+    where = url(address, sock.getsockname()[1], "/")
+    err_console.print(f"dashboard at {where}" + (" (local runs only)" if cluster is None else ""))
+    # uvicorn stops cleanly on SIGINT and SIGTERM (it installs its own handlers)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])

@@ -1,0 +1,157 @@
+"""``gpufleet dashboard``: a read-only web application over the fleet and the local runs.
+
+Starlette serves it (ASGI, run by uvicorn), Jinja2 renders the pages on the server, matplotlib
+draws the curves as inline SVG, and one small script refreshes a page's main part in place
+(static/dashboard.js): no front-end framework, nothing fetched from a CDN (docs/architecture.md,
+"The dashboard"). Every page is a GET; nothing in the application writes to the cluster. The
+handlers are plain functions: Starlette runs them in its thread pool, so a slow read of the
+cluster holds one page, not the server.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from gpufleet.cluster.jobrows import age
+from gpufleet.cluster.progress import duration
+from gpufleet.dashboard import REFRESH_S
+from gpufleet.dashboard.clusterjob import job_page
+from gpufleet.dashboard.local import run_page
+from gpufleet.dashboard.plots import svg
+from gpufleet.dashboard.sources import ClusterSource
+from gpufleet.errors import GpufleetError
+from gpufleet.launch.runs import local_runs
+
+# Scripts and styles from this server only; matplotlib's SVG carries a <style> element.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+       "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; "
+       "frame-ancestors 'none'")  # fmt: skip
+# The names a browser may reach the dashboard by: a page of another site that resolves its own
+# name to 127.0.0.1 (DNS rebinding) is refused (TrustedHostMiddleware).
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+@dataclass
+class Dashboard:
+    """What every handler reads (``request.app.state.dashboard``)."""
+
+    templates: Jinja2Templates
+    run_root: Path
+    cluster: ClusterSource | None
+
+
+def _of(request: Request) -> Dashboard:
+    board: Dashboard = request.app.state.dashboard
+    return board
+
+
+def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
+    """Template ``name`` whole, or only its main part when the refresh asks (``?part=main``)."""
+    context["part"] = request.query_params.get("part") == "main"
+    response = _of(request).templates.TemplateResponse(request, name, context,
+                                                       status_code=status)  # fmt: skip
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def home(request: Request) -> Response:
+    return RedirectResponse("/jobs" if _of(request).cluster else "/runs", status_code=303)
+
+
+def runs(request: Request) -> Response:
+    root = _of(request).run_root
+    return page(request, "runs.html", title="Local runs", runs=local_runs(root), now=time.time(),
+                run_root=str(root))  # fmt: skip
+
+
+def run(request: Request) -> Response:
+    name, root = request.path_params["name"], _of(request).run_root
+    found = run_page(root, name)
+    if found is None:
+        return page(request, "missing.html", 404, title="No such run",
+                    what=f"no local run {name!r} under {root}")  # fmt: skip
+    curves = found.curves
+    return page(request, "run.html", title=f"Run {name}", page=found, now=time.time(),
+                loss=svg(curves, "loss"), rate=svg(curves, "throughput"))  # fmt: skip
+
+
+def jobs(request: Request) -> Response:
+    rows = _cluster(request).rows(dt.datetime.now(dt.UTC))
+    query, phase = request.query_params.get("q", ""), request.query_params.get("phase", "")
+    shown = [r for r in rows if query.lower() in f"{r.namespace}/{r.name}".lower()
+             and (not phase or r.phase == phase)]  # fmt: skip
+    return page(request, "jobs.html", title="Jobs", rows=shown, total=len(rows), q=query,
+                phase=phase, phases=sorted({r.phase for r in rows} | {phase} - {""}))  # fmt: skip
+
+
+def job(request: Request) -> Response:
+    ns, name = request.path_params["namespace"], request.path_params["name"]
+    found = job_page(_cluster(request).in_namespace(ns), name)
+    if found is None:
+        return page(request, "missing.html", 404, title="No such job",
+                    what=f"no gpufleet job {name!r} in namespace {ns}")  # fmt: skip
+    curves = found.curves
+    return page(request, "job.html", title=f"Job {ns}/{name}", job=found,
+                loss=svg(curves, "loss"), rate=svg(curves, "throughput"))  # fmt: skip
+
+
+def queues(request: Request) -> Response:
+    found = _cluster(request).queues(dt.datetime.now(dt.UTC))
+    return page(request, "queues.html", title="Queues", queues=found)
+
+
+def healthz(request: Request) -> Response:
+    return Response("ok\n", media_type="text/plain")
+
+
+def _cluster(request: Request) -> ClusterSource:
+    cluster = _of(request).cluster
+    assert cluster is not None  # its routes exist only with a cluster
+    return cluster
+
+
+def failed(request: Request, exc: Exception) -> Response:
+    """A cluster's refusal (forbidden, unreachable) as one line on the page, not a traceback."""
+    code = 403 if "forbidden" in str(exc) else 502
+    return page(request, "missing.html", code, title="The cluster said no", what=str(exc))
+
+
+def create_app(
+    run_root: Path,
+    cluster: ClusterSource | None = None,
+    refresh_s: float = REFRESH_S,
+    hosts: tuple[str, ...] = LOCAL_HOSTS,
+) -> Starlette:
+    """The application over ``run_root``'s local runs and, when given, a cluster; its pages
+    update every ``refresh_s`` seconds; requests naming another host than ``hosts`` get 400."""
+    package = resources.files("gpufleet.dashboard")
+    templates = Jinja2Templates(directory=str(package / "templates"))
+    templates.env.globals.update(age=age, duration=duration, refresh=refresh_s,
+                                 cluster=cluster is not None)  # fmt: skip
+    static = StaticFiles(directory=str(package / "static"))
+    routes = [Route("/", home), Route("/runs", runs), Route("/runs/{name}", run),
+              Route("/healthz", healthz), Mount("/static", static, name="static")]  # fmt: skip
+    if cluster is not None:
+        routes += [Route("/jobs", jobs), Route("/jobs/{namespace}/{name}", job),
+                   Route("/queues", queues)]  # fmt: skip
+    trusted = Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
+    app = Starlette(routes=routes, exception_handlers={GpufleetError: failed},
+                    middleware=[trusted])  # fmt: skip
+    app.state.dashboard = Dashboard(templates, run_root, cluster)
+    return app

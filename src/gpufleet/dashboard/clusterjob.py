@@ -1,0 +1,114 @@
+"""A cluster job's page: what ``gpufleet status`` says, its pods by rank and node, the
+conditions of the job, its Workload and its pods and their events, in time order, the pods'
+last log lines, and the loss and throughput curves from rank 0's log lines
+(gpufleet.dashboard.curves).
+Read when the page is asked for: a handful of reads for one job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.cluster.access import as_dict, items
+from gpufleet.cluster.apierrors import api_errors, server_message, status_code, to_cluster_error
+from gpufleet.cluster.client import Cluster
+from gpufleet.cluster.kinds import WORKLOADS
+from gpufleet.cluster.status import JobStatus
+from gpufleet.dashboard.curves import Curves
+from gpufleet.kube import Obj
+
+TAIL = 100  # log lines per pod
+# Where each controller writes a pod's rank: the Job controller's completion index, the
+# training-operator's replica index.
+RANK_KEYS = ("batch.kubernetes.io/job-completion-index", "training.kubeflow.org/replica-index")
+
+
+@dataclass
+class Moment:
+    """One line of the job's timeline: a condition's transition or an event."""
+
+    time: str
+    what: str  # "Job", "Workload", "Pod x", ...
+    kind: str  # Normal, Warning, or the condition's status
+    reason: str
+    message: str
+
+
+@dataclass
+class JobPage:
+    """Everything a cluster job's page shows."""
+
+    namespace: str
+    name: str
+    status: JobStatus
+    ranks: dict[str, str]  # pod name -> its rank (index)
+    timeline: list[Moment] = field(default_factory=list)
+    logs: dict[str, list[str]] = field(default_factory=dict)
+    curves: Curves = field(default_factory=Curves)
+
+
+def rank_of(pod: Obj) -> str:
+    meta = pod["metadata"]
+    found = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
+    return next((str(found[k]) for k in RANK_KEYS if k in found), "-")
+
+
+def _conditions(obj: Obj | None, what: str) -> list[Moment]:
+    return [Moment(str(c.get("lastTransitionTime") or ""), what,
+                   f"{c.get('type')}={c.get('status')}", str(c.get("reason") or ""),
+                   str(c.get("message") or ""))
+            for c in ((obj or {}).get("status") or {}).get("conditions") or []]  # fmt: skip
+
+
+def job_page(cluster: Cluster, name: str) -> JobPage | None:
+    """The page of job ``name`` in the cluster's namespace; None when there is no such job."""
+    found = cluster.find(name)
+    if found is None:
+        return None
+    _, job = found
+    status = cluster.status(name)
+    pods = cluster.pods(name)
+    page = JobPage(
+        cluster.namespace, name, status, {p["metadata"]["name"]: rank_of(p) for p in pods}
+    )
+    workload = cluster.owned_by(WORKLOADS, job)
+    page.timeline = _conditions(job, job.get("kind", "Job")) + _conditions(workload, "Workload")
+    page.timeline += [m for p in pods for m in _conditions(p, f"Pod {p['metadata']['name']}")]
+    page.timeline += _events(cluster, {name, *page.ranks, *([workload["metadata"]["name"]]
+                                                            if workload else [])})  # fmt: skip
+    page.timeline.sort(key=lambda m: m.time)
+    running = [p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Succeeded",
+                                                                            "Failed")]  # fmt: skip
+    for pod in running:
+        page.logs[pod["metadata"]["name"]] = _log(cluster, pod["metadata"]["name"])
+    zero = [p for p, r in page.ranks.items() if r == "0" and p in page.logs]
+    for pod_name in zero or list(page.logs)[:1]:
+        page.curves.add(page.logs[pod_name])
+    return page
+
+
+def _log(cluster: Cluster, pod: str) -> list[str]:
+    """The pod's last ``TAIL`` lines (none yet: one line saying so)."""
+    try:
+        text = cluster.core.read_namespaced_pod_log(pod, cluster.namespace, tail_lines=TAIL)
+    except api_errors() as exc:
+        if status_code(exc) == 400:  # not started yet
+            return [f"(no log yet: {server_message(exc)})"]
+        raise to_cluster_error(exc, f"read log of pod {pod}") from exc
+    return str(text).splitlines()
+
+
+def _events(cluster: Cluster, names: set[str]) -> list[Moment]:
+    """The namespace's events about the job, its pods and its Workload."""
+    try:
+        listed = cluster.core.list_namespaced_event(cluster.namespace)
+    except api_errors() as exc:
+        raise to_cluster_error(exc, "list events") from exc
+    out = []
+    for event in (as_dict(e) for e in items(listed)):
+        about = event.get("involvedObject") or {}
+        if about.get("name") in names:
+            when = event.get("lastTimestamp") or event.get("eventTime") or ""
+            out.append(Moment(str(when), f"{about.get('kind')} {about.get('name')}",
+                              str(event.get("type") or ""), str(event.get("reason") or ""),
+                              str(event.get("message") or "")))  # fmt: skip
+    return out

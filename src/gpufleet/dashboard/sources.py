@@ -1,0 +1,57 @@
+"""Where the dashboard's cluster pages read from: the current kubeconfig's cluster, one list
+per kind per refresh (gpufleet.cluster.fleet), whatever the number of jobs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from gpufleet.cluster.client import Cluster
+from gpufleet.cluster.fleet import Fleet, read_visible
+from gpufleet.cluster.jobrows import JobRow, fleet_rows
+from gpufleet.cluster.queues import QueueCounts, WaitingJob, counts, waiting_jobs
+
+
+@dataclass
+class Queues:
+    """The queues page: what ``gpufleet queues`` prints."""
+
+    cluster_queues: list[QueueCounts]
+    local_queues: list[QueueCounts]
+    waiting: list[WaitingJob]
+    readable: bool  # whether the ClusterQueues could be read
+
+
+@dataclass
+class ClusterSource:
+    """A cluster, seen in ``namespace`` or in every namespace the credentials may read."""
+
+    cluster: Cluster
+    all_namespaces: bool = True
+
+    def fleet(self) -> tuple[Fleet, str | None]:
+        """The fleet now, and a note when all namespaces were asked for but not allowed."""
+        c = self.cluster
+        return read_visible(c.custom, c.core, c.namespace, all_namespaces=self.all_namespaces)
+
+    def in_namespace(self, namespace: str) -> Cluster:
+        """The same cluster, in ``namespace``."""
+        c = self.cluster
+        return Cluster(c.custom, c.core, namespace, c.apis)
+
+    def queues(self, now: dt.datetime) -> Queues:
+        """Kueue's queues and the pending Workloads in Kueue's order."""
+        c = self.cluster
+        fleet, _ = read_visible(c.custom, c.core, c.namespace, all_namespaces=self.all_namespaces,
+                                jobs=False)  # fmt: skip
+        return Queues(
+            cluster_queues=[counts(q, local=False) for q in fleet.cluster_queues or []],
+            local_queues=[counts(q, local=True) for q in fleet.local_queues],
+            waiting=waiting_jobs(fleet, now),
+            readable=fleet.cluster_queues is not None,
+        )
+
+    def rows(self, now: dt.datetime) -> list[JobRow]:
+        """Every job's row, with the running ones' progress."""
+        fleet, _ = self.fleet()
+        return fleet_rows(fleet, now, self.cluster.job_metrics)

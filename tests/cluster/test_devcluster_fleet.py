@@ -1,0 +1,148 @@
+"""`gpufleet jobs` and `gpufleet queues` on the real controllers (issue 53, item 1): the lab's
+two tenants run and queue jobs; the admin sees every job with what `status` says of it, a
+tenant's user only its own namespace's, and Kueue's quota and order as Kueue holds them; the
+dashboard's jobs pages show the same in Chromium (item 5).
+
+On the session's local cluster with the chart's lab (tests/support/devlab.py: tenants research
+and product in cohort "lab", 3 nodes x 4 A30; research 6 GPUs nominal, 2 more borrowable).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from gpufleet.devcluster.kwok import RUN_FOR_A_DAY
+from tests.cluster.test_devcluster_queues import submit_annotated
+from tests.support.browser import chromium, dashboard, needs_browser, screenshot
+from tests.support.devcluster import (
+    CLUSTER_POLL_S,
+    DevCluster,
+    condition,
+    needs_controlplane,
+    tenant_user,
+    workload_of,
+)
+from tests.support.devlab import queued_job
+from tests.support.procs import poll_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
+JOBS = {"holder": ("research", 1, 4, "job"), "waiter": ("research", 2, 3, "jobset"),
+        "other": ("product", 1, 1, "job")}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fleet(lab: DevCluster) -> Iterator[DevCluster]:
+    """research runs a 1 x 4 GPU job and queues a 2 x 3 gang (4 + 6 > its 8); product runs a
+    1 x 1 job. Every pod runs until cancelled."""
+    try:
+        for name, (ns, nodes, gpus, target) in JOBS.items():
+            submit_annotated(lab, queued_job(name, ns, nodes=nodes, gpus=gpus), target,
+                             RUN_FOR_A_DAY)  # fmt: skip
+        for name in ("holder", "other"):
+            poll_until(lambda n=name: lab.phase(n, JOBS[n][0]) == "Running",
+                       what=f"{name} Running", timeout=60, interval=CLUSTER_POLL_S)  # fmt: skip
+        poll_until(lambda: "insufficient" in str((next(
+            (c for c in ((workload_of(lab, "research", "waiter") or {}).get("status") or {})
+             .get("conditions", []) if c["type"] == "QuotaReserved"), {})).get("message")),
+            what="Kueue to refuse the gang for quota", timeout=60)  # fmt: skip
+        yield lab
+    finally:
+        for name, (ns, *_) in JOBS.items():
+            lab.cancel(name, ns)
+
+
+def test_the_admin_sees_every_job_saying_what_status_says(fleet: DevCluster) -> None:
+    from gpufleet.cluster.client import Cluster
+    from gpufleet.cluster.fleet import read_visible
+    from gpufleet.cluster.jobrows import row_of
+
+    found, note = read_visible(fleet.custom, fleet.core, "default", all_namespaces=True)
+    now = dt.datetime.now(dt.UTC)
+    rows = {r.name: r for r in (row_of(found, k, j, now) for k, j in found.jobs)}
+    assert note is None and set(JOBS) <= set(rows), rows  # a JobSet's child Jobs are no rows
+    for name, (ns, _, _, target) in JOBS.items():
+        row = rows[name]
+        status = Cluster.of(fleet.api, ns).status(name)
+        assert (row.namespace, row.target, row.queue) == (ns, target, ns)
+        assert (row.phase, row.reason) == (status.phase, status.reasons[0] if
+                                           status.phase == "Queued" else None)  # fmt: skip
+        assert row.age_seconds is not None and 0 <= row.age_seconds < 600
+    assert rows["waiter"].phase == "Queued" and rows["holder"].phase == "Running"
+    assert "ClusterQueue research" in str(rows["waiter"].reason)
+    text = fleet.gpufleet("jobs", "-A")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines), text.stdout
+    assert any(line.split()[:2] == ["research", "waiter"] for line in lines), text.stdout
+    waiting = " ".join(lines[lines.index("Waiting:") :])
+    assert "research/waiter: Kueue: waiting in LocalQueue research" in waiting, text.stdout
+
+
+def test_a_tenants_user_sees_only_its_namespace(fleet: DevCluster) -> None:
+    env = tenant_user(fleet, "dana", "research")
+    mine = fleet.gpufleet_as(env, "jobs", "-A", "-n", "research", "-o", "json")
+    assert mine.returncode == 0, mine.stderr
+    assert "may not list across namespaces (forbidden): namespace research only" in mine.stderr
+    names = {r["name"]: r for r in json.loads(mine.stdout)["jobs"]}
+    assert set(names) == {"holder", "waiter"}  # product's job is not there
+    theirs = fleet.gpufleet_as(env, "jobs", "-n", "product")
+    assert theirs.returncode == 1 and len(theirs.stderr.strip().splitlines()) == 1
+    assert "forbidden" in theirs.stderr and "other" not in theirs.stdout
+
+
+def test_queues_show_kueues_quota_and_the_callers_place_in_line(fleet: DevCluster) -> None:
+    env = tenant_user(fleet, "dana", "research")
+    shown = fleet.gpufleet_as(env, "queues", "-n", "research", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    cqs = {q["name"]: q for q in data["clusterQueues"]}
+    assert set(cqs) >= {"research", "product"}  # the chart lets tenants read every queue
+    gpu = next(f for f in cqs["research"]["quota"] if f["resource"] == "nvidia.com/gpu")
+    assert (gpu["nominal"], gpu["used"], gpu["borrowed"], gpu["lendable"]) == ("6", "4", "0", "2")
+    assert cqs["research"]["pending"] == 1 and cqs["research"]["cohort"] == "lab"
+    (waiting,) = data["waiting"]
+    assert (waiting["job"], waiting["position"], waiting["of"], waiting["exact"]) == (
+        "waiter", 1, 1, True)  # fmt: skip
+    assert "insufficient" in waiting["reason"]
+    assert [q["namespace"] for q in data["localQueues"]] == ["research"]
+    text = fleet.gpufleet("queues", "-A")
+    assert text.returncode == 0, text.stderr
+    assert all(len(line.rstrip()) <= 80 for line in text.stdout.splitlines()), text.stdout
+    assert "ClusterQueue research (cohort lab): 1 pending" in text.stdout
+    assert not condition(workload_of(fleet, "research", "waiter"), "QuotaReserved")
+
+
+@needs_browser
+def test_the_dashboards_jobs_and_queues_in_a_browser(fleet: DevCluster) -> None:
+    """The admin's dashboard in Chromium: every job, the waiting one's reason, the phase filter
+    (the page's own form), a waiting job's page with Kueue's reason and its Workload's
+    condition, and the queues page: research's GPUs in use and the gang first in line."""
+    with chromium() as browser, dashboard("--run-root", str(fleet.root / "runs"), "--refresh",
+                                          "1", cwd=fleet.root, env=fleet.env) as url:  # fmt: skip
+        page = browser.new_page()
+        page.goto(url)  # the jobs page, for a cluster
+        waiter = page.locator('#jobs tr[data-name="research/waiter"]')
+        assert waiter.locator(".phase-Queued").inner_text() == "Queued"
+        assert "Kueue: waiting in LocalQueue research" in waiter.locator(".reason").inner_text()
+        assert page.locator('#jobs tr[data-name="product/other"] .phase-Running').count() == 1
+        screenshot(page, "jobs")
+        page.select_option("select[name=phase]", "Queued")
+        page.click("form button")
+        page.wait_for_url("**/jobs?*phase=Queued*")
+        names = page.locator("#jobs tbody tr").evaluate_all("rows => rows.map(r => r.dataset.name)")
+        assert names == ["research/waiter"]
+        page.click('a[href="/jobs/research/waiter"]')
+        assert page.locator("#status .phase-Queued").inner_text() == "Queued"
+        assert "insufficient" in page.locator("#reasons").inner_text()
+        assert "QuotaReserved=False" in page.locator("#timeline").inner_text()
+        screenshot(page, "job-waiting")
+        page.click("header a[href='/queues']")
+        gpus = page.locator('[data-name="research"] tr[data-resource="a30/nvidia.com/gpu"] td')
+        assert gpus.all_inner_texts()[2:6] == ["6", "4", "0", "2"]  # nominal used borrowed lendable
+        line = page.locator('#waiting tr[data-name="research/waiter"] td').all_inner_texts()
+        assert line[0] == "1 of 1" and "insufficient" in line[-1]
+        screenshot(page, "queues")

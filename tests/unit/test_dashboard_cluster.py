@@ -1,0 +1,64 @@
+"""`gpufleet dashboard` over a cluster, in process: the recorded scenarios' jobs on the jobs
+page (filtered by name and phase), and a job's page: its reasons, pods by rank, its timeline
+in time order and its pods' logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.testclient import TestClient
+
+from gpufleet.dashboard.app import create_app
+from gpufleet.dashboard.sources import ClusterSource
+from tests.unit.test_fleet_jobs import SCENARIOS, fleet_kube
+
+
+def client(tmp_path: Path) -> TestClient:
+    app = create_app(tmp_path, ClusterSource(fleet_kube().cluster("team-a")))
+    return TestClient(app, base_url="http://127.0.0.1:8465")
+
+
+def test_the_jobs_page_lists_every_job_and_filters(tmp_path: Path) -> None:
+    app = client(tmp_path)
+    assert app.get("/", follow_redirects=False).headers["location"] == "/jobs"
+    page = app.get("/jobs").text
+    assert all('data-name="team-' in page and f">{name}</a>" in page for name in SCENARIOS)
+    assert f"{len(SCENARIOS)} of {len(SCENARIOS)} jobs" in page
+    queued = app.get("/jobs", params={"phase": "Queued"}).text
+    assert ">kueue-quota</a>" in queued and ">running</a>" not in queued
+    assert "Kueue: waiting in LocalQueue team-a" in queued
+    named = app.get("/jobs", params={"q": "team-b/run"}).text
+    assert "1 of" in named and ">running</a>" in named
+
+
+def test_a_jobs_page_shows_its_reasons_pods_timeline_and_logs(tmp_path: Path) -> None:
+    app = client(tmp_path)
+    waiting = app.get("/jobs/team-a/kueue-quota").text
+    assert "Kueue: waiting in LocalQueue team-a" in waiting and 'id="no-pods"' in waiting
+    assert "QuotaReserved=False" in waiting  # the Workload's condition in the timeline
+    failed = app.get("/jobs/team-a/failed").text
+    assert 'data-pod="failed-0-zzz1"' in failed and "1 Error" in failed
+    assert "failed-0-zzz1 line 4" in failed  # its log, though it ended
+    timeline = app.get("/jobs/team-a/unschedulable").text.split('id="timeline"')[1]
+    times = [row.split("</td>")[0] for row in timeline.split("<tr><td>")[1:]]
+    assert len(times) >= 2 and times == sorted(times)
+    assert "FailedScheduling" in timeline
+    assert app.get("/jobs/team-a/nope").status_code == 404
+
+
+def test_the_queues_page_shows_quota_and_the_waiting_in_order(tmp_path: Path) -> None:
+    page = client(tmp_path).get("/queues").text
+    assert 'class="cluster-queue" data-name="team-a"' in page
+    assert 'data-resource="a30/nvidia.com/gpu"' in page
+    waiting = page.split('id="waiting"')[1]
+    assert 'data-name="team-a/kueue-quota"' in waiting and "insufficient unused quota" in waiting
+
+
+def test_a_refusal_of_the_cluster_is_one_line_on_the_page(tmp_path: Path) -> None:
+    kube = fleet_kube()
+    app = TestClient(create_app(tmp_path, ClusterSource(kube.cluster("team-a"))),
+                     base_url="http://127.0.0.1:8465")  # fmt: skip
+    kube.fail_with = 403
+    page = app.get("/jobs")
+    assert page.status_code == 403 and "Traceback" not in page.text
+    assert "forbidden (RBAC)" in page.text and "User &#34;bob&#34; cannot list" in page.text
