@@ -120,7 +120,8 @@ def test_queues_show_kueues_quota_and_the_callers_place_in_line(fleet: DevCluste
 def test_the_dashboards_jobs_and_queues_in_a_browser(fleet: DevCluster) -> None:
     """The admin's dashboard in Chromium: every job, the waiting one's reason, the phase filter
     (the page's own form), a waiting job's page with Kueue's reason and its Workload's
-    condition, and the queues page: research's GPUs in use and the gang first in line."""
+    condition, the queues page (research's GPUs in use, the gang first in line) and the fleet
+    page (the GPUs each tenant holds)."""
     with chromium() as browser, dashboard("--run-root", str(fleet.root / "runs"), "--refresh",
                                           "1", cwd=fleet.root, env=fleet.env) as url:  # fmt: skip
         page = browser.new_page()
@@ -146,3 +147,8 @@ def test_the_dashboards_jobs_and_queues_in_a_browser(fleet: DevCluster) -> None:
         line = page.locator('#waiting tr[data-name="research/waiter"] td').all_inner_texts()
         assert line[0] == "1 of 1" and "insufficient" in line[-1]
         screenshot(page, "queues")
+        page.click("header a[href='/fleet']")
+        held = {t: page.locator(f'#tenants tr[data-tenant="{t}/NVIDIA-A30"] td').last.inner_text()
+                for t in ("research", "product")}  # fmt: skip
+        assert held == {"research": "4", "product": "1"}  # holder's 4 GPUs, other's 1
+        screenshot(page, "fleet")

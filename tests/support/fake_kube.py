@@ -24,6 +24,7 @@ Key = tuple[str, str, str, str, str]  # (group, version, namespace, plural, name
 # Built-in kinds by plural: (group, version, kind)
 BUILTIN = {
     "pods": ("", "v1", "Pod"),
+    "nodes": ("", "v1", "Node"),
     "services": ("", "v1", "Service"),
     "deployments": ("apps", "v1", "Deployment"),
     "poddisruptionbudgets": ("policy", "v1", "PodDisruptionBudget"),
@@ -216,6 +217,9 @@ class FakeKube:
         """Typed models, as the real client returns them (the exporter reads attributes)."""
         pods = sorted(self._list("", "v1", None, "pods", kw), key=lambda p: p["metadata"]["name"])
         return k8s.V1PodList(items=[k8s.V1Pod.from_dict(_complete(p)) for p in pods])
+
+    def list_node(self, **kw: Any) -> Obj:
+        return {"items": self._list("", "v1", None, "nodes", kw)}
 
     def list_namespaced_event(self, namespace: str, **kw: Any) -> Obj:
         self._check()

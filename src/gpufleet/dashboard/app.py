@@ -116,6 +116,10 @@ def queues(request: Request) -> Response:
     return page(request, "queues.html", title="Queues", queues=found)
 
 
+def fleet(request: Request) -> Response:
+    return page(request, "fleet.html", title="Fleet", fleet=_cluster(request).gpus())
+
+
 def healthz(request: Request) -> Response:
     return Response("ok\n", media_type="text/plain")
 
@@ -149,7 +153,7 @@ def create_app(
               Route("/healthz", healthz), Mount("/static", static, name="static")]  # fmt: skip
     if cluster is not None:
         routes += [Route("/jobs", jobs), Route("/jobs/{namespace}/{name}", job),
-                   Route("/queues", queues)]  # fmt: skip
+                   Route("/queues", queues), Route("/fleet", fleet)]  # fmt: skip
     trusted = Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
     app = Starlette(routes=routes, exception_handlers={GpufleetError: failed},
                     middleware=[trusted])  # fmt: skip

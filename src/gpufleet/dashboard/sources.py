@@ -6,10 +6,13 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from gpufleet.cluster.access import as_dict, items
+from gpufleet.cluster.apierrors import api_errors, to_cluster_error
 from gpufleet.cluster.client import Cluster
 from gpufleet.cluster.fleet import Fleet, read_visible
 from gpufleet.cluster.jobrows import JobRow, fleet_rows
 from gpufleet.cluster.queues import QueueCounts, WaitingJob, counts, waiting_jobs
+from gpufleet.dashboard.fleetpage import FleetGpus, fleet_gpus
 
 
 @dataclass
@@ -50,6 +53,17 @@ class ClusterSource:
             waiting=waiting_jobs(fleet, now),
             readable=fleet.cluster_queues is not None,
         )
+
+    def gpus(self) -> FleetGpus:
+        """The nodes' GPUs and who holds them: every node and pod of the cluster, one list of
+        each (the fleet page needs a reader of the whole cluster)."""
+        core = self.cluster.core
+        try:
+            nodes = [as_dict(n) for n in items(core.list_node())]
+            pods = [as_dict(p) for p in items(core.list_pod_for_all_namespaces())]
+        except api_errors() as exc:
+            raise to_cluster_error(exc, "list the nodes and every namespace's pods") from exc
+        return fleet_gpus(nodes, pods)
 
     def rows(self, now: dt.datetime) -> list[JobRow]:
         """Every job's row, with the running ones' progress."""
