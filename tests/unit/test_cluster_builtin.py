@@ -29,6 +29,7 @@ OBJECTS = {
     "events": {"apiVersion": "v1", "kind": "Event", "metadata": META,
                "involvedObject": {"kind": "Pod", "name": "w-0"}},
     "namespaces": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "w-0"}},
+    "nodes": {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n-0"}},
     "deployments": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": META, "spec": {
         "selector": {"matchLabels": {"app": "w"}}, "template": TEMPLATE}},
     "poddisruptionbudgets": {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",

@@ -1,5 +1,5 @@
 """The built-in APIs' calls the cluster commands make (pods, services, events, namespaces,
-Deployments, PodDisruptionBudgets, HorizontalPodAutoscalers), through the kubernetes client's
+nodes, Deployments, PodDisruptionBudgets, HorizontalPodAutoscalers), through the kubernetes client's
 own ApiClient: its kubeconfig, authentication, TLS, request building and ApiException. They
 answer the API's JSON as dicts, as CustomObjectsApi does.
 
@@ -59,6 +59,8 @@ def _calls() -> dict[str, dict[str, Call]]:
     calls["CoreV1Api"].update({
         "read_namespace": Call("GET", "/api/v1/namespaces/{name}", ("name",)),
         "list_pod_for_all_namespaces": Call("GET", "/api/v1/pods", ()),
+        "list_event_for_all_namespaces": Call("GET", "/api/v1/events", ()),
+        "list_node": Call("GET", "/api/v1/nodes", ()),
         "read_namespaced_pod_log": Call("GET", f"{pod}/log", ("name", "namespace"), "str"),
         "connect_get_namespaced_pod_proxy_with_path": Call(
             "GET", f"{pod}/proxy/{{path}}", ("name", "namespace", "path"), "str"),
