@@ -269,6 +269,18 @@ class FakeKube:
     def create_namespaced_deployment(self, namespace: str, body: Obj, **_: Any) -> Obj:
         return self._create(self._builtin("deployments", namespace, body["metadata"]["name"]), body)
 
+    def list_namespaced_deployment(self, namespace: str, **kw: Any) -> Obj:
+        return {"items": self._list("apps", "v1", namespace, "deployments", kw)}
+
+    def list_deployment_for_all_namespaces(self, **kw: Any) -> Obj:
+        return {"items": self._list("apps", "v1", None, "deployments", kw)}
+
+    def list_namespaced_horizontal_pod_autoscaler(self, namespace: str, **kw: Any) -> Obj:
+        return {"items": self._list("autoscaling", "v2", namespace, "horizontalpodautoscalers", kw)}
+
+    def list_horizontal_pod_autoscaler_for_all_namespaces(self, **kw: Any) -> Obj:
+        return {"items": self._list("autoscaling", "v2", None, "horizontalpodautoscalers", kw)}
+
     def read_namespaced_deployment(self, name: str, namespace: str, **_: Any) -> Obj:
         return self._get(self._builtin("deployments", namespace, name))
 

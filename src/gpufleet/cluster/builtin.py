@@ -25,13 +25,23 @@ RESOURCES: dict[str, tuple[str, dict[str, tuple[str, tuple[str, ...]]]]] = {
         "service": ("services", ("list", "create", "delete")),
         "event": ("events", ("list",)),
     }),
-    "AppsV1Api": ("/apis/apps/v1", {"deployment": ("deployments", ("read", "create", "delete"))}),
+    "AppsV1Api": ("/apis/apps/v1", {
+        "deployment": ("deployments", ("list", "read", "create", "delete")),
+    }),
     "PolicyV1Api": ("/apis/policy/v1", {
         "pod_disruption_budget": ("poddisruptionbudgets", ("create", "delete")),
     }),
     "AutoscalingV2Api": ("/apis/autoscaling/v2", {
-        "horizontal_pod_autoscaler": ("horizontalpodautoscalers", ("create", "delete")),
+        "horizontal_pod_autoscaler": ("horizontalpodautoscalers", ("list", "create", "delete")),
     }),
+}  # fmt: skip
+# Lists across every namespace (the fleet's, gpufleet jobs -A), and of the cluster's nodes.
+WHOLE_CLUSTER = {
+    "CoreV1Api": {"list_pod_for_all_namespaces": "/api/v1/pods",
+                  "list_event_for_all_namespaces": "/api/v1/events", "list_node": "/api/v1/nodes"},
+    "AppsV1Api": {"list_deployment_for_all_namespaces": "/apis/apps/v1/deployments"},
+    "AutoscalingV2Api": {"list_horizontal_pod_autoscaler_for_all_namespaces":
+                         "/apis/autoscaling/v2/horizontalpodautoscalers"},
 }  # fmt: skip
 POSITIONAL = {"list": ("namespace",), "read": ("name", "namespace"),
               "create": ("namespace", "body"), "delete": ("name", "namespace")}  # fmt: skip
@@ -55,12 +65,11 @@ def _calls() -> dict[str, dict[str, Call]]:
                 path = f"{prefix}/namespaces/{{namespace}}/{plural}"
                 path += "/{name}" if "name" in POSITIONAL[op] else ""
                 mine[f"{op}_namespaced_{resource}"] = Call(VERBS[op], path, POSITIONAL[op])
+    for api, lists in WHOLE_CLUSTER.items():
+        calls[api].update({method: Call("GET", path, ()) for method, path in lists.items()})
     pod = "/api/v1/namespaces/{namespace}/pods/{name}"
     calls["CoreV1Api"].update({
         "read_namespace": Call("GET", "/api/v1/namespaces/{name}", ("name",)),
-        "list_pod_for_all_namespaces": Call("GET", "/api/v1/pods", ()),
-        "list_event_for_all_namespaces": Call("GET", "/api/v1/events", ()),
-        "list_node": Call("GET", "/api/v1/nodes", ()),
         "read_namespaced_pod_log": Call("GET", f"{pod}/log", ("name", "namespace"), "str"),
         "connect_get_namespaced_pod_proxy_with_path": Call(
             "GET", f"{pod}/proxy/{{path}}", ("name", "namespace", "path"), "str"),

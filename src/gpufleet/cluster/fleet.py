@@ -162,13 +162,15 @@ class FleetReader:
         if self.namespace is None and status_code(exc) == 403:
             raise AcrossForbidden(str(exc)) from exc
 
-    def core_objects(self, what: str, **selectors: str) -> list[Obj]:
-        """Pods or events (``what``: the CoreV1Api's noun, ``pod`` or ``event``)."""
+    def core_objects(self, what: str, api: Any = None, **selectors: str) -> list[Obj]:
+        """A built-in kind's objects (``what``: its noun in the typed API's method names, as
+        ``pod``, ``event``, ``deployment``; ``api``: that API, CoreV1Api's by default)."""
+        api = api if api is not None else self.core
         try:
             if self.namespace is None:
-                found = getattr(self.core, f"list_{what}_for_all_namespaces")(**selectors)
+                found = getattr(api, f"list_{what}_for_all_namespaces")(**selectors)
             else:
-                found = getattr(self.core, f"list_namespaced_{what}")(self.namespace, **selectors)
+                found = getattr(api, f"list_namespaced_{what}")(self.namespace, **selectors)
         except api_errors() as exc:
             self._across(exc)
             raise to_cluster_error(exc, f"list {what}s") from exc

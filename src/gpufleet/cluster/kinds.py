@@ -45,8 +45,9 @@ PODGROUPS = Kind("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 # Rendered next to a job when spec.metrics.podMonitor is set (Prometheus Operator).
 PODMONITORS = Kind("monitoring.coreos.com", "v1", "podmonitors", "PodMonitor")
 # Serving (kind InferenceService): custom kinds, and built-in kinds with their typed client call.
+SCALED_OBJECTS = Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
 SERVING_KINDS = [
-    Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
+    SCALED_OBJECTS,
     Kind("serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService"),
 ]
 # Built-in serving kinds, in the order the renderer emits them: (apiVersion, kind) -> the typed

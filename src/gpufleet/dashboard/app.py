@@ -120,6 +120,10 @@ def fleet(request: Request) -> Response:
     return page(request, "fleet.html", title="Fleet", fleet=_cluster(request).gpus())
 
 
+def serving(request: Request) -> Response:
+    return page(request, "serving.html", title="Serving", services=_cluster(request).services())
+
+
 def healthz(request: Request) -> Response:
     return Response("ok\n", media_type="text/plain")
 
@@ -153,7 +157,8 @@ def create_app(
               Route("/healthz", healthz), Mount("/static", static, name="static")]  # fmt: skip
     if cluster is not None:
         routes += [Route("/jobs", jobs), Route("/jobs/{namespace}/{name}", job),
-                   Route("/queues", queues), Route("/fleet", fleet)]  # fmt: skip
+                   Route("/queues", queues), Route("/fleet", fleet),
+                   Route("/serving", serving)]  # fmt: skip
     trusted = Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
     app = Starlette(routes=routes, exception_handlers={GpufleetError: failed},
                     middleware=[trusted])  # fmt: skip

@@ -9,10 +9,13 @@ from dataclasses import dataclass
 from gpufleet.cluster.access import as_dict, items
 from gpufleet.cluster.apierrors import api_errors, to_cluster_error
 from gpufleet.cluster.client import Cluster
-from gpufleet.cluster.fleet import Fleet, read_visible
+from gpufleet.cluster.fleet import AcrossForbidden, Fleet, FleetReader, read_visible
 from gpufleet.cluster.jobrows import JobRow, fleet_rows
+from gpufleet.cluster.kinds import SCALED_OBJECTS
 from gpufleet.cluster.queues import QueueCounts, WaitingJob, counts, waiting_jobs
 from gpufleet.dashboard.fleetpage import FleetGpus, fleet_gpus
+from gpufleet.dashboard.servingpage import ServiceRow, service_rows
+from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER
 
 
 @dataclass
@@ -64,6 +67,26 @@ class ClusterSource:
         except api_errors() as exc:
             raise to_cluster_error(exc, "list the nodes and every namespace's pods") from exc
         return fleet_gpus(nodes, pods)
+
+    def services(self) -> list[ServiceRow]:
+        """Every InferenceService's Triton Deployment with its pods and autoscaler."""
+        c = self.cluster
+        try:
+            return self._services(None if self.all_namespaces else c.namespace)
+        except AcrossForbidden:
+            return self._services(c.namespace)
+
+    def _services(self, namespace: str | None) -> list[ServiceRow]:
+        c = self.cluster
+        reader = FleetReader(c.custom, c.core, namespace)
+        servers = f"{LABEL_ROLE}={ROLE_SERVER}"
+        return service_rows(
+            reader.core_objects("deployment", c.apis["AppsV1Api"], label_selector=servers),
+            reader.core_objects("pod", label_selector=servers),
+            reader.core_objects("horizontal_pod_autoscaler", c.apis["AutoscalingV2Api"],
+                                label_selector=LABEL_JOB),
+            reader.custom_objects(SCALED_OBJECTS, label_selector=LABEL_JOB) or [],
+        )  # fmt: skip
 
     def rows(self, now: dt.datetime) -> list[JobRow]:
         """Every job's row, with the running ones' progress."""

@@ -1,0 +1,72 @@
+"""The dashboard's serving page: each InferenceService as rendered (its Triton Deployment and
+HorizontalPodAutoscaler, or KEDA's ScaledObject), with the state the controllers report: ready
+replicas, the autoscaler's bounds, desired replicas, its metric against the target, and why it
+cannot scale further."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from gpufleet.dashboard.app import create_app
+from gpufleet.dashboard.servingpage import service_rows
+from gpufleet.dashboard.sources import ClusterSource
+from gpufleet.render import render_spec
+from tests.support.fake_kube import FakeKube
+from tests.support.serving import parsed, service
+
+HPA = {"resources": {"gpu": 1}, "replicas": {"min": 1, "max": 3},
+       "autoscaling": {"metric": "inflight", "targetInflight": 4}}  # fmt: skip
+KEDA = {"replicas": {"min": 1, "max": 8}, "autoscaling": {"engine": "keda"}}
+
+
+def rendered(name: str, ns: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    doc = service(**spec)
+    doc["metadata"] = {"name": name, "namespace": ns}
+    return render_spec(parsed(doc), "triton")
+
+
+def at_its_max(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``objects`` as the controllers leave them: 3 replicas wanted, 2 ready; the HPA at its
+    maximum with 9 requests in flight a pod against a target of 4."""
+    out = copy.deepcopy(objects)
+    for obj in out:
+        if obj["kind"] == "Deployment":
+            obj["spec"]["replicas"], obj["status"] = 3, {"readyReplicas": 2, "replicas": 3}
+        if obj["kind"] == "HorizontalPodAutoscaler":
+            metric = obj["spec"]["metrics"][0]["pods"]["metric"]
+            obj["status"] = {"currentReplicas": 3, "desiredReplicas": 3, "currentMetrics": [
+                {"type": "Pods", "pods": {"metric": metric, "current": {"averageValue": "9"}}}],
+                "conditions": [
+                    {"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale"},
+                    {"type": "ScalingLimited", "status": "True", "reason": "TooManyReplicas",
+                     "message": "the desired replica count is more than the maximum"}]}  # fmt: skip
+    return out
+
+
+def test_a_service_at_its_autoscalers_maximum_says_so() -> None:
+    objects = at_its_max(rendered("digits", "team-a", HPA))
+    by_kind = {o["kind"]: o for o in objects}
+    (row,) = service_rows([by_kind["Deployment"]], [], [by_kind["HorizontalPodAutoscaler"]], [])
+    assert (row.phase, row.ready, row.replicas) == ("Degraded", 2, 3)
+    a = row.autoscaler
+    assert a is not None and (a.min, a.max, a.current, a.desired) == (1, 3, 3, 3)
+    assert a.metric.endswith(": 9 / 4") and a.notes == [
+        "ScalingLimited: TooManyReplicas: the desired replica count is more than the maximum"
+    ]
+
+
+def test_the_serving_page_lists_each_service_with_its_autoscaler(tmp_path: Path) -> None:
+    kube = FakeKube()
+    for obj in at_its_max(rendered("digits", "team-a", HPA)) + rendered("keda", "team-b", KEDA):
+        kube.put(obj)
+    app = TestClient(create_app(tmp_path, ClusterSource(kube.cluster("team-a"))),
+                     base_url="http://127.0.0.1:8465")  # fmt: skip
+    page = app.get("/serving").text
+    hpa = page.split('data-name="team-a/digits"')[1].split("</tr>")[0]
+    assert "HorizontalPodAutoscaler" in hpa and "TooManyReplicas" in hpa and "2/3" in hpa
+    keda = page.split('data-name="team-b/keda"')[1].split("</tr>")[0]
+    assert "ScaledObject" in keda and ">8<" in keda
