@@ -9,6 +9,7 @@ and product in cohort "lab", 3 nodes x 4 A30; research 6 GPUs nominal, 2 more bo
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY
+from gpufleet.errors import UserInputError
 from tests.cluster.test_devcluster_queues import submit_annotated
 from tests.support.browser import chromium, dashboard, needs_browser, screenshot
 from tests.support.devcluster import (
@@ -28,6 +30,7 @@ from tests.support.devcluster import (
 )
 from tests.support.devlab import queued_job
 from tests.support.procs import poll_until
+from tests.support.serving import parsed, service
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
 JOBS = {"holder": ("research", 1, 4, "job"), "waiter": ("research", 2, 3, "jobset"),
@@ -37,11 +40,19 @@ JOBS = {"holder": ("research", 1, 4, "job"), "waiter": ("research", 2, 3, "jobse
 @pytest.fixture(scope="module")
 def fleet(lab: DevCluster) -> Iterator[DevCluster]:
     """research runs a 1 x 4 GPU job and queues a 2 x 3 gang (4 + 6 > its 8); product runs a
-    1 x 1 job. Every pod runs until cancelled."""
+    1 x 1 job and serves a model on CPUs, autoscaled by an HPA. Every pod runs until
+    cancelled."""
+    from gpufleet.cluster.client import Cluster
+    from gpufleet.render import render_spec
+
     try:
         for name, (ns, nodes, gpus, target) in JOBS.items():
             submit_annotated(lab, queued_job(name, ns, nodes=nodes, gpus=gpus), target,
                              RUN_FOR_A_DAY)  # fmt: skip
+        served = service(replicas={"min": 1, "max": 2},
+                         autoscaling={"metric": "inflight", "targetInflight": 4})  # fmt: skip
+        served["metadata"] = {"name": "served", "namespace": "product"}
+        Cluster.of(lab.api, "product").submit(render_spec(parsed(served), "triton"))
         for name in ("holder", "other"):
             poll_until(lambda n=name: lab.phase(n, JOBS[n][0]) == "Running",
                        what=f"{name} Running", timeout=60, interval=CLUSTER_POLL_S)  # fmt: skip
@@ -51,8 +62,9 @@ def fleet(lab: DevCluster) -> Iterator[DevCluster]:
             what="Kueue to refuse the gang for quota", timeout=60)  # fmt: skip
         yield lab
     finally:
-        for name, (ns, *_) in JOBS.items():
-            lab.cancel(name, ns)
+        for name, ns in [(n, j[0]) for n, j in JOBS.items()] + [("served", "product")]:
+            with contextlib.suppress(UserInputError):  # not made: the set-up failed before
+                lab.cancel(name, ns)
 
 
 def test_the_admin_sees_every_job_saying_what_status_says(fleet: DevCluster) -> None:
@@ -120,8 +132,8 @@ def test_queues_show_kueues_quota_and_the_callers_place_in_line(fleet: DevCluste
 def test_the_dashboards_jobs_and_queues_in_a_browser(fleet: DevCluster) -> None:
     """The admin's dashboard in Chromium: every job, the waiting one's reason, the phase filter
     (the page's own form), a waiting job's page with Kueue's reason and its Workload's
-    condition, the queues page (research's GPUs in use, the gang first in line) and the fleet
-    page (the GPUs each tenant holds)."""
+    condition, the queues page (research's GPUs in use, the gang first in line), the fleet
+    page (the GPUs each tenant holds) and the serving page (the service's autoscaler)."""
     with chromium() as browser, dashboard("--run-root", str(fleet.root / "runs"), "--refresh",
                                           "1", cwd=fleet.root, env=fleet.env) as url:  # fmt: skip
         page = browser.new_page()
@@ -152,3 +164,7 @@ def test_the_dashboards_jobs_and_queues_in_a_browser(fleet: DevCluster) -> None:
                 for t in ("research", "product")}  # fmt: skip
         assert held == {"research": "4", "product": "1"}  # holder's 4 GPUs, other's 1
         screenshot(page, "fleet")
+        page.click("header a[href='/serving']")
+        served = page.locator('#services tr[data-name="product/served"] td').all_inner_texts()
+        assert served[4:7] == ["HorizontalPodAutoscaler", "1", "2"], served
+        screenshot(page, "serving")
