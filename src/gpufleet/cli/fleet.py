@@ -22,12 +22,12 @@ from gpufleet.cli.common import Output, RunRootOption, fail, reported
 from gpufleet.cli.jobs import ContextOption, NamespaceOption
 from gpufleet.cluster import Cluster
 from gpufleet.cluster.fleet import read_visible
-from gpufleet.cluster.jobrows import JobRow, age, fleet_rows
+from gpufleet.cluster.jobrows import age, fleet_rows
 from gpufleet.cluster.progress import duration
 from gpufleet.cluster.queues import counts, waiting_jobs
 from gpufleet.console import camel_json, err_console, print_json
 from gpufleet.errors import UserInputError
-from gpufleet.launch.runs import LocalRun, age_of, local_runs
+from gpufleet.launch.runs import age_of, local_runs
 from gpufleet.launch.worker import DEFAULT_RUN_ROOT
 
 # Where results go: a table is the result (stdout), as print_json's object is.
@@ -63,11 +63,14 @@ def notes(title: str, lines: list[tuple[str, str]]) -> None:
         out_console.print("\n".join(f"  {line}" for line in wrapped))
 
 
-def _progress(row: JobRow) -> str:
-    if row.step is None:
+def progress(step: int | None, steps: int | None, eta: float | None, *, percent: bool) -> str:
+    """``40% ~1 min`` (``percent``) or ``40/100 ~1 min``; ``step 40`` without a total."""
+    if step is None:
         return "-"
-    done = f"{100 * row.step // row.steps}%" if row.steps else f"step {row.step}"
-    return f"{done} ~{duration(row.eta_seconds)}" if row.eta_seconds is not None else done
+    done = (
+        f"step {step}" if not steps else f"{100 * step // steps}%" if percent else f"{step}/{steps}"
+    )
+    return f"{done} ~{duration(eta)}" if eta is not None else done
 
 
 def jobs(
@@ -104,7 +107,8 @@ def jobs(
         [*(["NAMESPACE"] if spread else []), "NAME", "TARGET", "QUEUE", "PHASE", "PROGRESS",
          "RESTARTS", "AGE"],
         [[*([r.namespace] if spread else []), r.name, r.target, r.queue or "-", r.phase,
-          _progress(r), str(r.restarts), age(r.age_seconds)] for r in rows],
+          progress(r.step, r.steps, r.eta_seconds, percent=True), str(r.restarts),
+          age(r.age_seconds)] for r in rows],
     )  # fmt: skip
     notes("Waiting:", [(f"{r.namespace}/{r.name}" if spread else r.name, r.reason)
                        for r in rows if r.reason])  # fmt: skip
@@ -135,16 +139,9 @@ def _local(run_root: Path, output: Output) -> None:
         return
     now = time.time()
     table(["NAME", "STATE", "PROGRESS", "LOSS", "RESTARTS", "STARTED"],
-          [[r.name, r.state, _run_progress(r), "-" if r.loss is None else f"{r.loss:.4g}",
-            str(r.restarts), f"{age(age_of(r, now))} ago" if r.started else "-"]
-           for r in runs])  # fmt: skip
-
-
-def _run_progress(run: LocalRun) -> str:
-    if run.step is None:
-        return "-"
-    done = f"{run.step}/{run.steps}" if run.steps else f"step {run.step}"
-    return f"{done} ~{duration(run.eta_seconds)}" if run.eta_seconds is not None else done
+          [[r.name, r.state, progress(r.step, r.steps, r.eta_seconds, percent=False),
+            "-" if r.loss is None else f"{r.loss:.4g}", str(r.restarts),
+            f"{age(age_of(r, now))} ago" if r.started else "-"] for r in runs])  # fmt: skip
 
 
 def queues(
