@@ -103,6 +103,11 @@ def test_waiting_jobs_are_in_kueues_order_priority_then_time_then_uid() -> None:
     assert waiting[0].cluster_queue == "research" and waiting[0].local_queue == "research"
 
 
+def test_a_workload_whose_local_queue_is_missing_has_no_position() -> None:
+    (lost,) = waiting_jobs(Fleet(workloads=[workload("lost", queue="none")]), NOW)
+    assert lost.position is None and lost.cluster_queue is None
+
+
 def test_positions_among_the_visible_are_a_lower_bound_when_the_queue_holds_more() -> None:
     fleet = Fleet(workloads=[workload("mine")],
                   local_queues=[local_queue("research", "research", "shared")],

@@ -49,7 +49,7 @@ def table(headers: list[str], rows: list[list[str]], indent: int = 0) -> None:
         column.overflow = "fold"
     for row in rows:
         grid.add_row(*row)
-    out_console.print(Padding(grid, (0, 0, 0, indent)) if indent else grid)
+    out_console.print(Padding(grid, (0, 0, 0, indent), expand=False) if indent else grid)
 
 
 def notes(title: str, lines: list[tuple[str, str]]) -> None:
@@ -190,7 +190,8 @@ def _print_queues(cqs: list[Any], lqs: list[Any], waiting: list[Any], *, readabl
     if waiting:
         out_console.print("Waiting, in Kueue's order:")
         table(["POSITION", "NAMESPACE", "JOB", "CLUSTERQUEUE", "PRIORITY", "WAITED"],
-              [[f"{'' if w.exact else '>='}{w.position} of {w.of}", w.namespace, w.job,
+              [["-" if w.position is None else f"{'' if w.exact else '>='}{w.position} of {w.of}",
+                w.namespace, w.job,
                 w.cluster_queue or "-", str(w.priority), age(w.waited_seconds)]
                for w in waiting], indent=2)  # fmt: skip
         notes("Why:", [(f"{w.namespace}/{w.job}", w.reason) for w in waiting])

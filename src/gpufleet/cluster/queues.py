@@ -86,7 +86,7 @@ class WaitingJob:
     local_queue: str
     cluster_queue: str | None
     priority: int
-    position: int  # 1-based, in Kueue's order
+    position: int | None  # 1-based, in Kueue's order; None outside any ClusterQueue
     of: int  # pending workloads ahead of and behind it that the caller sees, itself included
     exact: bool  # the caller sees every pending workload of the ClusterQueue
     waited_seconds: float | None
@@ -170,12 +170,13 @@ def waiting_jobs(fleet: Fleet, now: dt.datetime) -> list[WaitingJob]:
                                       order_time(w), w["metadata"].get("uid", "")))  # fmt: skip
         cq = fleet.cluster_queue(cq_name)
         total = int(((cq or {}).get("status") or {}).get("pendingWorkloads") or 0)
-        for position, wl in enumerate(workloads, 1):
-            out.append(_waiting(wl, cq_name, position, len(workloads), total, now))
+        for position, wl in enumerate(workloads, 1):  # no ClusterQueue: in no line at all
+            out.append(_waiting(wl, cq_name, position if cq_name else None, len(workloads),
+                                total, now))  # fmt: skip
     return out
 
 
-def _waiting(wl: Obj, cq: str | None, position: int, seen: int, total: int,
+def _waiting(wl: Obj, cq: str | None, position: int | None, seen: int, total: int,
              now: dt.datetime) -> WaitingJob:  # fmt: skip
     meta, spec = wl["metadata"], wl.get("spec") or {}
     owner: Obj = next(iter(meta.get("ownerReferences") or []), {})
