@@ -5,7 +5,8 @@ submits the digits job, waits for it and reads its status and logs in that shell
 "cancel" deletes it; the fixture runs "down" after the package's last test. Beyond the
 commands' exit codes: the job ran on both real nodes, in pods that carry spec.nodeLossTimeout,
 wrote its checkpoints on the claim as UID 1000, and its logs end with the local run's weights
-(this was test_realnodes_training's jobset 2x1 case, merged here)."""
+(this was test_realnodes_training's jobset 2x1 case, merged here). Once it is cancelled, the
+dashboard's history shows its page from what it kept on the claim (issue 53)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import re
 
 import pytest
 
+from tests.support.browser import chromium, dashboard, screenshot
 from tests.support.devcluster import DevCluster
 from tests.support.docpages import by_block, failed
 from tests.support.procs import poll_until
@@ -47,3 +49,15 @@ def test_the_local_cluster_page_runs_a_job_on_the_real_nodes(reallab: DevCluster
     cancel = reallab.terminal.run(LOCAL_CLUSTER_PAGE, "cancel", timeout=120)
     assert cancel.returncode == 0, failed(cancel)
     poll_until(lambda: not reallab.pods(TENANT, NAME), what=f"{NAME}'s pods gone", timeout=60)
+
+    # Its objects gone, its page stays: the dashboard's history, from what it kept on the claim.
+    (kept,) = {p.parent for p in written}
+    with chromium() as browser, dashboard("--local", "--history", str(kept),
+                                          cwd=reallab.root) as url:  # fmt: skip
+        page = browser.new_page()
+        page.goto(f"{url}/history/0")
+        assert page.locator("g#loss-points use").count() >= 2  # rank 0's kept step lines
+        integrity = page.locator("#checkpoints tbody td:nth-child(2)").all_inner_texts()
+        assert integrity and set(integrity) == {"OK"}, integrity
+        assert page.locator("#pods tbody tr").count() == 2  # a launcher on each node
+        screenshot(page, "history")

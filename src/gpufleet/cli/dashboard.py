@@ -29,6 +29,13 @@ def dashboard(
     context: ContextOption = None,
     local: Annotated[bool, typer.Option("--local", help="Only the local runs.")] = False,
     run_root: RunRootOption = DEFAULT_RUN_ROOT,
+    history: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A checkpoint directory (or a directory of them; a URI such as "
+            "s3://bucket/ckpt) whose finished jobs the History page shows. Repeatable."
+        ),
+    ] = None,
     refresh: Annotated[
         float, typer.Option(help="Seconds between a page's updates of itself.", min=0.5)
     ] = REFRESH_S,
@@ -50,7 +57,7 @@ def dashboard(
     # Reached by its own address too; on every address, by any name (behind authentication).
     hosts = ("*",) if ipaddress.ip_address(host).is_unspecified else (*LOCAL_HOSTS, address)
     source = ClusterSource(cluster) if cluster is not None else None
-    app = create_app(run_root, source, refresh, hosts)
+    app = create_app(run_root, source, refresh, hosts, tuple(history or ()))
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -30,6 +30,7 @@ from gpufleet.cluster.jobrows import age
 from gpufleet.cluster.progress import duration
 from gpufleet.dashboard import REFRESH_S
 from gpufleet.dashboard.clusterjob import job_page
+from gpufleet.dashboard.history import entries, history_page
 from gpufleet.dashboard.local import run_page
 from gpufleet.dashboard.plots import svg
 from gpufleet.dashboard.sources import ClusterSource
@@ -52,6 +53,7 @@ class Dashboard:
     templates: Jinja2Templates
     run_root: Path
     cluster: ClusterSource | None
+    history: list[str]  # checkpoint locations (--history)
 
 
 def _of(request: Request) -> Dashboard:
@@ -124,6 +126,24 @@ def serving(request: Request) -> Response:
     return page(request, "serving.html", title="Serving", services=_cluster(request).services())
 
 
+def history(request: Request) -> Response:
+    found = entries(_of(request).history)
+    return page(request, "history.html", title="History", entries=found,
+                locations=_of(request).history)  # fmt: skip
+
+
+def past_job(request: Request) -> Response:
+    found = entries(_of(request).history)
+    index = int(request.path_params["index"])
+    if not 0 <= index < len(found):
+        return page(request, "missing.html", 404, title="No such job",
+                    what=f"no job {index} in the history's locations")  # fmt: skip
+    shown = history_page(found[index].location)
+    curves = shown.curves
+    return page(request, "past.html", title=f"History: {shown.entry.job}", past=shown,
+                loss=svg(curves, "loss"), rate=svg(curves, "throughput"))  # fmt: skip
+
+
 def healthz(request: Request) -> Response:
     return Response("ok\n", media_type="text/plain")
 
@@ -145,15 +165,18 @@ def create_app(
     cluster: ClusterSource | None = None,
     refresh_s: float = REFRESH_S,
     hosts: tuple[str, ...] = LOCAL_HOSTS,
+    history_at: tuple[str, ...] = (),
 ) -> Starlette:
-    """The application over ``run_root``'s local runs and, when given, a cluster; its pages
-    update every ``refresh_s`` seconds; requests naming another host than ``hosts`` get 400."""
+    """The application over ``run_root``'s local runs, the finished jobs kept at
+    ``history_at`` and, when given, a cluster; its pages update every ``refresh_s`` seconds;
+    requests naming another host than ``hosts`` get 400."""
     package = resources.files("gpufleet.dashboard")
     templates = Jinja2Templates(directory=str(package / "templates"))
     templates.env.globals.update(age=age, duration=duration, refresh=refresh_s,
                                  cluster=cluster is not None)  # fmt: skip
     static = StaticFiles(directory=str(package / "static"))
     routes = [Route("/", home), Route("/runs", runs), Route("/runs/{name}", run),
+              Route("/history", history), Route("/history/{index:int}", past_job),
               Route("/healthz", healthz), Mount("/static", static, name="static")]  # fmt: skip
     if cluster is not None:
         routes += [Route("/jobs", jobs), Route("/jobs/{namespace}/{name}", job),
@@ -162,5 +185,5 @@ def create_app(
     trusted = Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
     app = Starlette(routes=routes, exception_handlers={GpufleetError: failed},
                     middleware=[trusted])  # fmt: skip
-    app.state.dashboard = Dashboard(templates, run_root, cluster)
+    app.state.dashboard = Dashboard(templates, run_root, cluster, list(history_at))
     return app

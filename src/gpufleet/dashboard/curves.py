@@ -18,6 +18,16 @@ NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
 LINE = re.compile(rf"\bstep (\d+)/(\d+) loss ({NUMBER}) (\d[\d,]*(?:\.\d+)?) samples/s")
 
 
+ATTEMPT = "attempt_"  # torchelastic's directory of one try: attempt_<n>
+
+
+def attempt_number(name: str) -> int:
+    """The try number of an ``attempt_<n>`` directory (-1 for another name): they sort by it,
+    not as text (attempt_10 after attempt_9)."""
+    number = name.removeprefix(ATTEMPT)
+    return int(number) if name.startswith(ATTEMPT) and number.isdigit() else -1
+
+
 @dataclass
 class Curves:
     """Points by step (the latest attempt's), and the steps where a restart went back to."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.dashboard.curves import Curves
+from gpufleet.dashboard.curves import ATTEMPT, Curves, attempt_number
 from gpufleet.launch.runs import LocalRun, held_locks, local_run
 from gpufleet.runtime import integrity
 from gpufleet.runtime.files import read_json
@@ -35,8 +35,9 @@ class RunPage:
 def attempt_dirs(run_dir: Path) -> list[Path]:
     """Every attempt of every launch (``logs/node0/<run id>/attempt_<n>``), oldest first."""
     launches = sorted((RunDir(run_dir).node_logs(0)).glob("*/"), key=lambda p: p.stat().st_mtime)
-    number = lambda p: int(p.name.split("_")[1])  # noqa: E731
-    return [a for launch in launches for a in sorted(launch.glob("attempt_*"), key=number)]
+    tries = [sorted(launch.glob(f"{ATTEMPT}*"), key=lambda p: attempt_number(p.name))
+             for launch in launches]  # fmt: skip
+    return [attempt for launch in tries for attempt in launch]
 
 
 def _lines(path: Path) -> Iterator[str]:
