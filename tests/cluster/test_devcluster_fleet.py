@@ -149,22 +149,30 @@ def test_the_dashboards_jobs_and_queues_in_a_browser(fleet: DevCluster) -> None:
         names = page.locator("#jobs tbody tr").evaluate_all("rows => rows.map(r => r.dataset.name)")
         assert names == ["research/waiter"]
         page.click('a[href="/jobs/research/waiter"]')
+        page.wait_for_url("**/jobs/research/waiter")
         assert page.locator("#status .phase-Queued").inner_text() == "Queued"
         assert "insufficient" in page.locator("#reasons").inner_text()
         assert "QuotaReserved=False" in page.locator("#timeline").inner_text()
         screenshot(page, "job-waiting")
         page.click("header a[href='/queues']")
+        page.wait_for_url("**/queues")
         gpus = page.locator('[data-name="research"] tr[data-resource="a30/nvidia.com/gpu"] td')
+        gpus.first.wait_for()
         assert gpus.all_inner_texts()[2:6] == ["6", "4", "0", "2"]  # nominal used borrowed lendable
+        page.locator('#waiting tr[data-name="research/waiter"]').wait_for()
         line = page.locator('#waiting tr[data-name="research/waiter"] td').all_inner_texts()
         assert line[0] == "1 of 1" and "insufficient" in line[-1]
         screenshot(page, "queues")
         page.click("header a[href='/fleet']")
+        page.wait_for_url("**/fleet")
+        page.locator("#tenants").wait_for()
         held = {t: page.locator(f'#tenants tr[data-tenant="{t}/NVIDIA-A30"] td').last.inner_text()
                 for t in ("research", "product")}  # fmt: skip
         assert held == {"research": "4", "product": "1"}  # holder's 4 GPUs, other's 1
         screenshot(page, "fleet")
         page.click("header a[href='/serving']")
+        page.wait_for_url("**/serving")
+        page.locator('#services tr[data-name="product/served"]').wait_for()
         served = page.locator('#services tr[data-name="product/served"] td').all_inner_texts()
         assert served[4:7] == ["HorizontalPodAutoscaler", "1", "2"], served
         screenshot(page, "serving")

@@ -5,6 +5,7 @@ job's checkpoint directory or a directory of them."""
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import unquote
 
 from starlette.testclient import TestClient
 
@@ -34,10 +35,12 @@ def kept_job(root: Path) -> Path:
 def test_a_directory_of_jobs_lists_each_one(tmp_path: Path) -> None:
     kept_job(tmp_path / "ckpt" / "digits")
     (tmp_path / "ckpt" / "notes").mkdir()  # neither checkpoints nor kept logs: not a job
-    (only,) = entries([str(tmp_path / "ckpt")])
+    (only,), problems = entries([str(tmp_path / "ckpt")])
+    assert problems == []
     assert (only.job, only.steps) == (JOB, [40, 80, 100])
     assert [p.name[-10:] for p in only.pods] == ["digits-0-a", "digits-0-b"]  # in time order
-    assert entries([str(tmp_path / "ckpt" / "digits")])[0].location.endswith("digits")
+    assert entries([str(tmp_path / "ckpt" / "digits")])[0][0].location.endswith("digits")
+    assert "nosuch://x: ValueError" in entries(["nosuch://x"])[1][0]  # one line, no traceback
 
 
 def test_a_past_jobs_page_has_its_curves_checkpoints_and_pods(tmp_path: Path) -> None:
@@ -48,12 +51,17 @@ def test_a_past_jobs_page_has_its_curves_checkpoints_and_pods(tmp_path: Path) ->
     app = TestClient(create_app(tmp_path / "runs", history_at=(str(tmp_path),)),
                      base_url="http://127.0.0.1:8465")  # fmt: skip
     listed = app.get("/history").text
-    assert f'data-job="{JOB}"' in listed and 'href="/history/0"' in listed
-    shown = app.get("/history/0").text
+    assert f'data-job="{JOB}"' in listed
+    at = listed.split('href="/history/job?at=')[1].split('"')[0]
+    assert unquote(at) == str(root)  # the directory itself names the page: a stable link
+    at = f"/history/job?at={at}"
+    shown = app.get(at).text
+    assert "data-refresh" not in shown  # it verifies every checkpoint: not every 5 s
     loss = shown[shown.index('<g id="loss-points"') :]
     assert loss[: loss.index("</g>")].count("<use ") == 5
     assert "2 pods kept their ranks' logs over 2 tries" in shown
-    assert app.get("/history/7").status_code == 404
+    outside = app.get("/history/job", params={"at": str(tmp_path / "runs")})
+    assert outside.status_code == 404  # only a directory the locations hold is read
 
 
 def test_without_a_location_the_page_says_how_to_give_one(tmp_path: Path) -> None:

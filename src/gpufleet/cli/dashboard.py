@@ -52,6 +52,7 @@ def dashboard(
         family, host = check_listen(address, port)
     except MetricsPortError as exc:
         fail(UserInputError([FieldError(exc.option, str(exc))]))
+    _check_history(history or [])
     asked = bool(namespace or context)
     cluster = None if local else connect_or_local(namespace, context, run_root, asked=asked)
     # Reached by its own address too; on every address, by any name (behind authentication).
@@ -70,3 +71,15 @@ def dashboard(
     err_console.print(f"dashboard at {where}" + (" (local runs only)" if cluster is None else ""))
     # uvicorn stops cleanly on SIGINT and SIGTERM (it installs its own handlers)
     uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])
+
+
+def _check_history(locations: list[str]) -> None:
+    """Each --history location can be read (exit 2 with why, before serving anything)."""
+    from gpufleet.dashboard.history import UNREADABLE, job_dirs
+
+    for location in locations:
+        try:
+            job_dirs(location)
+        except UNREADABLE as exc:
+            why = f"{location}: cannot be read: {type(exc).__name__}: {exc}"
+            fail(UserInputError([FieldError("--history", why)]))

@@ -30,7 +30,8 @@ from gpufleet.cluster.status import FAILED_CREATE_REASONS, JobStatus, PodState, 
 from gpufleet.kube import LABEL_JOB, Obj
 
 
-def _key(obj: Obj) -> tuple[str, str]:
+def ns_name(obj: Obj) -> tuple[str, str]:
+    """An object's (namespace, name)."""
     return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 
@@ -58,7 +59,7 @@ class Fleet:
         """Look-ups by job, owner and queue (call again after changing the lists)."""
         self._pods: dict[tuple[str, str], list[Obj]] = defaultdict(list)
         for pod in sorted(self.pods, key=lambda p: p["metadata"]["name"]):
-            ns, _ = _key(pod)
+            ns, _ = ns_name(pod)
             job = (pod["metadata"].get("labels") or {}).get(LABEL_JOB)
             if job:
                 self._pods[(ns, job)].append(pod)
@@ -66,12 +67,12 @@ class Fleet:
         for obj in [*self.workloads, *self.podgroups]:
             for ref in obj["metadata"].get("ownerReferences") or []:
                 self._owned.setdefault(f"{obj['kind']}/{ref.get('uid')}", obj)
-        self._local = {_key(q): q for q in self.local_queues}
+        self._local = {ns_name(q): q for q in self.local_queues}
         self._cluster = {q["metadata"]["name"]: q for q in self.cluster_queues or []}
 
     def pods_of(self, job: Obj) -> list[Obj]:
         """The job's pods (label gpufleet.dev/job), sorted by name."""
-        return list(self._pods.get(_key(job), []))
+        return list(self._pods.get(ns_name(job), []))
 
     def owned(self, kind: Kind, owner: Obj) -> Obj | None:
         """The Workload (or PodGroup) that ``owner`` owns."""
@@ -86,7 +87,7 @@ class Fleet:
     def events_of(self, job: Obj, pods: list[Obj]) -> list[Obj]:
         """The scheduler's events of the job's Pending pods, then its controllers' refusals
         (about the job, or a child named after it: a JobSet's Jobs)."""
-        ns, name = _key(job)
+        ns, name = ns_name(job)
         pending = {p["metadata"]["name"] for p in pods
                    if (p.get("status") or {}).get("phase") == "Pending"}  # fmt: skip
         mine = [e for e in self.events if (e.get("metadata") or {}).get("namespace", "") == ns]
@@ -187,7 +188,7 @@ def read_fleet(custom: Any, core: Any, namespace: str | None, *, jobs: bool = Tr
              if _top_level(obj)]  # fmt: skip
     volcano = any(kind.group == "batch.volcano.sh" for kind, _ in found)
     return Fleet(
-        jobs=sorted(found, key=lambda kj: _key(kj[1])),
+        jobs=sorted(found, key=lambda kj: ns_name(kj[1])),
         pods=reader.core_objects("pod", label_selector=LABEL_JOB) if jobs else [],
         workloads=reader.custom_objects(WORKLOADS) or [],
         local_queues=reader.custom_objects(LOCAL_QUEUES) or [],

@@ -19,6 +19,7 @@ from gpufleet.kube import KUEUE_QUEUE_LABEL, Obj
 
 # Phases of a job whose ranks serve the progress status reads (gpufleet.cluster.progress).
 RUNNING = ("Running", "Restarting")
+ENDED = ("Succeeded", "Failed")  # a job's or a pod's phases once it is over
 _WAITING_PROBLEMS = {
     "ImagePullBackOff",
     "ErrImagePull",
@@ -313,7 +314,7 @@ def summarize(
         pods=dict(sorted(counts.items())),
         pod_states=sorted((PodState.of(p) for p in pods), key=lambda p: p.name),
     )
-    if phase in ("Succeeded", "Failed"):
+    if phase in ENDED:
         if message:
             status.reasons.append(message)
         if phase == "Failed":

@@ -30,7 +30,7 @@ from gpufleet.cluster.jobrows import age
 from gpufleet.cluster.progress import duration
 from gpufleet.dashboard import REFRESH_S
 from gpufleet.dashboard.clusterjob import job_page
-from gpufleet.dashboard.history import entries, history_page
+from gpufleet.dashboard.history import UNREADABLE, entries, history_page, job_dirs
 from gpufleet.dashboard.local import run_page
 from gpufleet.dashboard.plots import svg
 from gpufleet.dashboard.sources import ClusterSource
@@ -127,21 +127,27 @@ def serving(request: Request) -> Response:
 
 
 def history(request: Request) -> Response:
-    found = entries(_of(request).history)
-    return page(request, "history.html", title="History", entries=found,
+    found, problems = entries(_of(request).history)
+    return page(request, "history.html", title="History", entries=found, problems=problems,
                 locations=_of(request).history)  # fmt: skip
 
 
 def past_job(request: Request) -> Response:
-    found = entries(_of(request).history)
-    index = int(request.path_params["index"])
-    if not 0 <= index < len(found):
+    """A job directory named by ``?at=``: only one the history's locations hold (never a path
+    the request makes up). Not refreshed: it verifies every checkpoint it shows."""
+    at = request.query_params.get("at", "")
+    try:
+        known = at in {d for location in _of(request).history for d in job_dirs(location)}
+        shown = history_page(at) if known else None
+    except UNREADABLE as exc:
+        return page(request, "missing.html", 502, title="Unreadable",
+                    what=f"{at}: {type(exc).__name__}: {exc}")  # fmt: skip
+    if shown is None:
         return page(request, "missing.html", 404, title="No such job",
-                    what=f"no job {index} in the history's locations")  # fmt: skip
-    shown = history_page(found[index].location)
+                    what=f"no job at {at!r} in the history's locations")  # fmt: skip
     curves = shown.curves
     return page(request, "past.html", title=f"History: {shown.entry.job}", past=shown,
-                loss=svg(curves, "loss"), rate=svg(curves, "throughput"))  # fmt: skip
+                loss=svg(curves, "loss"), rate=svg(curves, "throughput"), refresh=0)  # fmt: skip
 
 
 def healthz(request: Request) -> Response:
@@ -176,7 +182,7 @@ def create_app(
                                  cluster=cluster is not None)  # fmt: skip
     static = StaticFiles(directory=str(package / "static"))
     routes = [Route("/", home), Route("/runs", runs), Route("/runs/{name}", run),
-              Route("/history", history), Route("/history/{index:int}", past_job),
+              Route("/history", history), Route("/history/job", past_job),
               Route("/healthz", healthz), Mount("/static", static, name="static")]  # fmt: skip
     if cluster is not None:
         routes += [Route("/jobs", jobs), Route("/jobs/{namespace}/{name}", job),

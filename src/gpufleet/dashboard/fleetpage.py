@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from gpufleet.cluster.status import ENDED
 from gpufleet.kube import Obj
-
-GPU = "nvidia.com/gpu"
-PRODUCT_LABEL = "nvidia.com/gpu.product"  # GPU feature discovery's label
-ENDED = ("Succeeded", "Failed")
+from gpufleet.render.podspec import GPU_PRODUCT_LABEL as PRODUCT_LABEL
+from gpufleet.render.podspec import GPU_RESOURCE as GPU
 
 
 @dataclass

@@ -61,16 +61,30 @@ def _is_job(names: list[str]) -> bool:
     return KEPT_DIR in names or any(integrity.STEP_DIR.match(n) for n in names)
 
 
-def entries(locations: list[str]) -> list[HistoryEntry]:
-    """Every job's checkpoint directory under ``locations``, in their order, then by name."""
-    found = []
+# What reading a location can raise: the storage's refusals and errors (OSError), a scheme
+# whose filesystem is not installed (ImportError, ValueError).
+UNREADABLE = (OSError, ImportError, ValueError)
+
+
+def job_dirs(location: str) -> list[str]:
+    """The job checkpoint directories at ``location``: itself, or those right under it."""
+    fs, root = _fs(location)
+    names = _names(fs, root)
+    if _is_job(names):
+        return [location]
+    return [f"{location.rstrip('/')}/{n}" for n in names if _is_job(_names(fs, f"{root}/{n}"))]
+
+
+def entries(locations: list[str]) -> tuple[list[HistoryEntry], list[str]]:
+    """Every job's checkpoint directory under ``locations``, in their order, then by name, and
+    one line for each location that could not be read."""
+    found, problems = [], []
     for location in locations:
-        fs, root = _fs(location)
-        names = _names(fs, root)
-        inner = [n for n in names if _is_job(_names(fs, f"{root}/{n}"))]
-        dirs = [location] if _is_job(names) else [f"{location.rstrip('/')}/{n}" for n in inner]
-        found += [entry(d) for d in dirs]
-    return found
+        try:
+            found += [entry(d) for d in job_dirs(location)]
+        except UNREADABLE as exc:
+            problems.append(f"{location}: {type(exc).__name__}: {exc}")
+    return found, problems
 
 
 def entry(location: str) -> HistoryEntry:
@@ -93,15 +107,15 @@ def _attempts(fs: Any, pod_dir: str) -> list[str]:
 
 
 def history_page(location: str) -> HistoryPage:
-    """The job's checkpoints, each verified, and its curves from every kept try, in order."""
+    """The job's checkpoints, each verified, and its curves from every kept try, in order
+    (each pod's local rank 0: the job's rank 0 is one of them, and only it logs steps)."""
     fs, root = _fs(location)
     found = entry(location)
     curves = Curves()
     for pod in found.pods:
         pod_dir = f"{root}/{KEPT_DIR}/{pod.name}"
         for attempt in _attempts(fs, pod_dir):
-            for rank in _names(fs, f"{pod_dir}/{attempt}"):
-                with contextlib.suppress(FileNotFoundError):
-                    text = fs.cat_file(f"{pod_dir}/{attempt}/{rank}/stdout.log")
-                    curves.add(text.decode(errors="replace").splitlines())
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                text = fs.cat_file(f"{pod_dir}/{attempt}/0/stdout.log")
+                curves.add(text.decode(errors="replace").splitlines())
     return HistoryPage(found, integrity.survey(fs, root), curves)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpufleet.cluster.fleet import ns_name
 from gpufleet.cluster.status import summarize_service
 from gpufleet.kube import LABEL_JOB, Obj
 
@@ -37,32 +38,37 @@ class ServiceRow:
     autoscaler: Autoscaler | None
 
 
-def _key(obj: Obj) -> tuple[str, str]:
-    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+def _note(condition: Obj) -> str:
+    """``Type: Reason: message`` of a condition that is not as it should be."""
+    parts = [condition.get("type"), condition.get("reason"), condition.get("message")]
+    return ": ".join(str(p) for p in parts if p)
 
 
 def _hpa(hpa: Obj) -> Autoscaler:
     spec, status = hpa.get("spec") or {}, hpa.get("status") or {}
-    metric = ""
-    for target, current in zip(spec.get("metrics") or [], status.get("currentMetrics") or [],
-                               strict=False):  # fmt: skip
-        pods, now = target.get("pods") or {}, (current.get("pods") or {}).get("current") or {}
+    current = {(m.get("pods") or {}).get("metric", {}).get("name"): m
+               for m in status.get("currentMetrics") or []}  # fmt: skip
+    metrics = []
+    for target in spec.get("metrics") or []:  # the adapter's per-pod metrics
+        pods = target.get("pods") or {}
+        name = (pods.get("metric") or {}).get("name", "?")
+        now = ((current.get(name) or {}).get("pods") or {}).get("current") or {}
         want = (pods.get("target") or {}).get("averageValue")
-        metric = f"{(pods.get('metric') or {}).get('name', '?')}: {now.get('averageValue', '?')}"
-        metric += f" / {want}" if want is not None else ""
-    notes = [f"{c.get('type')}: {c.get('reason')}: {c.get('message', '')}".rstrip(": ")
-             for c in status.get("conditions") or []
+        metrics.append(f"{name}: {now.get('averageValue', '?')}"
+                       + (f" / {want}" if want is not None else ""))  # fmt: skip
+    # ScalingLimited is the one condition whose True is the news; the others' False is
+    notes = [_note(c) for c in status.get("conditions") or []
              if (c.get("type") == "ScalingLimited") == (c.get("status") == "True")]  # fmt: skip
     return Autoscaler("HorizontalPodAutoscaler", spec.get("minReplicas"), spec.get("maxReplicas"),
-                      status.get("currentReplicas"), status.get("desiredReplicas"), metric,
-                      notes)  # fmt: skip
+                      status.get("currentReplicas"), status.get("desiredReplicas"),
+                      "; ".join(metrics), notes)  # fmt: skip
 
 
 def _keda(scaled: Obj) -> Autoscaler:
     spec, status = scaled.get("spec") or {}, scaled.get("status") or {}
-    notes = [f"{c.get('type')}: {c.get('reason')}: {c.get('message', '')}".rstrip(": ")
-             for c in status.get("conditions") or [] if c.get("status") != "True"
-             and c.get("type") in ("Ready", "Active")]  # fmt: skip
+    # Ready False is news; Active False only means no traffic (scaled to its minimum)
+    notes = [_note(c) for c in status.get("conditions") or []
+             if c.get("type") == "Ready" and c.get("status") != "True"]  # fmt: skip
     return Autoscaler("ScaledObject", spec.get("minReplicaCount"), spec.get("maxReplicaCount"),
                       None, None, "", notes)  # fmt: skip
 
@@ -70,11 +76,11 @@ def _keda(scaled: Obj) -> Autoscaler:
 def service_rows(deployments: list[Obj], pods: list[Obj], hpas: list[Obj],
                  scaled: list[Obj]) -> list[ServiceRow]:  # fmt: skip
     """Each InferenceService's row, by namespace and name."""
-    scalers = {_key(h): _hpa(h) for h in hpas} | {_key(s): _keda(s) for s in scaled}
+    scalers = {ns_name(h): _hpa(h) for h in hpas} | {ns_name(s): _keda(s) for s in scaled}
     rows = []
-    for deployment in sorted(deployments, key=_key):
-        ns, name = _key(deployment)
-        mine = [p for p in pods if _key(p)[0] == ns
+    for deployment in sorted(deployments, key=ns_name):
+        ns, name = ns_name(deployment)
+        mine = [p for p in pods if ns_name(p)[0] == ns
                 and (p["metadata"].get("labels") or {}).get(LABEL_JOB) == name]  # fmt: skip
         status = summarize_service(deployment, mine)
         rows.append(ServiceRow(
