@@ -46,16 +46,19 @@ def fleet(lab: DevCluster) -> Iterator[DevCluster]:
     from gpufleet.render import render_spec
 
     try:
-        for name, (ns, nodes, gpus, target) in JOBS.items():
+        for name, (ns, nodes, gpus, target) in JOBS.items():  # the holder first, Running
             submit_annotated(lab, queued_job(name, ns, nodes=nodes, gpus=gpus), target,
                              RUN_FOR_A_DAY)  # fmt: skip
+            if name == "holder":  # else Kueue may admit the gang first, and hold the holder
+                poll_until(lambda: lab.phase("holder", "research") == "Running",
+                           what="holder Running",
+                           timeout=60, interval=CLUSTER_POLL_S)  # fmt: skip
         served = service(replicas={"min": 1, "max": 2},
                          autoscaling={"metric": "inflight", "targetInflight": 4})  # fmt: skip
         served["metadata"] = {"name": "served", "namespace": "product"}
         Cluster.of(lab.api, "product").submit(render_spec(parsed(served), "triton"))
-        for name in ("holder", "other"):
-            poll_until(lambda n=name: lab.phase(n, JOBS[n][0]) == "Running",
-                       what=f"{name} Running", timeout=60, interval=CLUSTER_POLL_S)  # fmt: skip
+        poll_until(lambda: lab.phase("other", "product") == "Running", what="other Running",
+                   timeout=60, interval=CLUSTER_POLL_S)  # fmt: skip
         poll_until(lambda: "insufficient" in str((next(
             (c for c in ((workload_of(lab, "research", "waiter") or {}).get("status") or {})
              .get("conditions", []) if c["type"] == "QuotaReserved"), {})).get("message")),
@@ -85,7 +88,7 @@ def test_the_admin_sees_every_job_saying_what_status_says(fleet: DevCluster) -> 
         assert row.age_seconds is not None and 0 <= row.age_seconds < 600
     assert rows["waiter"].phase == "Queued" and rows["holder"].phase == "Running"
     assert "ClusterQueue research" in str(rows["waiter"].reason)
-    text = fleet.gpufleet("jobs", "-A")
+    text = fleet.gpufleet_as(fleet.env | {"COLUMNS": "80"}, "jobs", "-A")  # a terminal's width
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert all(len(line.rstrip()) <= 80 for line in lines), text.stdout
@@ -121,7 +124,7 @@ def test_queues_show_kueues_quota_and_the_callers_place_in_line(fleet: DevCluste
         "waiter", 1, 1, True)  # fmt: skip
     assert "insufficient" in waiting["reason"]
     assert [q["namespace"] for q in data["localQueues"]] == ["research"]
-    text = fleet.gpufleet("queues", "-A")
+    text = fleet.gpufleet_as(fleet.env | {"COLUMNS": "80"}, "queues", "-A")
     assert text.returncode == 0, text.stderr
     assert all(len(line.rstrip()) <= 80 for line in text.stdout.splitlines()), text.stdout
     assert "ClusterQueue research (cohort lab): 1 pending" in text.stdout
