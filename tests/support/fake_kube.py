@@ -330,9 +330,11 @@ class ApiView:
 
 
 def _complete(pod: Obj) -> Obj:
-    """A recorded pod with the container status fields it was trimmed of, which the API
-    server always sends and the client's typed model requires."""
+    """A recorded pod with the fields it was trimmed of that the API server always sends and
+    the client's typed model requires (its containers, their statuses' image and readiness)."""
     pod = copy.deepcopy(pod)
+    if pod.get("spec") is not None:
+        pod["spec"].setdefault("containers", [])
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         for key, value in (("image", ""), ("imageID", ""), ("ready", False), ("restartCount", 0)):
             status.setdefault(key, value)

@@ -63,3 +63,17 @@ def test_curves_keep_the_latest_attempts_value_of_a_step() -> None:
     )
     assert curves.points("loss") == [(10, 0.1), (20, 9.0)] and curves.restarts == [20]
     assert curves.points("throughput") == [(10, 1010.0), (20, 5.0)] and curves.steps == 100
+
+
+def test_the_dashboard_command_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+
+    env = {"KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path)}
+    port = CliRunner().invoke(app, ["dashboard", "--local", "--port", "70000"], env=env)
+    assert port.exit_code == 2 and "--port" in port.stderr and "Traceback" not in port.output
+    history = CliRunner().invoke(app, ["dashboard", "--local", "--history", "nosuch://x"], env=env)
+    assert history.exit_code == 2 and "--history: nosuch://x: cannot be read" in history.stderr
+    asked = CliRunner().invoke(app, ["dashboard", "-n", "team-a"], env=env)  # no kubeconfig
+    assert asked.exit_code == 2 and "KUBECONFIG" in asked.stderr

@@ -4,6 +4,7 @@ jobs in Kueue's order (priority, then queue-order time, then UID)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import pytest
@@ -135,3 +136,30 @@ def test_pending_means_waiting_for_quota(spec: Any, conditions: Any, expected: b
     if conditions:
         wl["status"]["conditions"] = [{"type": t, **c} for t, c in conditions.items()]
     assert pending(wl) is expected
+
+
+def test_the_cli_prints_quota_queues_and_the_waiting_in_80_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+    from tests.unit.test_fleet_jobs import fleet_kube
+
+    kube = fleet_kube()
+    connect = classmethod(lambda cls, ns=None, ctx=None: kube.cluster(ns or "team-a"))
+    monkeypatch.setattr("gpufleet.cluster.Cluster.connect", connect)
+    shown = CliRunner().invoke(app, ["queues", "-A"], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines), shown.stdout
+    assert lines[0] == "ClusterQueue team-a: 1 pending, 2 admitted"
+    assert lines[1].split() == ["FLAVOR", "RESOURCE", "NOMINAL", "USED", "BORROWED", "LENDABLE"]
+    waiting = lines[lines.index("Waiting, in Kueue's order:") + 1 :]
+    assert waiting[1].split()[:4] == ["-", "team-a", "no-localqueue", "-"]  # in no queue
+    assert waiting[2].split()[:5] == ["1", "of", "1", "team-a", "kueue-quota"]
+    data = json.loads(CliRunner().invoke(app, ["queues", "-o", "json"]).stdout)
+    assert data["clusterQueues"][0]["quota"][0]["lendable"] == "48"
+    kube.refuse = {"clusterqueues.kueue.x-k8s.io": 404}  # no Kueue: the LocalQueues only
+    bare = CliRunner().invoke(app, ["queues"])
+    assert "ClusterQueues not readable here" in bare.stderr and "LocalQueues:" in bare.stdout

@@ -1,4 +1,6 @@
-"""`gpufleet jobs` and `gpufleet queues` on the real controllers (issue 53, item 1): the lab's
+"""`gpufleet jobs` and `gpufleet queues` on the real controllers (issue 53, item 1; named to run
+right after test_devcluster_queues, the lab's first user: test_devcluster_platform installs
+the chart itself, and must run before the lab is installed): the lab's
 two tenants run and queue jobs; the admin sees every job with what `status` says of it, a
 tenant's user only its own namespace's, and Kueue's quota and order as Kueue holds them; the
 dashboard's jobs pages show the same in Chromium (item 5).
@@ -102,8 +104,9 @@ def test_a_tenants_user_sees_only_its_namespace(fleet: DevCluster) -> None:
     mine = fleet.gpufleet_as(env, "jobs", "-A", "-n", "research", "-o", "json")
     assert mine.returncode == 0, mine.stderr
     assert "may not list across namespaces (forbidden): namespace research only" in mine.stderr
-    names = {r["name"]: r for r in json.loads(mine.stdout)["jobs"]}
-    assert set(names) == {"holder", "waiter"}  # product's job is not there
+    rows = json.loads(mine.stdout)["jobs"]
+    assert {"holder", "waiter"} <= {r["name"] for r in rows}
+    assert {r["namespace"] for r in rows} == {"research"}  # product's job is not there
     theirs = fleet.gpufleet_as(env, "jobs", "-n", "product")
     assert theirs.returncode == 1 and len(theirs.stderr.strip().splitlines()) == 1
     assert "forbidden" in theirs.stderr and "other" not in theirs.stdout
