@@ -28,7 +28,7 @@ from tests.support.ownimage import (
     torch_in,
 )
 from tests.support.procs import poll_until
-from tests.support.realnodes import TENANT, digests_in_logs, real_job
+from tests.support.realnodes import TENANT, digests_in_logs, node_ready, real_job
 from tests.support.specs import write_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
@@ -55,6 +55,12 @@ def test_digits_on_a_teams_image_with_another_torch_ends_with_that_torchs_local_
 
     assert floor.split("+")[0] != torch.__version__.split("+")[0], "the same torch as the suite's"
     name = "digits-own-2x1"
+    # A node that an earlier test cut off (node loss, partition) must be Ready again, or the
+    # scheduler puts both pods on the other one (seen once, after the node-loss test).
+    nodes = [n.metadata.name for n in reallab.core.list_node().items
+             if n.metadata.name.startswith("real-")]  # fmt: skip
+    for node in nodes:
+        poll_until(lambda n=node: node_ready(reallab, n), what=f"{node} Ready", timeout=120)
     doc = real_job(name, 2, 1)
     doc["spec"]["image"] = loaded.with_gpufleet
     with ThreadPoolExecutor(1) as pool:  # the local run in the image, beside the pods
