@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import platform
 import statistics
@@ -61,6 +62,16 @@ def result_path(theme: str) -> Path:
     """benchmarks/results/<theme>_<hardware>_<date>.md"""
     RESULTS.mkdir(parents=True, exist_ok=True)
     return RESULTS / f"{theme}_{hardware()}_{dt.date.today().isoformat()}.md"
+
+
+def write_results(theme: str, lines: list[str], env: dict[str, str], runs: object) -> Path:
+    """``result_path(theme)`` with ``lines`` and the environment section, and beside it the
+    .json of the runs; prints and returns the .md's path."""
+    out = result_path(theme)
+    out.write_text("\n".join([*lines, *environment_section(env)]) + "\n")
+    out.with_suffix(".json").write_text(json.dumps({"env": env, "runs": runs}, indent=1) + "\n")
+    print(out)
+    return out
 
 
 def environment_section(env: dict[str, str]) -> list[str]:

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import environment, environment_section, machine_busy, median, result_path
+from common import environment, machine_busy, median, write_results
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "horovod_digits.py"
 HOROVODRUN = [sys.executable, "-m", "horovod.runner.launch", "-np", "2", "-H", "localhost:2",
@@ -106,11 +106,8 @@ def write(runs: dict[str, list[dict[str, Any]]], rounds: int, epochs: int) -> No
                      f"{m['training'] / base['training']:.2f} |")  # fmt: skip
     same = "yes" if len(digests) == 1 else f"NO ({len(digests)} digests)"
     lines += ["", f"Every run ended with the same weights (sha256 over the state dict): {same}.",
-              "", *environment_section(env)]  # fmt: skip
-    out = result_path("horovod-launch")
-    out.write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps({"env": env, "runs": runs}, indent=1) + "\n")
-    print(out)
+              ""]  # fmt: skip
+    write_results("horovod-launch", lines, env, runs)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' job and helpers
-from common import environment, environment_section, machine_busy, median, result_path
+from common import environment, machine_busy, median, write_results
 from suite_cpu import read_records
 from tests.support.specs import digits_job
 
@@ -116,11 +116,8 @@ def write(runs: Runs, rounds: int) -> None:
                          f"{cpu:.1f} | {cpu / base:.2f} | "
                          f"{f'{median(ranks):.2f}' if ranks else 'n/a'} | {ts[0]['restarts']} | "
                          f"{'yes' if len(digests) == 1 else 'NO'} |")  # fmt: skip
-    lines += ["", *environment_section(env)]
-    out = result_path("worker-start")
-    out.write_text("\n".join(lines) + "\n")
-    out.with_suffix(".json").write_text(json.dumps({"env": env, "runs": runs}, indent=1) + "\n")
-    print(out)
+    lines += [""]
+    write_results("worker-start", lines, env, runs)
 
 
 if __name__ == "__main__":

@@ -42,3 +42,10 @@ def kube_of(name: str) -> FakeKube:
 def connect(kube: FakeKube) -> Cluster:
     """The client on ``kube``, in the scenarios' namespace (team-a)."""
     return kube.cluster("team-a")
+
+
+def cli_on(kube: FakeKube, monkeypatch: Any) -> None:
+    """Make the CLI's ``Cluster.connect`` answer ``kube`` (in the namespace asked for, else the
+    scenarios' team-a), as a kubeconfig's cluster would."""
+    connect = classmethod(lambda cls, ns=None, ctx=None: kube.cluster(ns or "team-a"))
+    monkeypatch.setattr("gpufleet.cluster.Cluster.connect", connect)

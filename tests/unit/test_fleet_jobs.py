@@ -20,7 +20,7 @@ from gpufleet.errors import ClusterError
 from gpufleet.kube import LABEL_JOB
 from gpufleet.render import TARGETS
 from tests.support.fake_kube import FakeKube
-from tests.support.scenarios import connect, kube_of, scenario
+from tests.support.scenarios import cli_on, connect, kube_of, scenario
 from tests.unit.test_job_progress import pod_text
 
 SCENARIOS = ["failed", "image-pull", "kueue-quota", "no-gpufleet", "no-localqueue", "running",
@@ -149,8 +149,7 @@ def test_the_cli_prints_a_row_per_job_and_the_waiting_ones_reasons_in_80_columns
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kube = fleet_kube()
-    connect = classmethod(lambda cls, ns=None, ctx=None: kube.cluster(ns or "team-a"))
-    monkeypatch.setattr("gpufleet.cluster.Cluster.connect", connect)
+    cli_on(kube, monkeypatch)
     result = CliRunner().invoke(app, ["jobs", "-A"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()

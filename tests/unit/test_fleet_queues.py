@@ -144,11 +144,11 @@ def test_the_cli_prints_quota_queues_and_the_waiting_in_80_columns(
     from typer.testing import CliRunner
 
     from gpufleet.cli.main import app
+    from tests.support.scenarios import cli_on
     from tests.unit.test_fleet_jobs import fleet_kube
 
     kube = fleet_kube()
-    connect = classmethod(lambda cls, ns=None, ctx=None: kube.cluster(ns or "team-a"))
-    monkeypatch.setattr("gpufleet.cluster.Cluster.connect", connect)
+    cli_on(kube, monkeypatch)
     shown = CliRunner().invoke(app, ["queues", "-A"], env={"COLUMNS": "80"})
     assert shown.exit_code == 0, shown.output
     lines = shown.stdout.splitlines()
