@@ -24,6 +24,7 @@ from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from tests.support.devcluster import (
     CLUSTER_POLL_S,
     DevCluster,
+    account_token,
     condition,
     needs_controlplane,
     workload_of,
@@ -281,10 +282,8 @@ QUEUES_MAY_BE_EMPTY = {
 def metrics_reader_token(lab: DevCluster, name: str) -> str:
     """A ServiceAccount token allowed GET /metrics, as Prometheus Operator's scrape carries to a
     controller whose metrics endpoint checks TokenReview and SubjectAccessReview (Kueue's)."""
-    from kubernetes import client
-
     rbac, ns = lab.typed("RbacAuthorizationV1Api"), "gpufleet-system"
-    lab.core.create_namespaced_service_account(ns, {"metadata": {"name": name}})
+    token = account_token(lab, ns, name)
     rbac.create_cluster_role({"metadata": {"name": name}, "rules": [
         {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]})  # fmt: skip
     rbac.create_cluster_role_binding({
@@ -292,10 +291,7 @@ def metrics_reader_token(lab: DevCluster, name: str) -> str:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
     })  # fmt: skip
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-    )
-    return str(lab.core.create_namespaced_service_account_token(name, ns, request).status.token)
+    return token
 
 
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")

@@ -16,18 +16,26 @@ import datetime as dt
 import json
 from collections.abc import Iterator
 
+import httpx
 import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
 
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY
 from gpufleet.errors import UserInputError
 from tests.cluster.test_devcluster_queues import submit_annotated
 from tests.support.browser import chromium, dashboard, needs_browser, screenshot
 from tests.support.devcluster import (
+    CHART,
     CLUSTER_POLL_S,
     DevCluster,
+    account_token,
     condition,
+    drop_viewer,
     needs_controlplane,
     tenant_user,
+    token_env,
+    viewer_token,
     workload_of,
 )
 from tests.support.devlab import queued_job
@@ -202,3 +210,114 @@ def test_the_dashboards_jobs_and_queues_in_a_browser(fleet: DevCluster) -> None:
         served = page.locator('#services tr[data-name="product/served"] td').all_inner_texts()
         assert served[4:7] == ["HorizontalPodAutoscaler", "1", "2"], served
         screenshot(page, "serving")
+
+
+# Viewers of the chart's dashboard: (their ServiceAccount's namespace, the kind of role they are
+# bound to, the role).
+VIEWERS = {"dana": ("research", "Role", "gpufleet-user"),
+           "pat": ("product", "Role", "gpufleet-user"),
+           "ops": ("gpufleet-system", "ClusterRole", "cluster-admin")}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def viewers(fleet: DevCluster) -> Iterator[dict[str, str]]:
+    """The chart's dashboard account, as `helm install --set dashboard.enabled=true` makes it for
+    the lab's release (its ServiceAccount, ClusterRole and bindings), and the tokens of viewers:
+    dana holds research's gpufleet-user Role, pat product's, ops is a cluster admin."""
+    from tests.support.chart import helm
+
+    shown = helm("template", "lab", str(CHART), "-n", "gpufleet-system", "--set",
+                 "dashboard.enabled=true", "--show-only", "templates/dashboard.yaml")  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+    account = [o for o in yaml.safe_load_all(shown.stdout) if o and o["kind"] in kinds]
+    rbac, core, ns = fleet.typed("RbacAuthorizationV1Api"), fleet.core, "gpufleet-system"
+    make = {"ServiceAccount": lambda o: core.create_namespaced_service_account(ns, o),
+            "ClusterRole": rbac.create_cluster_role,
+            "ClusterRoleBinding": rbac.create_cluster_role_binding}  # fmt: skip
+    drop = {"ServiceAccount": lambda n: core.delete_namespaced_service_account(n, ns),
+            "ClusterRole": rbac.delete_cluster_role,
+            "ClusterRoleBinding": rbac.delete_cluster_role_binding}  # fmt: skip
+    try:
+        for obj in account:
+            make[obj["kind"]](obj)
+        tokens = {"dashboard": account_token(fleet, ns, "lab-dashboard", create=False)}
+        yield tokens | {name: viewer_token(fleet, name, v) for name, v in VIEWERS.items()}
+    finally:
+        for name, v in VIEWERS.items():
+            drop_viewer(fleet, name, v)
+        for obj in account:
+            with contextlib.suppress(ApiException):
+                drop[obj["kind"]](obj["metadata"]["name"])
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_each_viewer_sees_only_what_their_token_may_read(
+    fleet: DevCluster, viewers: dict[str, str]
+) -> None:
+    """The dashboard as the chart runs it (--auth token, the chart's account): the API server
+    reviews each token; a tenant's user sees its own namespace's jobs, GPUs and services and
+    not the other tenant's; the admin sees both, and the nodes (issue 53, item 3)."""
+    env = token_env(fleet, "lab-dashboard", viewers["dashboard"])
+    with (
+        dashboard("--auth", "token", cwd=fleet.root, env=env) as url,
+        httpx.Client(base_url=url, timeout=60) as web,
+    ):
+        assert "/login?next=" in web.get("/jobs").headers["location"]  # no token
+        assert web.get("/jobs", headers=bearer("forged")).status_code == 401
+
+        def seen(who: str, path: str, status: int = 200) -> str:
+            got = web.get(path, headers=bearer(viewers[who]))
+            assert got.status_code == status, (who, path, got.text[-2000:])
+            return got.text
+
+        for path in ("/jobs", "/queues", "/fleet", "/serving", "/jobs/research/holds",
+                     "/jobs/product/other"):  # fmt: skip
+            page = seen("ops", path)  # the chart's account reads every page's objects
+            assert "forbidden" not in page, (path, page[-2000:])
+        assert 'data-node="' in seen("ops", "/fleet")
+        dana = seen("dana", "/jobs")
+        assert 'data-name="research/holds"' in dana and 'data-name="research/waits"' in dana
+        assert "product/" not in dana
+        seen("dana", "/jobs/product/other", 404)
+        fleet_page = seen("dana", "/fleet")
+        assert 'data-tenant="research/' in fleet_page and 'data-tenant="product/' not in fleet_page
+        assert 'id="no-nodes"' in fleet_page
+        assert 'data-name="research/waits"' in seen("dana", "/queues")
+        assert "product/served" not in seen("dana", "/serving")
+        pat = seen("pat", "/jobs")
+        assert 'data-name="product/other"' in pat and "research/" not in pat
+        assert 'data-name="product/served"' in seen("pat", "/serving")
+        seen("pat", "/jobs/research/holds", 404)
+
+
+@needs_browser
+def test_a_tenant_signs_in_in_a_browser_and_sees_its_namespace(
+    fleet: DevCluster, viewers: dict[str, str]
+) -> None:
+    """Chromium on the chart's dashboard: the login page first, dana's token pasted, then the
+    jobs page with research's jobs only; signing out brings the login page back."""
+    env = token_env(fleet, "lab-dashboard", viewers["dashboard"])
+    with chromium() as browser, dashboard("--auth", "token", "--refresh", "1", cwd=fleet.root,
+                                          env=env) as url:  # fmt: skip
+        page = browser.new_page()
+        page.goto(f"{url}/jobs")
+        page.wait_for_url("**/login?next=*")
+        screenshot(page, "login")
+        page.fill("#token", viewers["dana"])
+        page.click("form button")
+        page.wait_for_url("**/jobs")
+        page.locator('#jobs tr[data-name="research/waits"]').wait_for()
+        names = page.locator("#jobs tbody tr").evaluate_all("rows => rows.map(r => r.dataset.name)")
+        assert names and all(n.startswith("research/") for n in names), names
+        assert (
+            page.locator("#viewer").inner_text().startswith("system:serviceaccount:research:dana")
+        )
+        screenshot(page, "jobs-tenant")
+        page.click("#viewer a")
+        page.wait_for_url("**/login")
+        page.goto(f"{url}/fleet")
+        page.wait_for_url("**/login?next=*")  # the cookie is gone

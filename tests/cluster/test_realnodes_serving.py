@@ -6,18 +6,14 @@ official tritonclient with the model's own answers, and a LoadGen Offline run VA
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpufleet.net import free_port
 from tests.support.cli import run_cli
-from tests.support.devcluster import DevCluster
-from tests.support.paths import REPO
+from tests.support.devcluster import DevCluster, port_forward
 from tests.support.procs import poll_until
 from tests.support.realnodes import TENANT
 from tests.support.realserving import MODEL, exported, ready_pods, served_by_gpufleet
@@ -26,9 +22,6 @@ from tests.support.specs import write_spec
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(900)]  # fmt: skip
 NAME, CLAIM = "digits-serve", "models"
-# kubectl as the control-plane build finds it: on PATH, else the one `make tools` fetched with
-# helm (it fetches none when helm is on PATH already).
-KUBECTL = shutil.which("kubectl") or str(REPO / ".tools" / "bin" / "kubectl")
 
 
 @pytest.fixture(scope="module")
@@ -40,22 +33,11 @@ def served(reallab: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     doc = served_by_gpufleet(NAME, CLAIM)
     submit = reallab.gpufleet("submit", str(write_spec(tmp, doc, "svc.yaml")))
     assert submit.returncode == 0, submit.stderr[-2000:]
-    port = free_port()
-    forward = None
     try:
         poll_until(lambda: ready_pod(reallab), what=f"{NAME} ready", timeout=300, interval=2)
-        forward = subprocess.Popen(
-            [str(KUBECTL), "--kubeconfig", str(reallab.kubeconfig), "port-forward", "-n", TENANT,
-             f"svc/{NAME}", f"{port}:8001"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)  # fmt: skip
-        assert forward.stdout is not None
-        first = forward.stdout.readline()
-        assert "Forwarding from 127.0.0.1" in first, first
-        yield model, f"127.0.0.1:{port}"
+        with port_forward(reallab, TENANT, f"svc/{NAME}", 8001) as address:
+            yield model, address
     finally:
-        if forward is not None:
-            forward.terminate()
-            forward.communicate(timeout=30)
         reallab.gpufleet("cancel", NAME, "-n", TENANT)
         poll_until(lambda: not reallab.pods(TENANT, NAME), what=f"{NAME}'s pods gone", timeout=90)
         reallab.core.delete_namespaced_persistent_volume_claim(CLAIM, TENANT)

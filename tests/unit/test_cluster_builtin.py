@@ -37,6 +37,11 @@ OBJECTS = {
     "horizontalpodautoscalers": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
                                  "metadata": META, "spec": {"maxReplicas": 2, "scaleTargetRef": {
                                      "apiVersion": "apps/v1", "kind": "Deployment", "name": "w"}}},
+    "tokenreviews": {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                     "spec": {"token": "t0ken"}},
+    "subjectaccessreviews": {"apiVersion": "authorization.k8s.io/v1", "kind":
+                             "SubjectAccessReview", "spec": {"user": "dana", "resourceAttributes":
+                             {"namespace": "team", "verb": "list", "resource": "pods"}}},
 }  # fmt: skip
 LOG = "step 10 loss 0.5\n"
 

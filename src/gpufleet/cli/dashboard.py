@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import Annotated
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,10 +20,19 @@ from gpufleet.extras import require
 from gpufleet.launch.worker import DEFAULT_RUN_ROOT
 from gpufleet.observe.http import check_listen, url
 
+if TYPE_CHECKING:
+    from gpufleet.cluster.client import Cluster
+    from gpufleet.dashboard.auth import Reviews
+
+
+class Auth(StrEnum):
+    none = "none"
+    token = "token"
+
 
 def dashboard(
     address: Annotated[
-        str, typer.Option(help="Listen address; 0.0.0.0 only behind authentication.")
+        str, typer.Option(help="Listen address; another than loopback only with --auth token.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Listen port (0: any free port).")] = DASHBOARD_PORT,
     namespace: NamespaceOption = None,
@@ -39,6 +49,14 @@ def dashboard(
     refresh: Annotated[
         float, typer.Option(help="Seconds between a page's updates of itself.", min=0.5)
     ] = REFRESH_S,
+    auth: Annotated[
+        Auth,
+        typer.Option(
+            help="none: everyone who reaches it sees what the kubeconfig may read. token: each "
+            "viewer signs in with a Kubernetes token and sees what its user may read "
+            "(TokenReview, SubjectAccessReview; the chart's deployment)."
+        ),
+    ] = Auth.none,
 ) -> None:
     """Serve the dashboard: the jobs of every namespace the kubeconfig may read (else of
     --namespace), and the local runs under --run-root. Ctrl-C stops it."""
@@ -52,13 +70,20 @@ def dashboard(
         family, host = check_listen(address, port)
     except MetricsPortError as exc:
         fail(UserInputError([FieldError(exc.option, str(exc))]))
+    if auth is Auth.none and not ipaddress.ip_address(host).is_loopback:
+        why = f"{address} serves anyone who reaches it: only with --auth token"
+        fail(UserInputError([FieldError("--address", why)]))
     _check_history(history or [])
-    asked = bool(namespace or context)
+    asked = bool(namespace or context or auth is Auth.token)
     cluster = None if local else connect_or_local(namespace, context, run_root, asked=asked)
-    # Reached by its own address too; on every address, by any name (behind authentication).
-    hosts = ("*",) if ipaddress.ip_address(host).is_unspecified else (*LOCAL_HOSTS, address)
+    if auth is Auth.token and cluster is None:
+        fail(UserInputError([FieldError("--auth", "token needs a cluster to review the tokens")]))
+    reviews = None if cluster is None or auth is Auth.none else _reviews(cluster)
+    # With tokens, by any name (an Ingress's, the Service's): a page of another site gets no
+    # token (the cookie is this site's, SameSite=Strict), so DNS rebinding gains nothing.
+    hosts = ("*",) if reviews is not None else (*LOCAL_HOSTS, address)
     source = ClusterSource(cluster) if cluster is not None else None
-    app = create_app(run_root, source, refresh, hosts, tuple(history or ()))
+    app = create_app(run_root, source, refresh, hosts, tuple(history or ()), reviews)
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -71,6 +96,19 @@ def dashboard(
     err_console.print(f"dashboard at {where}" + (" (local runs only)" if cluster is None else ""))
     # uvicorn stops cleanly on SIGINT and SIGTERM (it installs its own handlers)
     uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])
+
+
+def _reviews(cluster: Cluster) -> Reviews:
+    """The API server's reviews, through the cluster's own client (its ServiceAccount)."""
+    from gpufleet.cluster.builtin import BuiltinApi
+    from gpufleet.dashboard.auth import Reviews
+
+    client = cluster.core.api_client
+    authn, authz = (
+        BuiltinApi(client, "AuthenticationV1Api"),
+        BuiltinApi(client, "AuthorizationV1Api"),
+    )
+    return Reviews(authn, authz)
 
 
 def _check_history(locations: list[str]) -> None:

@@ -1,5 +1,6 @@
 """The built-in APIs' calls the cluster commands make (pods, services, events, namespaces,
-nodes, Deployments, PodDisruptionBudgets, HorizontalPodAutoscalers), through the kubernetes client's
+nodes, Deployments, PodDisruptionBudgets, HorizontalPodAutoscalers, and the dashboard's
+TokenReviews and SubjectAccessReviews), through the kubernetes client's
 own ApiClient: its kubeconfig, authentication, TLS, request building and ApiException. They
 answer the API's JSON as dicts, as CustomObjectsApi does.
 
@@ -74,6 +75,11 @@ def _calls() -> dict[str, dict[str, Call]]:
         "connect_get_namespaced_pod_proxy_with_path": Call(
             "GET", f"{pod}/proxy/{{path}}", ("name", "namespace", "path"), "str"),
     })  # fmt: skip
+    # The dashboard's check of a viewer's token and of what its user may read (--auth token).
+    calls["AuthenticationV1Api"] = {"create_token_review": Call(
+        "POST", "/apis/authentication.k8s.io/v1/tokenreviews", ("body",))}  # fmt: skip
+    calls["AuthorizationV1Api"] = {"create_subject_access_review": Call(
+        "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", ("body",))}  # fmt: skip
     return calls
 
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.authentication import requires
 from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -28,7 +30,16 @@ from starlette.templating import Jinja2Templates
 
 from gpufleet.cluster.jobrows import age
 from gpufleet.cluster.progress import duration
-from gpufleet.dashboard import REFRESH_S
+from gpufleet.dashboard import REFRESH_S, signin
+from gpufleet.dashboard.auth import (
+    CLUSTER_QUEUES,
+    NODES,
+    SCOPE,
+    Reviews,
+    TokenBackend,
+    Viewer,
+    logs_in,
+)
 from gpufleet.dashboard.clusterjob import job_page
 from gpufleet.dashboard.history import UNREADABLE, entries, history_page, job_dirs
 from gpufleet.dashboard.local import run_page
@@ -54,11 +65,26 @@ class Dashboard:
     run_root: Path
     cluster: ClusterSource | None
     history: list[str]  # checkpoint locations (--history)
+    reviews: Reviews | None = None  # --auth token: the API server's reviews of each viewer
 
 
 def _of(request: Request) -> Dashboard:
     board: Dashboard = request.app.state.dashboard
     return board
+
+
+def _viewer(request: Request) -> Viewer:
+    viewer: Viewer = request.user
+    return viewer
+
+
+def _hidden(request: Request, what: str) -> Response | None:
+    """The page of the local runs or the history (they name no namespace) for a viewer who may
+    read every namespace; for another, a 404 that says so."""
+    if _viewer(request).everywhere:
+        return None
+    return page(request, "missing.html", 404, title="Not shown",
+                what=f"{what}: shown to those who may list pods in every namespace")  # fmt: skip
 
 
 def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
@@ -72,18 +98,25 @@ def page(request: Request, name: str, status: int = 200, **context: Any) -> Resp
     return response
 
 
+@requires(SCOPE, redirect="login_form")
 def home(request: Request) -> Response:
     return RedirectResponse("/jobs" if _of(request).cluster else "/runs", status_code=303)
 
 
+@requires(SCOPE, redirect="login_form")
 def runs(request: Request) -> Response:
     root = _of(request).run_root
+    if (hidden := _hidden(request, "the local runs")) is not None:
+        return hidden
     return page(request, "runs.html", title="Local runs", runs=local_runs(root), now=time.time(),
                 run_root=str(root))  # fmt: skip
 
 
+@requires(SCOPE, redirect="login_form")
 def run(request: Request) -> Response:
     name, root = request.path_params["name"], _of(request).run_root
+    if (hidden := _hidden(request, "the local runs")) is not None:
+        return hidden
     found = run_page(root, name)
     if found is None:
         return page(request, "missing.html", 404, title="No such run",
@@ -93,8 +126,12 @@ def run(request: Request) -> Response:
                 loss=svg(curves, "loss"), rate=svg(curves, "throughput"))  # fmt: skip
 
 
+@requires(SCOPE, redirect="login_form")
 def jobs(request: Request) -> Response:
-    rows = _cluster(request).rows(dt.datetime.now(dt.UTC))
+    viewer = _viewer(request)
+    rows = [
+        r for r in _cluster(request).rows(dt.datetime.now(dt.UTC)) if viewer.may_read(r.namespace)
+    ]
     query, phase = request.query_params.get("q", ""), request.query_params.get("phase", "")
     shown = [r for r in rows if query.lower() in f"{r.namespace}/{r.name}".lower()
              and (not phase or r.phase == phase)]  # fmt: skip
@@ -102,40 +139,68 @@ def jobs(request: Request) -> Response:
                 phase=phase, phases=sorted({r.phase for r in rows} | {phase} - {""}))  # fmt: skip
 
 
+@requires(SCOPE, redirect="login_form")
 def job(request: Request) -> Response:
     ns, name = request.path_params["namespace"], request.path_params["name"]
-    found = job_page(_cluster(request).in_namespace(ns), name)
+    viewer = _viewer(request)
+    found, logs = None, viewer.may(logs_in(ns))  # another tenant's job is "no such job"
+    if viewer.may_read(ns):
+        found = job_page(_cluster(request).in_namespace(ns), name, logs=logs)
     if found is None:
         return page(request, "missing.html", 404, title="No such job",
                     what=f"no gpufleet job {name!r} in namespace {ns}")  # fmt: skip
     curves = found.curves
-    return page(request, "job.html", title=f"Job {ns}/{name}", job=found,
+    return page(request, "job.html", title=f"Job {ns}/{name}", job=found, logs_shown=logs,
                 loss=svg(curves, "loss"), rate=svg(curves, "throughput"))  # fmt: skip
 
 
+@requires(SCOPE, redirect="login_form")
 def queues(request: Request) -> Response:
-    found = _cluster(request).queues(dt.datetime.now(dt.UTC))
+    found, viewer = _cluster(request).queues(dt.datetime.now(dt.UTC)), _viewer(request)
+    found = replace(
+        found,
+        local_queues=[q for q in found.local_queues if viewer.may_read(str(q.namespace))],
+        waiting=[w for w in found.waiting if viewer.may_read(w.namespace)],
+    )
+    if not viewer.may(CLUSTER_QUEUES):
+        found = replace(found, cluster_queues=[], readable=False)
     return page(request, "queues.html", title="Queues", queues=found)
 
 
+@requires(SCOPE, redirect="login_form")
 def fleet(request: Request) -> Response:
-    return page(request, "fleet.html", title="Fleet", fleet=_cluster(request).gpus())
+    found, viewer = _cluster(request).gpus(), _viewer(request)
+    found = replace(
+        found, tenants={ns: held for ns, held in found.tenants.items() if viewer.may_read(ns)}
+    )
+    if not viewer.may(NODES):
+        found = replace(found, nodes=[], products=[])
+    return page(request, "fleet.html", title="Fleet", fleet=found, nodes_shown=viewer.may(NODES))
 
 
+@requires(SCOPE, redirect="login_form")
 def serving(request: Request) -> Response:
-    return page(request, "serving.html", title="Serving", services=_cluster(request).services())
+    viewer = _viewer(request)
+    shown = [s for s in _cluster(request).services() if viewer.may_read(s.namespace)]
+    return page(request, "serving.html", title="Serving", services=shown)
 
 
+@requires(SCOPE, redirect="login_form")
 def history(request: Request) -> Response:
+    if (hidden := _hidden(request, "the history")) is not None:
+        return hidden
     found, problems = entries(_of(request).history)
     return page(request, "history.html", title="History", entries=found, problems=problems,
                 locations=_of(request).history)  # fmt: skip
 
 
+@requires(SCOPE, redirect="login_form")
 def past_job(request: Request) -> Response:
     """A job directory named by ``?at=``: only one the history's locations hold (never a path
     the request makes up). Not refreshed: it verifies every checkpoint it shows."""
     at = request.query_params.get("at", "")
+    if (hidden := _hidden(request, "the history")) is not None:
+        return hidden
     try:
         known = at in {d for location in _of(request).history for d in job_dirs(location)}
         shown = history_page(at) if known else None
@@ -148,6 +213,14 @@ def past_job(request: Request) -> Response:
     curves = shown.curves
     return page(request, "past.html", title=f"History: {shown.entry.job}", past=shown,
                 loss=svg(curves, "loss"), rate=svg(curves, "throughput"), refresh=0)  # fmt: skip
+
+
+def login_form(request: Request) -> Response:
+    return signin.login_form(request, page)
+
+
+async def login(request: Request) -> Response:
+    return await signin.login(request, page)
 
 
 def healthz(request: Request) -> Response:
@@ -172,10 +245,12 @@ def create_app(
     refresh_s: float = REFRESH_S,
     hosts: tuple[str, ...] = LOCAL_HOSTS,
     history_at: tuple[str, ...] = (),
+    reviews: Reviews | None = None,
 ) -> Starlette:
     """The application over ``run_root``'s local runs, the finished jobs kept at
     ``history_at`` and, when given, a cluster; its pages update every ``refresh_s`` seconds;
-    requests naming another host than ``hosts`` get 400."""
+    requests naming another host than ``hosts`` get 400. With ``reviews``, each viewer signs
+    in with a token and sees what that token's user may read (gpufleet.dashboard.auth)."""
     package = resources.files("gpufleet.dashboard")
     templates = Jinja2Templates(directory=str(package / "templates"))
     templates.env.globals.update(age=age, duration=duration, refresh=refresh_s,
@@ -183,13 +258,17 @@ def create_app(
     static = StaticFiles(directory=str(package / "static"))
     routes = [Route("/", home), Route("/runs", runs), Route("/runs/{name}", run),
               Route("/history", history), Route("/history/job", past_job),
-              Route("/healthz", healthz), Mount("/static", static, name="static")]  # fmt: skip
+              Route("/healthz", healthz), Mount("/static", static, name="static"),
+              Route("/login", login_form), Route("/login", login, methods=["POST"]),
+              Route("/logout", signin.logout)]  # fmt: skip
     if cluster is not None:
         routes += [Route("/jobs", jobs), Route("/jobs/{namespace}/{name}", job),
                    Route("/queues", queues), Route("/fleet", fleet),
                    Route("/serving", serving)]  # fmt: skip
-    trusted = Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts)),
+                  Middleware(AuthenticationMiddleware, backend=TokenBackend(reviews),
+                             on_error=signin.refused)]  # fmt: skip
     app = Starlette(routes=routes, exception_handlers={GpufleetError: failed},
-                    middleware=[trusted])  # fmt: skip
-    app.state.dashboard = Dashboard(templates, run_root, cluster, list(history_at))
+                    middleware=middleware)  # fmt: skip
+    app.state.dashboard = Dashboard(templates, run_root, cluster, list(history_at), reviews)
     return app

@@ -59,8 +59,9 @@ def _conditions(obj: Obj | None, what: str) -> list[Moment]:
             for c in ((obj or {}).get("status") or {}).get("conditions") or []]  # fmt: skip
 
 
-def job_page(cluster: Cluster, name: str) -> JobPage | None:
-    """The page of job ``name`` in the cluster's namespace; None when there is no such job."""
+def job_page(cluster: Cluster, name: str, logs: bool = True) -> JobPage | None:
+    """The page of job ``name`` in the cluster's namespace; None when there is no such job.
+    Without ``logs`` (a viewer who may not read the pods' logs), no logs and no curves."""
     found = cluster.find(name)
     if found is None:
         return None
@@ -78,7 +79,7 @@ def job_page(cluster: Cluster, name: str) -> JobPage | None:
     page.timeline.sort(key=lambda m: m.time)
     running = [p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Succeeded",
                                                                             "Failed")]  # fmt: skip
-    for pod in running:
+    for pod in running if logs else []:
         page.logs[pod["metadata"]["name"]] = _log(cluster, pod["metadata"]["name"])
     zero = [p for p, r in page.ranks.items() if r == "0" and p in page.logs]
     for pod_name in zero or list(page.logs)[:1]:

@@ -9,6 +9,10 @@
     url.searchParams.set("part", "main");
     try {
       const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+      if (response.redirected) {  // signed out, or the token expired: the login page, whole
+        window.location.assign(response.url);
+        return;
+      }
       if (!response.ok) throw new Error(response.status + " " + response.statusText);
       main.innerHTML = await response.text();
       main.dataset.updated = new Date().toISOString();
