@@ -170,9 +170,9 @@ def ts(value: str) -> float:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def fleet_run(workdir: Path, nodes: int, jobs: int, seed: int = 7) -> dict[str, Any]:
+def fleet_cluster(workdir: Path, nodes: int) -> tuple[LocalCluster, State, Api, float]:
     """``nodes`` x 8 H100s, two tenants with equal nominal quotas in one cohort (borrowing
-    allowed) and Kueue's fair sharing; tenant a submits its half first, then tenant b."""
+    allowed) and Kueue's fair sharing; the cluster, its state, clients, and its time to ready."""
     cluster = LocalCluster(workdir / "fleet", log=lambda _: None)
     t0 = time.monotonic()
     state = cluster.up(NodeSpec(count=nodes, gpus=8, gpu_product="NVIDIA-H100-80GB-HBM3",
@@ -205,6 +205,11 @@ def fleet_run(workdir: Path, nodes: int, jobs: int, seed: int = 7) -> dict[str, 
     vf.write_text(yaml.safe_dump(values))
     helm(cluster.kubeconfig, "install", "fleet", str(CHART), "-f", str(vf), "-n",
          "gpufleet-system", "--create-namespace", "--wait")  # fmt: skip
+    return cluster, state, api, up_s
+
+
+def fleet_plan(jobs: int, seed: int = 7) -> list[tuple[str, str, int, int, int]]:
+    """(tenant, job, nodes, GPUs per node, run ms): half the jobs of each tenant, sizes mixed."""
     rng = random.Random(seed)
     sizes = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8)]
     plan = []
@@ -212,6 +217,13 @@ def fleet_run(workdir: Path, nodes: int, jobs: int, seed: int = 7) -> dict[str, 
         for i in range(jobs // 2):
             n, g = rng.choice(sizes)
             plan.append((t, f"j{i:03d}", n, g, rng.randint(2000, 8000)))
+    return plan
+
+
+def fleet_run(workdir: Path, nodes: int, jobs: int, seed: int = 7) -> dict[str, Any]:
+    """The fleet of fleet_cluster; tenant a submits its half first, then tenant b."""
+    cluster, state, api, up_s = fleet_cluster(workdir, nodes)
+    plan = fleet_plan(jobs, seed)
     start = time.monotonic()
     for t, name, n, g, ms in plan:
         api.cluster(t).submit(annotated(job_doc(name, t, n, g, t), "job", exit_with(0, ms)))

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from starlette.testclient import TestClient
 
 from gpufleet.dashboard.app import create_app
 from gpufleet.dashboard.sources import ClusterSource
-from tests.unit.test_fleet_jobs import SCENARIOS, fleet_kube
+from gpufleet.kube import METRICS_PORT_NAME
+from tests.support.scenarios import kube_of
+from tests.unit.test_fleet_jobs import NOW, SCENARIOS, fleet_kube
+from tests.unit.test_job_progress import pod_text
 
 
 def client(tmp_path: Path) -> TestClient:
@@ -62,3 +66,22 @@ def test_a_refusal_of_the_cluster_is_one_line_on_the_page(tmp_path: Path) -> Non
     page = app.get("/jobs")
     assert page.status_code == 403 and "Traceback" not in page.text
     assert "forbidden (RBAC)" in page.text and "User &#34;bob&#34; cannot list" in page.text
+
+
+@pytest.mark.parametrize(("progress_s", "reads"), [(0.0, 2), (60.0, 1)])
+def test_a_running_jobs_progress_is_read_once_per_refresh_for_every_viewer(
+    progress_s: float, reads: int
+) -> None:
+    """The dashboard's source keeps a pod's metrics ``progress_s`` (the refresh interval): two
+    viewers' pages within it cost one read through the API server's proxy, not two."""
+    kube = kube_of("running")
+    for pod in kube.pods():
+        port = {"name": METRICS_PORT_NAME, "containerPort": 9090}
+        pod["spec"] = {"containers": [{"name": "worker", "ports": [port]}]}
+        kube.metrics[pod["metadata"]["name"]] = pod_text(0, 40, total=100, checkpoint=30)
+    source = ClusterSource(kube.cluster("team-a"), progress_s=progress_s)
+    for _ in range(2):
+        (row,) = source.rows(NOW)
+        assert (row.step, row.steps) == (40, 100)
+    proxied = kube.called("connect_get_namespaced_pod_proxy_with_path")
+    assert len(proxied) == reads * len(kube.pods())

@@ -82,7 +82,7 @@ def dashboard(
     # With tokens, by any name (an Ingress's, the Service's): a page of another site gets no
     # token (the cookie is this site's, SameSite=Strict), so DNS rebinding gains nothing.
     hosts = ("*",) if reviews is not None else (*LOCAL_HOSTS, address)
-    source = ClusterSource(cluster) if cluster is not None else None
+    source = ClusterSource.watched(cluster) if cluster is not None else None
     app = create_app(run_root, source, refresh, hosts, tuple(history or ()), reviews)
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

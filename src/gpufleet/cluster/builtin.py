@@ -116,6 +116,7 @@ class BuiltinApi:
             raise TypeError(f"{self.api}: takes {', '.join(call.positional)}, got {args}")
         body = given.pop("body", None) if call.verb == "POST" else kwargs.pop("body", None)
         timeout = kwargs.pop("_request_timeout", None)
+        preload = kwargs.pop("_preload_content", True)  # False: a watch reads the stream
         client = self.api_client
         headers = {"Accept": "application/json" if call.answer == "object" else "*/*"}
         if body is not None:
@@ -126,6 +127,8 @@ class BuiltinApi:
             header_params=headers, body=body, auth_settings=["BearerToken"],
         )  # fmt: skip
         response = client.call_api(*request, _request_timeout=timeout)
+        if not preload:
+            return response  # kubernetes.watch.Watch reads its lines (gpufleet.cluster.watchcache)
         response.read()
         types = {"2XX": call.answer}
         return client.response_deserialize(response_data=response, response_types_map=types).data

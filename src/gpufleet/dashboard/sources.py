@@ -1,10 +1,12 @@
 """Where the dashboard's cluster pages read from: the current kubeconfig's cluster, one list
-per kind per refresh (gpufleet.cluster.fleet), whatever the number of jobs."""
+per kind (gpufleet.cluster.fleet), whatever the number of jobs; `gpufleet dashboard` serves
+those lists from a shared watch cache (``ClusterSource.watched``)."""
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from gpufleet.cluster.access import as_dict, items
 from gpufleet.cluster.apierrors import api_errors, to_cluster_error
@@ -13,9 +15,10 @@ from gpufleet.cluster.fleet import AcrossForbidden, Fleet, FleetReader, read_vis
 from gpufleet.cluster.jobrows import JobRow, fleet_rows
 from gpufleet.cluster.kinds import SCALED_OBJECTS
 from gpufleet.cluster.queues import QueueCounts, WaitingJob, counts, waiting_jobs
+from gpufleet.dashboard import REFRESH_S
 from gpufleet.dashboard.fleetpage import FleetGpus, fleet_gpus
 from gpufleet.dashboard.servingpage import ServiceRow, service_rows
-from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER
+from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER, Obj
 
 
 @dataclass
@@ -34,6 +37,37 @@ class ClusterSource:
 
     cluster: Cluster
     all_namespaces: bool = True
+    # A running job's progress (its pod's metrics, through the API server's proxy) is read again
+    # after this many seconds, whoever asks; 0: at every page.
+    progress_s: float = 0.0
+    _progress: dict[str, tuple[float, list[str]]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def watched(cls, cluster: Cluster, progress_s: float = REFRESH_S) -> ClusterSource:
+        """``cluster`` with its whole-cluster lists served from a shared watch cache (a page's
+        refresh lists nothing: gpufleet.cluster.watchcache), and each running job's progress
+        read once per ``progress_s`` for every viewer."""
+        from gpufleet.cluster.watchcache import Cached
+
+        apis = {name: Cached(api) for name, api in cluster.apis.items()}
+        core = apis.get("CoreV1Api") or Cached(cluster.core)
+        return cls(Cluster(Cached(cluster.custom), core, cluster.namespace, apis),
+                   progress_s=progress_s)  # fmt: skip
+
+    def job_metrics(self, pods: list[Obj]) -> list[str]:
+        """What the running pods' metrics ports serve, each kept ``progress_s``."""
+        if not self.progress_s:
+            return self.cluster.job_metrics(pods)
+        now, out = time.monotonic(), []
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            key = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+            kept = self._progress.get(key)
+            if kept is None or now - kept[0] >= self.progress_s:
+                kept = self._progress[key] = (now, self.cluster.job_metrics([pod]))
+            out += kept[1]
+        self._progress = {k: v for k, v in self._progress.items() if now - v[0] < 60}
+        return out
 
     def fleet(self) -> tuple[Fleet, str | None]:
         """The fleet now, and a note when all namespaces were asked for but not allowed."""
@@ -91,4 +125,4 @@ class ClusterSource:
     def rows(self, now: dt.datetime) -> list[JobRow]:
         """Every job's row, with the running ones' progress."""
         fleet, _ = self.fleet()
-        return fleet_rows(fleet, now, self.cluster.job_metrics)
+        return fleet_rows(fleet, now, self.job_metrics)
