@@ -49,6 +49,14 @@ def dashboard(
     refresh: Annotated[
         float, typer.Option(help="Seconds between a page's updates of itself.", min=0.5)
     ] = REFRESH_S,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            help="A Prometheus (http:// or https://) that scrapes gpufleet's exporter and "
+            "evaluates its rules: the Fleet page shows utilization beside allocation, and "
+            "the unhealthy GPUs."
+        ),
+    ] = None,
     auth: Annotated[
         Auth,
         typer.Option(
@@ -74,6 +82,8 @@ def dashboard(
         why = f"{address} serves anyone who reaches it: only with --auth token"
         fail(UserInputError([FieldError("--address", why)]))
     _check_history(history or [])
+    if prometheus is not None and not prometheus.startswith(("http://", "https://")):
+        fail(UserInputError([FieldError("--prometheus", f"{prometheus}: not an http(s) URL")]))
     asked = bool(namespace or context or auth is Auth.token)
     cluster = None if local else connect_or_local(namespace, context, run_root, asked=asked)
     if auth is Auth.token and cluster is None:
@@ -82,7 +92,7 @@ def dashboard(
     # With tokens, by any name (an Ingress's, the Service's): a page of another site gets no
     # token (the cookie is this site's, SameSite=Strict), so DNS rebinding gains nothing.
     hosts = ("*",) if reviews is not None else (*LOCAL_HOSTS, address)
-    source = ClusterSource.watched(cluster) if cluster is not None else None
+    source = None if cluster is None else ClusterSource.watched(cluster, prometheus=prometheus)
     app = create_app(run_root, source, refresh, hosts, tuple(history or ()), reviews)
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -45,6 +45,7 @@ from gpufleet.dashboard.history import UNREADABLE, entries, history_page, job_di
 from gpufleet.dashboard.local import run_page
 from gpufleet.dashboard.plots import svg
 from gpufleet.dashboard.sources import ClusterSource
+from gpufleet.dashboard.utilization import by_product
 from gpufleet.errors import GpufleetError
 from gpufleet.launch.runs import local_runs
 
@@ -170,12 +171,29 @@ def queues(request: Request) -> Response:
 @requires(SCOPE, redirect="login_form")
 def fleet(request: Request) -> Response:
     found, viewer = _cluster(request).gpus(), _viewer(request)
+    used = _cluster(request).utilization()
+    if used is not None:
+        nodes = viewer.may(NODES)
+        used = replace(
+            used,
+            namespaces={ns: u for ns, u in used.namespaces.items() if viewer.may_read(ns)},
+            nodes=used.nodes if nodes else {},
+            unhealthy=used.unhealthy if nodes else [],
+        )
     found = replace(
         found, tenants={ns: held for ns, held in found.tenants.items() if viewer.may_read(ns)}
     )
     if not viewer.may(NODES):
         found = replace(found, nodes=[], products=[])
-    return page(request, "fleet.html", title="Fleet", fleet=found, nodes_shown=viewer.may(NODES))
+    return page(
+        request,
+        "fleet.html",
+        title="Fleet",
+        fleet=found,
+        nodes_shown=viewer.may(NODES),
+        used=used,
+        busy=by_product(found.nodes, used) if used else {},
+    )
 
 
 @requires(SCOPE, redirect="login_form")

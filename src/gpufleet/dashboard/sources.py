@@ -18,6 +18,7 @@ from gpufleet.cluster.queues import QueueCounts, WaitingJob, counts, waiting_job
 from gpufleet.dashboard import REFRESH_S
 from gpufleet.dashboard.fleetpage import FleetGpus, fleet_gpus
 from gpufleet.dashboard.servingpage import ServiceRow, service_rows
+from gpufleet.dashboard.utilization import Utilization, read
 from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER, Obj
 
 
@@ -40,10 +41,13 @@ class ClusterSource:
     # A running job's progress (its pod's metrics, through the API server's proxy) is read again
     # after this many seconds, whoever asks; 0: at every page.
     progress_s: float = 0.0
+    prometheus: str | None = None  # where the fleet page reads utilization and GPU health
     _progress: dict[str, tuple[float, list[str]]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def watched(cls, cluster: Cluster, progress_s: float = REFRESH_S) -> ClusterSource:
+    def watched(
+        cls, cluster: Cluster, progress_s: float = REFRESH_S, prometheus: str | None = None
+    ) -> ClusterSource:
         """``cluster`` with its whole-cluster lists served from a shared watch cache (a page's
         refresh lists nothing: gpufleet.cluster.watchcache), and each running job's progress
         read once per ``progress_s`` for every viewer."""
@@ -52,7 +56,7 @@ class ClusterSource:
         apis = {name: Cached(api) for name, api in cluster.apis.items()}
         core = apis.get("CoreV1Api") or Cached(cluster.core)
         return cls(Cluster(Cached(cluster.custom), core, cluster.namespace, apis),
-                   progress_s=progress_s)  # fmt: skip
+                   progress_s=progress_s, prometheus=prometheus)  # fmt: skip
 
     def job_metrics(self, pods: list[Obj]) -> list[str]:
         """What the running pods' metrics ports serve, each kept ``progress_s``."""
@@ -90,6 +94,10 @@ class ClusterSource:
             waiting=waiting_jobs(fleet, now),
             readable=fleet.cluster_queues is not None,
         )
+
+    def utilization(self) -> Utilization | None:
+        """What the configured Prometheus says of the GPUs (None: none configured)."""
+        return read(self.prometheus) if self.prometheus else None
 
     def gpus(self) -> FleetGpus:
         """The nodes' GPUs and who holds them: every node and pod of the cluster, one list of
