@@ -11,8 +11,14 @@ from starlette.testclient import TestClient
 
 from gpufleet.dashboard.app import create_app
 from gpufleet.dashboard.history import entries, history_page
+from gpufleet.dashboard.sources import ClusterSource
+from gpufleet.render import render
+from gpufleet.runtime.context import ENV_CHECKPOINT_DIR
+from gpufleet.spec import validate_training_job
 from tests.support.checkpoints import JOB, commit
+from tests.support.fake_kube import FakeKube
 from tests.support.runs import step_lines
+from tests.support.specs import digits_job
 
 POD_LOG = "logs/{pod}/digits-1a2b_x/attempt_{attempt}/{rank}/stdout.log"
 
@@ -67,3 +73,41 @@ def test_a_past_jobs_page_has_its_curves_checkpoints_and_pods(tmp_path: Path) ->
 def test_without_a_location_the_page_says_how_to_give_one(tmp_path: Path) -> None:
     app = TestClient(create_app(tmp_path), base_url="http://127.0.0.1:8465")
     assert "gpufleet dashboard --history" in app.get("/history").text
+
+
+def ended_job(kube: FakeKube, location: str) -> None:
+    """A rendered Job that keeps its checkpoints at ``location``, Complete, its pods gone."""
+    doc = digits_job("kept", image="ghcr.io/example/gpufleet:0.1.0",
+                     checkpoint={"dir": "s3://bucket/ckpt/kept", "everySteps": 20})  # fmt: skip
+    doc["metadata"]["namespace"] = "team-a"
+    for obj in render(validate_training_job(doc), "job"):
+        if obj["kind"] == "Job":
+            for container in obj["spec"]["template"]["spec"]["containers"]:
+                for env in container.get("env") or []:
+                    if env["name"] == ENV_CHECKPOINT_DIR:
+                        env["value"] = location  # the object store, here a directory URI
+            obj["status"] = {"succeeded": 1,
+                             "conditions": [{"type": "Complete", "status": "True"}]}  # fmt: skip
+        kube.put(obj)
+
+
+def test_a_cluster_jobs_page_shows_its_checkpoints_and_kept_curves_once_ended(
+    tmp_path: Path,
+) -> None:
+    """Its pods are gone: the checkpoints, verified, and the curves from the kept logs."""
+    kube = FakeKube()
+    ended_job(kube, f"file://{kept_job(tmp_path / 'ckpt')}")
+    app = TestClient(create_app(tmp_path, ClusterSource(kube.cluster("team-a"))),
+                     base_url="http://127.0.0.1:8465")  # fmt: skip
+    page = app.get("/jobs/team-a/kept").text
+    assert page.count('class="status-OK"') == 3 and 'id="loss"' in page
+    assert f"file://{tmp_path / 'ckpt'}" in page
+
+
+def test_a_cluster_jobs_checkpoints_on_its_volume_are_named_not_read(tmp_path: Path) -> None:
+    kube = FakeKube()
+    ended_job(kube, "/ckpt/kept")
+    app = TestClient(create_app(tmp_path, ClusterSource(kube.cluster("team-a"))),
+                     base_url="http://127.0.0.1:8465")  # fmt: skip
+    page = app.get("/jobs/team-a/kept").text
+    assert "which the dashboard does not mount" in page and 'id="checkpoints"' not in page

@@ -1,7 +1,8 @@
 """A cluster job's page: what ``gpufleet status`` says, its pods by rank and node, the
 conditions of the job, its Workload and its pods and their events, in time order, the pods'
-last log lines, and the loss and throughput curves from rank 0's log lines
-(gpufleet.dashboard.curves).
+last log lines, the loss and throughput curves from rank 0's log lines
+(gpufleet.dashboard.curves), and its checkpoints where the dashboard can read them (an object
+store): listed while it runs, verified once it has ended, with the curves of its kept logs.
 Read when the page is asked for: a handful of reads for one job."""
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ from gpufleet.cluster.access import as_dict, items
 from gpufleet.cluster.apierrors import api_errors, server_message, status_code, to_cluster_error
 from gpufleet.cluster.client import Cluster
 from gpufleet.cluster.kinds import WORKLOADS
-from gpufleet.cluster.status import JobStatus
+from gpufleet.cluster.status import ENDED, JobStatus
 from gpufleet.dashboard.curves import Curves
+from gpufleet.dashboard.history import UNREADABLE, entry, history_page
 from gpufleet.kube import Obj
+from gpufleet.render.podsecurity import pod_specs_in
+from gpufleet.runtime import integrity
+from gpufleet.runtime.context import kept_logs_root
 
 TAIL = 100  # log lines per pod
 # Where each controller writes a pod's rank: the Job controller's completion index, the
@@ -44,6 +49,10 @@ class JobPage:
     timeline: list[Moment] = field(default_factory=list)
     logs: dict[str, list[str]] = field(default_factory=dict)
     curves: Curves = field(default_factory=Curves)
+    kept_at: str | None = None  # where the job keeps its checkpoints and its ranks' logs
+    steps: list[int] = field(default_factory=list)  # its checkpoints while it runs
+    checkpoints: list[integrity.Entry] = field(default_factory=list)  # verified, once it ended
+    kept_note: str = ""  # why they are not shown
 
 
 def rank_of(pod: Obj) -> str:
@@ -84,7 +93,43 @@ def job_page(cluster: Cluster, name: str, logs: bool = True) -> JobPage | None:
     zero = [p for p, r in page.ranks.items() if r == "0" and p in page.logs]
     for pod_name in zero or list(page.logs)[:1]:
         page.curves.add(page.logs[pod_name])
+    _kept(page, job, ended=status.phase in ENDED or not running, logs=logs)
     return page
+
+
+def _kept_at(job: Obj) -> str | None:
+    """Where the job's launchers keep their ranks' logs, beside its checkpoints (the worker's
+    environment as rendered)."""
+    for _, spec in pod_specs_in(job):
+        for container in spec.get("containers") or []:
+            env = {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+            if (found := kept_logs_root(env)) is not None:
+                return found
+    return None
+
+
+def _kept(page: JobPage, job: Obj, *, ended: bool, logs: bool) -> None:
+    """The job's checkpoints where the dashboard can read them (an object store, with its own
+    credentials): their steps while it runs; once it has ended, each verified, and the curves
+    from its ranks' kept logs when no pod is left to read."""
+    page.kept_at = _kept_at(job)
+    if page.kept_at is None:
+        return
+    if "://" not in page.kept_at:
+        page.kept_note = ("on the job's volume, which the dashboard does not mount: `gpufleet "
+                          f"checkpoints verify`, `gpufleet logs {page.name} --kept`")  # fmt: skip
+        return
+    try:
+        if not ended:
+            page.steps = entry(page.kept_at).steps
+            return
+        past = history_page(page.kept_at)
+    except UNREADABLE as exc:
+        page.kept_note = f"{type(exc).__name__}: {exc}"
+        return
+    page.steps, page.checkpoints = past.entry.steps, past.checkpoints
+    if logs and not page.logs:
+        page.curves = past.curves
 
 
 def _log(cluster: Cluster, pod: str) -> list[str]:
