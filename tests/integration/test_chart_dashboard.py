@@ -66,8 +66,9 @@ def test_the_pod_asks_every_viewer_for_a_token_on_its_own_address() -> None:
     (container,) = pod["containers"]
     command = container["command"]
     assert command[:2] == ["gpufleet", "dashboard"]
+    prometheus = "--prometheus=http://prometheus-operated.monitoring.svc:9090"
     assert {"--auth=token", "--address=$(POD_IP)", "--history=s3://checkpoints/jobs",
-            "--prometheus=http://prometheus-operated.monitoring.svc:9090"} <= set(command)  # fmt: skip
+            prometheus} <= set(command)  # fmt: skip
     assert pod["serviceAccountName"] == "gpufleet-dashboard"
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}

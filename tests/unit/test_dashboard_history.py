@@ -96,12 +96,17 @@ def test_a_cluster_jobs_page_shows_its_checkpoints_and_kept_curves_once_ended(
 ) -> None:
     """Its pods are gone: the checkpoints, verified, and the curves from the kept logs."""
     kube = FakeKube()
-    ended_job(kube, f"file://{kept_job(tmp_path / 'ckpt')}")
-    app = TestClient(create_app(tmp_path, ClusterSource(kube.cluster("team-a"))),
+    ended_job(kube, f"file://{kept_job(tmp_path / 'ckpt' / 'kept')}")
+    source = ClusterSource(kube.cluster("team-a"))
+    app = TestClient(create_app(tmp_path, source, history_at=(f"file://{tmp_path / 'ckpt'}",)),
                      base_url="http://127.0.0.1:8465")  # fmt: skip
     page = app.get("/jobs/team-a/kept").text
     assert page.count('class="status-OK"') == 3 and 'id="loss"' in page
-    assert f"file://{tmp_path / 'ckpt'}" in page
+    assert f"file://{tmp_path / 'ckpt' / 'kept'}" in page
+    elsewhere = TestClient(create_app(tmp_path, source), base_url="http://127.0.0.1:8465")
+    page = elsewhere.get("/jobs/team-a/kept").text  # the dashboard was not told to read there
+    assert "not under the dashboard&#39;s --history locations" in page
+    assert 'id="checkpoints"' not in page
 
 
 def test_a_cluster_jobs_checkpoints_on_its_volume_are_named_not_read(tmp_path: Path) -> None:

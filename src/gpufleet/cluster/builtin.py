@@ -127,8 +127,13 @@ class BuiltinApi:
             header_params=headers, body=body, auth_settings=["BearerToken"],
         )  # fmt: skip
         response = client.call_api(*request, _request_timeout=timeout)
-        if not preload:
-            return response  # kubernetes.watch.Watch reads its lines (gpufleet.cluster.watchcache)
+        if not preload:  # a watch: kubernetes.watch.Watch reads the raw response's lines
+            if not 200 <= response.status <= 299:  # (gpufleet.cluster.watchcache)
+                from kubernetes.client.exceptions import ApiException
+
+                response.read()
+                raise ApiException.from_response(http_resp=response, body=None, data=None)
+            return response.response
         response.read()
         types = {"2XX": call.answer}
         return client.response_deserialize(response_data=response, response_types_map=types).data

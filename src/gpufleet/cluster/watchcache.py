@@ -67,9 +67,6 @@ class Store:
 
     def run(self) -> None:
         """List, then watch; again after a watch ends (from its version) or fails (relist)."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         wait = RETRY_S[0]
         while not self._stop.is_set():
             try:
@@ -77,7 +74,7 @@ class Store:
                     self._list()
                 wait = RETRY_S[0]
                 self._watch()
-            except (ApiException, HTTPError, OSError, ValueError) as exc:
+            except Exception as exc:  # the thread must live on: any failure is kept, then retried
                 self._version = ""  # list again: at once for an expired version (410 Gone)
                 if status_code(exc) == 410:
                     continue

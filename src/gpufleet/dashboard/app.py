@@ -146,7 +146,8 @@ def job(request: Request) -> Response:
     viewer = _viewer(request)
     found, logs = None, viewer.may(logs_in(ns))  # another tenant's job is "no such job"
     if viewer.may_read(ns):
-        found = job_page(_cluster(request).in_namespace(ns), name, logs=logs)
+        found = job_page(_cluster(request).in_namespace(ns), name, logs=logs,
+                         readable=tuple(_of(request).history))  # fmt: skip
     if found is None:
         return page(request, "missing.html", 404, title="No such job",
                     what=f"no gpufleet job {name!r} in namespace {ns}")  # fmt: skip

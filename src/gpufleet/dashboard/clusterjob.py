@@ -15,7 +15,7 @@ from gpufleet.cluster.client import Cluster
 from gpufleet.cluster.kinds import WORKLOADS
 from gpufleet.cluster.status import ENDED, JobStatus
 from gpufleet.dashboard.curves import Curves
-from gpufleet.dashboard.history import UNREADABLE, entry, history_page
+from gpufleet.dashboard.history import entry, history_page
 from gpufleet.kube import Obj
 from gpufleet.render.podsecurity import pod_specs_in
 from gpufleet.runtime import integrity
@@ -68,7 +68,9 @@ def _conditions(obj: Obj | None, what: str) -> list[Moment]:
             for c in ((obj or {}).get("status") or {}).get("conditions") or []]  # fmt: skip
 
 
-def job_page(cluster: Cluster, name: str, logs: bool = True) -> JobPage | None:
+def job_page(
+    cluster: Cluster, name: str, logs: bool = True, readable: tuple[str, ...] = ()
+) -> JobPage | None:
     """The page of job ``name`` in the cluster's namespace; None when there is no such job.
     Without ``logs`` (a viewer who may not read the pods' logs), no logs and no curves."""
     found = cluster.find(name)
@@ -93,7 +95,7 @@ def job_page(cluster: Cluster, name: str, logs: bool = True) -> JobPage | None:
     zero = [p for p, r in page.ranks.items() if r == "0" and p in page.logs]
     for pod_name in zero or list(page.logs)[:1]:
         page.curves.add(page.logs[pod_name])
-    _kept(page, job, ended=status.phase in ENDED or not running, logs=logs)
+    _kept(page, job, ended=status.phase in ENDED or not running, logs=logs, readable=readable)
     return page
 
 
@@ -108,24 +110,26 @@ def _kept_at(job: Obj) -> str | None:
     return None
 
 
-def _kept(page: JobPage, job: Obj, *, ended: bool, logs: bool) -> None:
-    """The job's checkpoints where the dashboard can read them (an object store, with its own
-    credentials): their steps while it runs; once it has ended, each verified, and the curves
-    from its ranks' kept logs when no pod is left to read."""
+def _kept(page: JobPage, job: Obj, *, ended: bool, logs: bool, readable: tuple[str, ...]) -> None:
+    """The job's checkpoints where the dashboard was told to read (under its ``--history``
+    locations, with its own credentials): their steps while it runs; once it has ended, each
+    verified, and the curves from its ranks' kept logs when no pod is left to read."""
     page.kept_at = _kept_at(job)
     if page.kept_at is None:
         return
-    if "://" not in page.kept_at:
-        page.kept_note = ("on the job's volume, which the dashboard does not mount: `gpufleet "
-                          f"checkpoints verify`, `gpufleet logs {page.name} --kept`")  # fmt: skip
+    where = page.kept_at.rstrip("/") + "/"
+    if not any(where.startswith(location.rstrip("/") + "/") for location in readable):
+        why = ("not under the dashboard's --history locations" if "://" in where
+               else "on the job's volume, which the dashboard does not mount")  # fmt: skip
+        page.kept_note = f"{why}: `gpufleet checkpoints verify`, `gpufleet logs {page.name} --kept`"
         return
     try:
         if not ended:
             page.steps = entry(page.kept_at).steps
             return
         past = history_page(page.kept_at)
-    except UNREADABLE as exc:
-        page.kept_note = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # an object store's own errors (botocore's) are no OSError
+        page.kept_note = f"not read: {type(exc).__name__}: {exc}"
         return
     page.steps, page.checkpoints = past.entry.steps, past.checkpoints
     if logs and not page.logs:
@@ -133,13 +137,13 @@ def _kept(page: JobPage, job: Obj, *, ended: bool, logs: bool) -> None:
 
 
 def _log(cluster: Cluster, pod: str) -> list[str]:
-    """The pod's last ``TAIL`` lines (none yet: one line saying so)."""
+    """The pod's last ``TAIL`` lines; a log that cannot be read (not started yet, its node's
+    kubelet not answering) is one line saying why, and the rest of the page stands."""
     try:
         text = cluster.core.read_namespaced_pod_log(pod, cluster.namespace, tail_lines=TAIL)
     except api_errors() as exc:
-        if status_code(exc) == 400:  # not started yet
-            return [f"(no log yet: {server_message(exc)})"]
-        raise to_cluster_error(exc, f"read log of pod {pod}") from exc
+        why = "no log yet" if status_code(exc) == 400 else f"log not read (HTTP {status_code(exc)})"
+        return [f"({why}: {server_message(exc)})"]
     return str(text).splitlines()
 
 
