@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from gpufleet.dashboard import DASHBOARD_PORT
 from gpufleet.devcluster import platform
@@ -28,8 +29,28 @@ SELECTOR = "app.kubernetes.io/component=dashboard"
 
 def upgrade(cluster: DevCluster, *sets: str) -> None:
     cluster.helm("upgrade", platform.RELEASE, str(CHART), "-n", platform.NAMESPACE,
-                 "--reuse-values", *(a for s in sets for a in ("--set", s)), "--wait",
-                 "--timeout", "5m")  # fmt: skip
+                 "--reuse-values", *(a for s in sets for a in ("--set", s)))  # fmt: skip
+
+
+def ready(cluster: DevCluster) -> bool:
+    pods = dashboard_pods(cluster)
+    return len(pods) == 1 and any(c.type == "Ready" and c.status == "True"
+                                  for c in pods[0].status.conditions or [])  # fmt: skip
+
+
+def why_not_ready(cluster: DevCluster) -> str:
+    """The dashboard pods' phase, conditions, container states and logs."""
+    out = []
+    for pod in dashboard_pods(cluster):
+        out.append(f"{pod.metadata.name} on {pod.spec.node_name}: {pod.status.phase}; "
+                   f"{[(c.type, c.status, c.message) for c in pod.status.conditions or []]}; "
+                   f"{[s.state for s in pod.status.container_statuses or []]}")  # fmt: skip
+        try:
+            log = cluster.core.read_namespaced_pod_log(pod.metadata.name, platform.NAMESPACE)
+            out.append(str(log)[-3000:])
+        except ApiException as exc:
+            out.append(f"(no log: {exc.reason})")
+    return "\n".join(out)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +63,11 @@ def deployed(reallab: DevCluster) -> Iterator[dict[str, str]]:
     try:
         upgrade(reallab, "dashboard.enabled=true", f"dashboard.image.repository={repository}",
                 f"dashboard.image.tag={tag}", "dashboard.image.pullPolicy=Never")  # fmt: skip
+        try:
+            poll_until(lambda: ready(reallab), what="the dashboard's pod Ready", timeout=180,
+                       interval=2)  # fmt: skip
+        except BaseException as exc:
+            raise AssertionError(why_not_ready(reallab)) from exc
         yield {name: viewer_token(reallab, name, v) for name, v in viewers.items()}
     finally:
         for name, v in viewers.items():
