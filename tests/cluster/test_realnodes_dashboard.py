@@ -1,6 +1,6 @@
 """The chart's dashboard on real nodes (issue 53, item 3): `helm upgrade --set
 dashboard.enabled=true` with the project's image runs `gpufleet dashboard --auth token` in a
-pod on a real node, on the pod's own address, behind its Service. Through the Service
+pod on a real node, behind its Service. Through the Service
 (`kubectl port-forward`): no page without a token; the API server reviews a tenant's token and
 an admin's; the admin sees the real nodes, the tenant its own namespace only. The pod passes
 Pod Security `restricted` as the API server enforces it. (Tenants' isolation, page by page:
@@ -27,9 +27,14 @@ NAME = f"{platform.RELEASE}-dashboard"
 SELECTOR = "app.kubernetes.io/component=dashboard"
 
 
+# The real nodes are GPU nodes, tainted so (devcluster/realnodes: GPU_TAINT): nothing else runs.
+TOLERATE = 'dashboard.tolerations=[{"key":"nvidia.com/gpu","operator":"Exists"}]'
+
+
 def upgrade(cluster: DevCluster, *sets: str) -> None:
+    tolerate = ("--set-json", TOLERATE) if "dashboard.enabled=true" in sets else ()
     cluster.helm("upgrade", platform.RELEASE, str(CHART), "-n", platform.NAMESPACE,
-                 "--reuse-values", *(a for s in sets for a in ("--set", s)))  # fmt: skip
+                 "--reuse-values", *(a for s in sets for a in ("--set", s)), *tolerate)  # fmt: skip
 
 
 def ready(cluster: DevCluster) -> bool:

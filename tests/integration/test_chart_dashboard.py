@@ -1,7 +1,7 @@
 """The chart's dashboard (off by default): a ServiceAccount that may get, list and watch what
 the pages show and nothing else (no Secrets, no writes), the reviews of viewers' tokens, and a
-`restricted` pod that listens on its own address with tokens required (on the API server:
-tests/cluster/test_devcluster_dashboard_auth.py; on real nodes: test_realnodes_dashboard.py)."""
+`restricted` pod, behind a Service, with tokens required (on the API server:
+tests/cluster/test_devcluster_queues_fleet.py; on real nodes: test_realnodes_dashboard.py)."""
 
 from __future__ import annotations
 
@@ -60,18 +60,17 @@ def test_its_account_reads_what_the_pages_show_and_nothing_else() -> None:
     assert all(b["subjects"][0]["name"] == "gpufleet-dashboard" for b in bindings)
 
 
-def test_the_pod_asks_every_viewer_for_a_token_on_its_own_address() -> None:
+def test_the_pod_asks_every_viewer_for_a_token() -> None:
     found = dashboard_objects(template(DESIGN))
     pod = found["Deployment"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     command = container["command"]
     assert command[:2] == ["gpufleet", "dashboard"]
     prometheus = "--prometheus=http://prometheus-operated.monitoring.svc:9090"
-    assert {"--auth=token", "--address=$(POD_IP)", "--history=s3://checkpoints/jobs",
+    assert {"--auth=token", "--address=0.0.0.0", "--history=s3://checkpoints/jobs",
             prometheus} <= set(command)  # fmt: skip
     assert pod["serviceAccountName"] == "gpufleet-dashboard"
     env = {e["name"]: e for e in container["env"]}
-    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert "secretKeyRef" in env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]  # never a value
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
     service = found["Service"]["spec"]

@@ -1,6 +1,6 @@
 """The API server's TokenReview and SubjectAccessReview, for the dashboard's in-process tests
 (tests/unit/test_dashboard_auth.py): tokens of known users, and RBAC-like grants to users and
-groups. The real ones answer in tests/cluster/test_devcluster_dashboard_auth.py."""
+groups. The real ones answer in tests/cluster/test_devcluster_queues_fleet.py."""
 
 from __future__ import annotations
 

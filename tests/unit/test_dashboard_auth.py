@@ -1,6 +1,6 @@
 """`gpufleet dashboard --auth token`, in process: signing in, refused and missing tokens, and
 each viewer seeing only what its user may read (the reviews' stand-in: tests/support/
-fake_reviews.py; the API server's own: tests/cluster/test_devcluster_dashboard_auth.py)."""
+fake_reviews.py; the API server's own: tests/cluster/test_devcluster_queues_fleet.py)."""
 
 from __future__ import annotations
 
