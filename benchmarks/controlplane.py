@@ -28,6 +28,7 @@ from common import environment, median, result_path
 
 from gpufleet.cluster import Cluster
 from gpufleet.devcluster import LocalCluster, NodeSpec, State
+from gpufleet.devcluster.addons import KueueSettings
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from gpufleet.render import render
 from gpufleet.spec import validate_training_job
@@ -177,7 +178,8 @@ def fleet_cluster(workdir: Path, nodes: int) -> tuple[LocalCluster, State, Api, 
     t0 = time.monotonic()
     state = cluster.up(NodeSpec(count=nodes, gpus=8, gpu_product="NVIDIA-H100-80GB-HBM3",
                                 gpu_memory_mib=81559, cpu="192", memory="2Ti"),
-                       fair_sharing=True, timeout=300)  # fmt: skip
+                       kueue=KueueSettings(fair_sharing=True),
+                       timeout=300)  # fmt: skip
     up_s = time.monotonic() - t0
     api = Api(cluster.kubeconfig)
     half = nodes * 8 // 2
