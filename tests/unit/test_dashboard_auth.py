@@ -128,6 +128,7 @@ def test_a_tenants_user_sees_only_its_namespace(board: tuple[TestClient, ...]) -
     fleet = client.get("/fleet", headers=dana).text
     assert 'data-tenant="team-a/NVIDIA-H100-80GB-HBM3"' in fleet and "team-b" not in fleet
     assert 'id="no-nodes"' in fleet and 'data-node="h1"' not in fleet
+    assert 'href="/runs"' not in jobs and 'href="/history"' not in jobs  # not offered either
     for hidden in ("/runs", "/history"):
         page = client.get(hidden, headers=dana)
         assert page.status_code == 404 and "may list pods in every namespace" in page.text
@@ -140,7 +141,7 @@ def test_the_admin_sees_every_namespace_and_the_nodes(board: tuple[TestClient, .
     fleet = client.get("/fleet", headers=root).text
     assert 'data-node="h1"' in fleet and 'data-tenant="team-b/NVIDIA-H100-80GB-HBM3"' in fleet
     assert 'class="cluster-queue"' in client.get("/queues", headers=root).text
-    assert client.get("/runs", headers=root).status_code == 200
+    assert client.get("/runs", headers=root).status_code == 200 and 'href="/history"' in jobs
 
 
 def test_logs_and_curves_need_the_right_to_read_logs(board: tuple[TestClient, ...]) -> None:
