@@ -16,7 +16,7 @@ import datetime as dt
 import json
 from collections.abc import Iterator
 
-import httpx
+import httpx2 as httpx  # what the dev extra installs (Starlette's test client uses it)
 import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
+import httpx2 as httpx  # what the dev extra installs (Starlette's test client uses it)
 import pytest
 from kubernetes.client.exceptions import ApiException
 
