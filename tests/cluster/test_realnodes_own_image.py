@@ -46,6 +46,12 @@ def loaded(reallab: DevCluster) -> Iterator[OwnImages]:
     yield images
 
 
+def has_image(cluster: DevCluster, node: str, image: str) -> bool:
+    """Whether the node's status lists ``image`` (by its name, with or without a registry)."""
+    names = [n for i in cluster.core.read_node(node).status.images or [] for n in i.names or []]
+    return any(n == image or n.endswith(f"/{image}") for n in names)
+
+
 def test_digits_on_a_teams_image_with_another_torch_ends_with_that_torchs_local_weights(
     reallab: DevCluster, loaded: OwnImages
 ) -> None:
@@ -61,6 +67,12 @@ def test_digits_on_a_teams_image_with_another_torch_ends_with_that_torchs_local_
              if n.metadata.name.startswith("real-")]  # fmt: skip
     for node in nodes:
         poll_until(lambda n=node: node_ready(reallab, n), what=f"{node} Ready", timeout=120)
+        # The scheduler scores a node that has a pod's image higher (ImageLocality, by the
+        # image's size: 3 GB, its highest score), from the images the node's status lists. The
+        # kubelet updates that list every 10 s: until both list the image just loaded, both
+        # pods go to the one that does (seen twice).
+        poll_until(lambda n=node: has_image(reallab, n, loaded.with_gpufleet),
+                   what=f"{node}'s status to list {loaded.with_gpufleet}", timeout=120)  # fmt: skip
     doc = real_job(name, 2, 1)
     doc["spec"]["image"] = loaded.with_gpufleet
     with ThreadPoolExecutor(1) as pool:  # the local run in the image, beside the pods

@@ -83,22 +83,30 @@ def triton_serving(base: Path) -> Iterator[Served]:
 def start_cli_serve(
     repo: Path, tmp_path: Path, **env: str
 ) -> tuple[subprocess.Popen[str], list[str], list[str]]:
-    """`gpufleet serve` as users run it, up to its ready line: (process, ports, stderr lines)."""
-    ports = [str(free_port()) for _ in range(3)]
-    proc = subprocess.Popen(
-        gpufleet_cmd("serve", "--repository", str(repo), "--http-port", ports[0],
-                     "--grpc-port", ports[1], "--metrics-port", ports[2],
-                     "--log-file", str(tmp_path / "triton.log")),
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env={**cli_env(), **env},
-    )  # fmt: skip
-    assert proc.stderr is not None
-    lines = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        lines.append(line)
-        if line.startswith("serving:") or not line:
+    """`gpufleet serve` as users run it, up to its ready line: (process, ports, stderr lines).
+    Free ports are picked here and bound by the server later: when another process took one
+    in between (the other test worker's), it refuses to start in one line, and is started again
+    on other ports (seen once in dashboards_live)."""
+    for _ in range(3):
+        ports = [str(free_port()) for _ in range(3)]
+        proc = subprocess.Popen(
+            gpufleet_cmd("serve", "--repository", str(repo), "--http-port", ports[0],
+                         "--grpc-port", ports[1], "--metrics-port", ports[2],
+                         "--log-file", str(tmp_path / "triton.log")),
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            env={**cli_env(), **env},
+        )  # fmt: skip
+        assert proc.stderr is not None
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if line.startswith("serving:") or not line:
+                break
+        if not any("Address already in use" in line for line in lines):
             break
+        proc.communicate(timeout=30)
     return proc, ports, lines
 
 
