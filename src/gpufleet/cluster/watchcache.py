@@ -12,15 +12,15 @@ answer (``{"items": [...]}``).
 ``Cached(api)`` wraps a client (CustomObjectsApi, or gpufleet's BuiltinApi): its
 ``list_cluster_custom_object``, ``list_*_for_all_namespaces`` and ``list_node`` come from the
 cache; every other method (a job's own objects, logs, namespaced lists) goes to the API server.
-A store whose watch has not reached the API server for ``STALE_S`` is not trusted: the call is
-made directly until the watch is back.
+A store that is listing again, or whose last list or watch failed, is not trusted: the call is
+made directly until it has listed again. (A quiet kind sends no events for minutes: silence is
+no sign of a lost watch. A dead connection ends the watch at its request timeout.)
 """
 
 from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +30,6 @@ from gpufleet.kube import Obj
 
 CACHED = re.compile(r"^list_(cluster_custom_object|\w+_for_all_namespaces|node)$")
 WATCH_S = 240  # a watch's server-side timeout; it resumes from the last version it saw
-STALE_S = 30.0  # a store that has not heard from the API server this long is bypassed
 RETRY_S = (2.0, 60.0)  # after a failed list or watch, the first wait, doubled up to the last
 FIRST_LIST_S = 30.0  # longest a page waits for a new store's first list
 
@@ -43,20 +42,20 @@ def _key(obj: Obj) -> str:
 class Store:
     """One list call's objects, listed once and then followed by watch events."""
 
-    def __init__(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
-        self.call, self.args, self.kwargs, self.clock = call, args, kwargs, clock
+    def __init__(
+        self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self.call, self.args, self.kwargs = call, args, kwargs
         self._lock = threading.Lock()
         self._items: dict[str, Obj] = {}
         self._version = ""
-        self.heard = -1e18  # when the API server last answered (a list, an event, a timeout)
         self.listed = threading.Event()  # the first list is done (or failed: see error)
         self.error: BaseException | None = None  # the last failure, until the next success
         self.lists = 0  # how many times the objects were listed (1 while the watch holds)
         self._stop = threading.Event()
 
     def fresh(self) -> bool:
-        return self.error is None and self.clock() - self.heard < STALE_S
+        return self.error is None and bool(self._version)  # listed, and not listing again
 
     def items(self) -> list[Obj]:
         with self._lock:
@@ -89,7 +88,7 @@ class Store:
             self._items = {_key(o): o for o in found.get("items") or []}
             self._version = str((found.get("metadata") or {}).get("resourceVersion") or "")
         self.lists += 1
-        self.heard, self.error = self.clock(), None
+        self.error = None
         self.listed.set()
 
     def _watch(self) -> None:
@@ -108,18 +107,16 @@ class Store:
                 elif event["type"] == "DELETED":
                     self._items.pop(_key(obj), None)
                 self._version = version or self._version
-            self.heard = self.clock()
             if self._stop.is_set():
                 watch.stop()
                 return
-        self.heard = self.clock()  # the server ended the watch on time: it is there
 
 
 class Cached:
     """``api``'s whole-cluster lists from shared stores (see the module's docstring)."""
 
-    def __init__(self, api: Any, clock: Callable[[], float] = time.monotonic) -> None:
-        self.api, self.clock = api, clock
+    def __init__(self, api: Any) -> None:
+        self.api = api
         self._stores: dict[str, Store] = {}
         self._lock = threading.Lock()
 
@@ -146,7 +143,7 @@ class Cached:
         with self._lock:
             store = self._stores.get(key)
             if store is None:
-                store = self._stores[key] = Store(real, args, kwargs, self.clock)
+                store = self._stores[key] = Store(real, args, kwargs)
                 threading.Thread(target=store.run, name=f"watch {method}", daemon=True).start()
         store.listed.wait(FIRST_LIST_S)
         if store.fresh():
