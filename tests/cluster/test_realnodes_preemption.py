@@ -100,6 +100,18 @@ def exit_codes(pods: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
     return codes
 
 
+def ended(pods: dict[str, dict[str, Any]], first: set[str], logs: str) -> str:
+    """Why a pod's exit code is not 75: each first pod's deletion and its container's end (a
+    SIGKILL after the grace period, or the OOM killer, both exit 137), and the job's logs."""
+    said = []
+    for name in sorted(first):
+        meta, status = pods[name]["metadata"], pods[name]["status"]
+        ends = [s["state"].get("terminated") for s in status.get("containerStatuses") or []]
+        said.append(f"{name}: deleted {meta.get('deletionTimestamp')} (grace "
+                    f"{meta.get('deletionGracePeriodSeconds')} s), ended {ends}")  # fmt: skip
+    return "\n".join([*said, logs[-4000:]])
+
+
 @pytest.mark.parametrize("target", ["job", "jobset"])
 def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
     reallab: DevCluster, lender_claim: str, target: str
@@ -135,7 +147,7 @@ def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
     # SIGTERM from the kubelet: both ranks stopped and their pods exited 75 (preempted, after
     # the checkpoint), which cost nothing of maxRestarts
     codes = exit_codes({n: p for n, p in seen.pods.items() if n in first})
-    assert codes == {n: [75] for n in first}, codes
+    assert codes == {n: [75] for n in first}, ended(seen.pods, first, logs)
     assert restarts_spent(reallab, name, target) == 0
     local = local_digest(reallab.root, 2, 1, STEPS, EVERY)
     assert digests_in_logs(reallab, name) == [local]

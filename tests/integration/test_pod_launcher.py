@@ -65,6 +65,36 @@ def test_pod_sigterm_checkpoints_and_exits_75(workdir: Path) -> None:
     assert list((workdir / "ckpt" / "logs").glob("*/*/attempt_0/0/stdout.log")), "logs not kept"
 
 
+def test_a_pod_whose_peer_got_the_sigterm_exits_75_without_a_restart(workdir: Path) -> None:
+    """SIGTERM reaches pod 1 only (an eviction deletes the pods one by one; a drain, one node's):
+    both ranks stop at the agreed step after the checkpoint, and pod 0's launcher, with a
+    restart left and no signal of its own, exits 75 at once. A restarted group would wait for
+    a rendezvous that no pod joins (gpufleet.launch.fatal, no_restart_after_fatal)."""
+    here = f"127.0.0.1:{free_port()}"
+    spec: dict[str, Any] = {
+        "nodes": 2, "procsPerNode": 1, "here": here, "maxRestarts": 1,
+        "workload": {"name": "digits", "steps": 100000, "logEvery": 50},
+        "checkpoint": {"dir": "/ckpt/run", "everySteps": 100000},
+    }  # fmt: skip
+    host, _ = pod_process(workdir, node=0, rdzv_conf="is_host=true", **spec)
+    other, other_port = pod_process(workdir, node=1, rdzv_conf="is_host=false", **spec)
+    try:
+        wait_for_steps(other, other_port, 5, ranks={"1"})
+        os.kill(other.pid, signal.SIGTERM)  # the kubelet's, on pod 1's node only
+        code, out = finish(host)
+        other_code, other_out = finish(other)
+    finally:
+        for proc in (host, other):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate(timeout=30)
+    assert code == EXIT_PREEMPTED, out
+    assert "preempted after a checkpoint" in out and "will restart worker group" not in out, out
+    assert other_code == EXIT_PREEMPTED, other_out
+    marker = json.loads((workdir / "run" / "preempted.json").read_text())
+    assert marker["step"] >= 5 and marker["checkpoint"], marker
+
+
 def test_pod_worker_failure_past_restarts_exits_1(workdir: Path) -> None:
     proc, _ = pod_process(
         workdir, faults="exit@step=3,rank=1", maxRestarts=0,

@@ -45,20 +45,29 @@ def read_fatal(run_dir: Path) -> dict[str, Any] | None:
 
 
 @contextmanager
-def no_restart_after_fatal(run_dir: Path) -> Iterator[None]:
+def no_restart_after_fatal(run_dir: Path, *, preempted: bool = False) -> Iterator[None]:
     """While active, the elastic agents PyTorch's launcher creates do not restart a failed
-    worker group once ``run_dir`` holds a fatal error. PyTorch has no option for it; its
-    launcher names the agent class as a module global, which we swap for a subclass (the
-    same in every torch of gpufleet's range: `make compat` runs tests/unit/test_fatal.py and
-    tests/integration/test_local_run.py at the floor and the newest)."""
+    worker group once ``run_dir`` holds a fatal error, nor, with ``preempted`` (a pod's
+    launcher), once its workers stopped after a preemption checkpoint. A pod's workers stop so
+    when another pod got the SIGTERM: an eviction deletes the pods one by one, so this pod's
+    own comes later, or on a drain never. A restarted group would wait in a rendezvous that no
+    pod joins, where the late SIGTERM may not reach the agent before the kubelet's SIGKILL
+    (exit 137, not 75: seen once in CI); the launcher exits 75 at once instead. PyTorch has no
+    option for it; its launcher names the agent class as a module global, which we swap for a
+    subclass (the same in every torch of gpufleet's range: `make compat` runs
+    tests/unit/test_fatal.py and tests/integration/test_local_run.py at the floor and the
+    newest)."""
     import torch.distributed.launcher.api as launcher_api
     from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
+    files = RunDir(run_dir)
+
     class Agent(LocalElasticAgent):
         def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
             result: RunResult = super()._monitor_workers(worker_group)
-            if result.is_failed() and RunDir(run_dir).fatal.exists():
+            stopped = files.fatal.exists() or (preempted and files.preempted.exists())
+            if result.is_failed() and stopped:
                 self._remaining_restarts = 0
             return result
 

@@ -8,10 +8,10 @@ launcher. It is torchrun (``torch.distributed.run``, called in this process), pl
   the renderers set 0.0.0.0 so Prometheus can reach the pod).
 - **Exit codes**: 0 done, 1 failed (after torchrun's restarts, or no rendezvous ever formed),
   a fatal error's own code at once, with no restart (gpufleet.launch.fatal: 2, 4, 5, 6),
-  75 retriable: preempted (SIGTERM, and the workers confirmed a preemption checkpoint) or the
-  rendezvous host was lost after the group had formed; 128+N another signal. Plain torchrun
-  exits 1 for all of these (a lost host with a traceback), and the Job's podFailurePolicy
-  could not tell a preemption or the loss of pod 0 from a crash.
+  75 retriable: preempted (a SIGTERM, this pod's or another's, and the workers confirmed a
+  preemption checkpoint) or the rendezvous host was lost after the group had formed; 128+N
+  another signal. Plain torchrun exits 1 for all of these (a lost host with a traceback), and
+  the Job's podFailurePolicy could not tell a preemption or the loss of pod 0 from a crash.
 - **Kept logs**: each rank's output goes to the pod's log (torchrun's ``--tee``; each line
   prefixed ``[default<local rank>]:``) and to files in the run directory (``--log-dir``, as
   ``gpufleet run`` does), copied beside the checkpoints when the launcher exits
@@ -281,7 +281,7 @@ def _launch(args: Any, run_dir: Path, keep_logs: Callable[[], None]) -> int:
     launch = _prepared(args)
     with (
         _metrics(dict(os.environ)),
-        no_restart_after_fatal(run_dir),
+        no_restart_after_fatal(run_dir, preempted=True),
         _host_watch(args, watch, keep_logs),
         durable_uploads(context.checkpoint, context.name, run_dir) as uploader,
     ):
@@ -315,14 +315,21 @@ def _outcome(launch: Callable[[], None], args: Any, run_dir: Path, watch: _Rende
         fatal = read_fatal(run_dir)
         if fatal is not None:  # said once by the worker; no restart was made
             return int(fatal["exit_code"])
+        if _preempted(run_dir):  # another pod's SIGTERM stopped the group: no restart was made
+            return EXIT_PREEMPTED
         print(f"gpufleet: {exc}", file=sys.stderr, flush=True)
         return EXIT_FAILED
     except SignalException as exc:
-        if RunDir(run_dir).preempted.exists():
-            print("gpufleet: preempted after a checkpoint", file=sys.stderr, flush=True)
-            return EXIT_PREEMPTED
-        return 128 + int(exc.sigval)
+        return EXIT_PREEMPTED if _preempted(run_dir) else 128 + int(exc.sigval)
     return EXIT_OK
+
+
+def _preempted(run_dir: Path) -> bool:
+    """Whether the workers stopped after a preemption checkpoint; said once, here."""
+    if not RunDir(run_dir).preempted.exists():
+        return False
+    print("gpufleet: preempted after a checkpoint", file=sys.stderr, flush=True)
+    return True
 
 
 if __name__ == "__main__":
