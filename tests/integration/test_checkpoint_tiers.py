@@ -27,6 +27,7 @@ from gpufleet.runtime.metrics import (
     DURABLE_STEP,
     UPLOAD_FAILURES,
 )
+from tests.support.chaos import straight_run
 from tests.support.cli import cli_env, gpufleet_cmd, run_cli, summary_of
 from tests.support.podlauncher import finish as finish_pod
 from tests.support.podlauncher import pod_process
@@ -183,11 +184,7 @@ def tiered_job(name: str, durable: str, **spec: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    wd = tmp_path_factory.mktemp("baseline")
-    proc = run_cli("run", str(write_spec(wd, digits_job("straight", workload=LONG))), "-o",
-                   "json", cwd=wd)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return summary_of(proc)
+    return straight_run(tmp_path_factory, "baseline", digits_job("straight", workload=LONG))
 
 
 def start_run(

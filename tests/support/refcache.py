@@ -23,11 +23,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpufleet.runtime.context import ENV_CACHE_DIR
 from tests.support.paths import REPO
 
 CACHE_ENV = "GPUFLEET_REFERENCE_CACHE"
 KEEP_DAYS = 14
 ENV_PREFIXES = ("GPUFLEET_", "OMP_", "MKL_", "TORCH", "CUBLAS_", "PYTHONHASHSEED")
+# Where a run reads its data from, not what it computes: each session's own directory
+# (tests/conftest.py, own_cache_dir), which made every session's key another, so that no
+# session ever read an earlier one's run.
+PLACES = (ENV_CACHE_DIR,)
 PLACEHOLDER = "<checkpoints>"
 
 
@@ -55,7 +60,8 @@ def machine_and_code() -> str:
         if path.is_file() and "__pycache__" not in path.parts:
             digest.update(path.relative_to(src).as_posix().encode() + b"\0" + path.read_bytes())
     dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
-    env = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith(ENV_PREFIXES))
+    env = sorted(f"{k}={v}" for k, v in os.environ.items()
+                 if k.startswith(ENV_PREFIXES) and k not in PLACES)  # fmt: skip
     for part in (*dists, *env, sys.version, platform.machine(), _cpu()):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()

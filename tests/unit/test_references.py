@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.runtime.context import ENV_CACHE_DIR
 from tests.support import refcache, references
 from tests.support.procs import poll_until
 
@@ -79,3 +80,24 @@ def test_the_key_is_the_spec_and_not_where_it_checkpoints() -> None:
     here, there = references._doc(Path("/a"), FIRST), references._doc(Path("/b"), FIRST)
     assert here != there and refcache.key(here) == refcache.key(there)
     assert refcache.key(references._doc(Path("/a"), SECOND)) != refcache.key(here)
+
+
+def test_the_key_is_not_where_the_session_keeps_its_data_but_is_each_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each session caches the digits arrays in a directory of its own (GPUFLEET_CACHE_DIR):
+    in the key, no session would read an earlier one's run."""
+    doc = references._doc(Path("/a"), FIRST)
+
+    def key_with(name: str, value: str) -> str:
+        monkeypatch.setenv(name, value)
+        refcache.machine_and_code.cache_clear()
+        return refcache.key(doc)
+
+    try:
+        one = key_with(ENV_CACHE_DIR, "/tmp/pytest-1/gpufleet-cache0")
+        assert key_with(ENV_CACHE_DIR, "/tmp/pytest-2/gpufleet-cache0") == one
+        assert key_with("OMP_NUM_THREADS", "3") != one
+    finally:
+        monkeypatch.undo()
+        refcache.machine_and_code.cache_clear()
