@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from contextlib import ExitStack, suppress
 from typing import Any
 
 import pytest
 
 from gpufleet.devcluster.realnodes.network import HOST_IP
+from gpufleet.errors import UserInputError
 from gpufleet.runtime.integrity import MARKER
-from tests.support.devcluster import DevCluster, tenant_user
+from tests.support.devcluster import BoundPods, DevCluster, tenant_user
 from tests.support.procs import poll_until
 from tests.support.realnodes import (
     DIGEST,
@@ -24,6 +26,7 @@ from tests.support.realnodes import (
     kept_logs_once_pods_are_gone,
     pod_processes,
     real_job,
+    submit,
 )
 from tests.support.references import LONG, WORKLOAD, local_digest
 from tests.support.s3 import S3, VERSITYGW, versitygw
@@ -45,23 +48,109 @@ def why(cluster: DevCluster, name: str, pods: dict[str, dict[str, Any]]) -> str:
     return f"{seen}\n{status.stdout}{status.stderr}\n{logs.stdout[-3000:]}{logs.stderr[-1000:]}"
 
 
-@pytest.mark.parametrize(("target", "nodes", "procs", "framework"),
-                         [("job", 2, 1, "pytorch"), ("job", 2, 2, "pytorch"),
-                          ("pytorchjob", 2, 1, "pytorch"),
-                          ("trainjob", 2, 1, "pytorch"), ("mpijob", 2, 1, "pytorch"),
-                          ("volcano", 2, 1, "pytorch"), ("job", 2, 1, "tensorflow"),
-                          ("tfjob", 2, 1, "tensorflow")])  # fmt: skip
+# Volcano's last: its pods take GPUs that Kueue does not count, so it runs once Kueue's are done.
+ENGINES = [("job", 2, 1, "pytorch"), ("job", 2, 2, "pytorch"), ("pytorchjob", 2, 1, "pytorch"),
+           ("trainjob", 2, 1, "pytorch"), ("mpijob", 2, 1, "pytorch"),
+           ("job", 2, 1, "tensorflow"), ("tfjob", 2, 1, "tensorflow"),
+           ("volcano", 2, 1, "pytorch")]  # fmt: skip
+ENGINES_TEST = "test_digits_across_real_nodes_ends_with_the_local_runs_weights"
+AT_ONCE = 2  # jobs of 2 pods x 2 GPUs: both real nodes' 4 GPUs, research's 6 and 2 borrowed
+GPUS = "nvidia.com/gpu"
+ENDED = ("Succeeded", "Failed")
+
+
+def engine_job(target: str, nodes: int, procs: int, framework: str) -> str:
+    return f"{'tf' if framework == 'tensorflow' else 'digits'}-{target}-{nodes}x{procs}"
+
+
+def engine_doc(name: str, nodes: int, procs: int, framework: str) -> dict[str, Any]:
+    """Each pod holds 2 of its node's 4 GPUs: a job submitted while another's pods hold 2 on each
+    node can only be placed across both nodes."""
+    doc = real_job(name, nodes, procs, framework)
+    doc["spec"]["resources"] = {"gpu": 2}
+    return doc
+
+
+class Engines:
+    """The engines' jobs that Kueue queues, AT_ONCE at a time, each pod watched from its job's
+    submission: one job's pods start while another's train (the eight took 215 s one after
+    another, 111 s so). The next job is submitted once the last one's pods are placed, so it
+    finds 2 GPUs free on each node, never 4 on one."""
+
+    def __init__(self, cluster: DevCluster, cases: list[dict[str, Any]]) -> None:
+        self.cluster, self.waiting = cluster, [c for c in cases if c["target"] != "volcano"]
+        self.seen: dict[str, BoundPods] = {}
+        self.submitted: list[str] = []
+        self.ended: set[str] = set()  # seen ended by its test (and then cancelled: no phase)
+        self.watches = ExitStack()
+
+    def watch(self, name: str) -> BoundPods:
+        if name not in self.seen:
+            self.seen[name] = self.watches.enter_context(BoundPods(self.cluster, TENANT, name))
+        return self.seen[name]
+
+    def top_up(self) -> None:
+        """Submit the next jobs while fewer than AT_ONCE run."""
+        while self.waiting and len(self.running()) < AT_ONCE:
+            self.submit(self.waiting.pop(0))
+
+    def running(self) -> list[str]:
+        return [n for n in self.submitted
+                if n not in self.ended and self.cluster.phase(n, TENANT) not in ENDED]  # fmt: skip
+
+    def submit(self, case: dict[str, Any]) -> None:
+        """Submit a case's job and wait until its workers are placed (or it ended)."""
+        name = engine_job(**case)
+        seen = self.watch(name)
+        submit(self.cluster, engine_doc(name, case["nodes"], case["procs"], case["framework"]),
+               case["target"])  # fmt: skip
+        self.submitted.append(name)
+        poll_until(lambda: len(workers(seen.pods)) == case["nodes"] or
+                   self.cluster.phase(name, TENANT) in ENDED,
+                   what=f"{name}'s workers placed", timeout=300, interval=0.5)  # fmt: skip
+
+
+def workers(pods: dict[str, dict[str, Any]]) -> list[str]:
+    """The pods that hold GPUs (an MPIJob's launcher holds none)."""
+    found = []
+    for name, pod in pods.items():
+        limits = [c.get("resources", {}).get("limits") or {} for c in pod["spec"]["containers"]]
+        if any(GPUS in held for held in limits):
+            found.append(name)
+    return found
+
+
+@pytest.fixture(scope="module")
+def engines(reallab: DevCluster, request: pytest.FixtureRequest) -> Iterator[Engines]:
+    """The selected engine cases, fed to Kueue by their tests; what is left, cancelled."""
+    cases = [item.callspec.params for item in request.session.items
+             if item.name.startswith(ENGINES_TEST + "[")]  # fmt: skip
+    fed = Engines(reallab, cases)
+    with fed.watches:
+        try:
+            yield fed
+        finally:
+            for name in fed.seen:
+                with suppress(UserInputError):  # cancelled by its test already
+                    reallab.cancel(name, TENANT)
+
+
+@pytest.mark.parametrize(("target", "nodes", "procs", "framework"), ENGINES)
 def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
-    reallab: DevCluster, target: str, nodes: int, procs: int, framework: str
+    reallab: DevCluster, engines: Engines, target: str, nodes: int, procs: int, framework: str
 ) -> None:
     """(The jobset 2x1 case is docs/local-cluster.md's job: test_docs_local_cluster.py.)
     TensorFlow too: its workers meet over the pods' names on port 2222 (GPUFLEET_TF_WORKERS,
     or the training-operator's TF_CONFIG for a TFJob) and end with the local run's weights."""
-    name = f"{'tf' if framework == 'tensorflow' else 'digits'}-{target}-{nodes}x{procs}"
-    path = write_spec(reallab.root, real_job(name, nodes, procs, framework), f"{name}.yaml")
-    submit = reallab.gpufleet("submit", str(path), "--target", target)
-    assert submit.returncode == 0, submit.stderr[-2000:]
-    phase, pods = reallab.run_to_end(name, TENANT, timeout=300)
+    name = engine_job(target, nodes, procs, framework)
+    seen = engines.watch(name)
+    if target == "volcano":  # after Kueue's (Engines)
+        submit(reallab, engine_doc(name, nodes, procs, framework), target)
+    engines.top_up()
+    phase = poll_until(lambda: (p := reallab.phase(name, TENANT)) in ENDED and p,
+                       what=f"{name} to end", timeout=300, interval=1)  # fmt: skip
+    engines.ended.add(name)
+    pods = seen.now()
     assert phase == "Succeeded", why(reallab, name, pods)
     placed = {p["spec"]["nodeName"] for p in pods.values()}
     assert len(placed) == nodes and all(n.startswith("real-") for n in placed), placed

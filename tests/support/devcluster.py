@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -208,6 +209,14 @@ class BoundPods:
     def __enter__(self) -> BoundPods:
         self.thread.start()
         return self
+
+    def now(self) -> dict[str, dict[str, Any]]:
+        """The pods seen so far, as at the end: one more list, then the watch's window."""
+        self.list()
+        time.sleep(self.WINDOW_S)
+        if self.failed is not None:
+            raise self.failed
+        return dict(self.pods)
 
     def __exit__(self, *exc: object) -> None:
         self.list()
