@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from contextlib import ExitStack, suppress
+from contextlib import suppress
 from typing import Any
 
 import pytest
@@ -82,12 +82,18 @@ class Engines:
         self.seen: dict[str, BoundPods] = {}
         self.submitted: list[str] = []
         self.ended: set[str] = set()  # seen ended by its test (and then cancelled: no phase)
-        self.watches = ExitStack()
 
     def watch(self, name: str) -> BoundPods:
         if name not in self.seen:
-            self.seen[name] = self.watches.enter_context(BoundPods(self.cluster, TENANT, name))
+            self.seen[name] = BoundPods(self.cluster, TENANT, name).__enter__()
         return self.seen[name]
+
+    def close(self, name: str) -> dict[str, dict[str, Any]]:
+        """End the watch of ``name``'s pods: every state of them seen, to the end."""
+        seen = self.seen[name]
+        if not seen.done.is_set():
+            seen.__exit__(None, None, None)
+        return seen.pods
 
     def top_up(self) -> None:
         """Submit the next jobs while fewer than AT_ONCE run."""
@@ -126,13 +132,13 @@ def engines(reallab: DevCluster, request: pytest.FixtureRequest) -> Iterator[Eng
     cases = [item.callspec.params for item in request.session.items
              if item.name.startswith(ENGINES_TEST + "[")]  # fmt: skip
     fed = Engines(reallab, cases)
-    with fed.watches:
-        try:
-            yield fed
-        finally:
-            for name in fed.seen:
-                with suppress(UserInputError):  # cancelled by its test already
-                    reallab.cancel(name, TENANT)
+    try:
+        yield fed
+    finally:
+        for name in fed.seen:
+            with suppress(UserInputError):  # cancelled by its test already
+                reallab.cancel(name, TENANT)
+            fed.close(name)
 
 
 @pytest.mark.parametrize(("target", "nodes", "procs", "framework"), ENGINES)
@@ -143,14 +149,14 @@ def test_digits_across_real_nodes_ends_with_the_local_runs_weights(
     TensorFlow too: its workers meet over the pods' names on port 2222 (GPUFLEET_TF_WORKERS,
     or the training-operator's TF_CONFIG for a TFJob) and end with the local run's weights."""
     name = engine_job(target, nodes, procs, framework)
-    seen = engines.watch(name)
+    engines.watch(name)
     if target == "volcano":  # after Kueue's (Engines)
         submit(reallab, engine_doc(name, nodes, procs, framework), target)
     engines.top_up()
     phase = poll_until(lambda: (p := reallab.phase(name, TENANT)) in ENDED and p,
                        what=f"{name} to end", timeout=300, interval=1)  # fmt: skip
     engines.ended.add(name)
-    pods = seen.now()
+    pods = engines.close(name)
     assert phase == "Succeeded", why(reallab, name, pods)
     placed = {p["spec"]["nodeName"] for p in pods.values()}
     assert len(placed) == nodes and all(n.startswith("real-") for n in placed), placed

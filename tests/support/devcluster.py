@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -192,31 +191,36 @@ class BoundPods:
         return str(listed.metadata.resource_version)
 
     def watch(self, version: str) -> None:
-        from kubernetes import watch
-
         try:
             while not self.done.is_set():
-                for event in watch.Watch().stream(
-                    self.cluster.core.list_namespaced_pod, self.namespace,
-                    label_selector=self.selector, resource_version=version,
-                    timeout_seconds=self.WINDOW_S,
-                ):  # fmt: skip
-                    self.seen(event["object"])
-                    version = event["object"].metadata.resource_version
+                version = self.watched(version)
         except BaseException as exc:  # re-raised by the test's thread at the end
             self.failed = exc
+
+    def watched(self, version: str) -> str:
+        """One window of the watch from ``version``; the version to go on from. A quiet watch
+        kept for minutes (its pods gone) finds its version compacted away (410 Expired): a new
+        list gives the next, as an informer's does."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            for event in watch.Watch().stream(
+                self.cluster.core.list_namespaced_pod, self.namespace,
+                label_selector=self.selector, resource_version=version,
+                timeout_seconds=self.WINDOW_S,
+            ):  # fmt: skip
+                self.seen(event["object"])
+                version = event["object"].metadata.resource_version
+        except ApiException as exc:
+            if exc.status != 410:
+                raise
+            return self.list()
+        return version
 
     def __enter__(self) -> BoundPods:
         self.thread.start()
         return self
-
-    def now(self) -> dict[str, dict[str, Any]]:
-        """The pods seen so far, as at the end: one more list, then the watch's window."""
-        self.list()
-        time.sleep(self.WINDOW_S)
-        if self.failed is not None:
-            raise self.failed
-        return dict(self.pods)
 
     def __exit__(self, *exc: object) -> None:
         self.list()
