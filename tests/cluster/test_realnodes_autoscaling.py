@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -176,6 +177,26 @@ def requests_of(pod: str) -> str:
     return f'sum({{__name__=~"nv_inference_request_(success|failure)",pod="{pod}"}})'
 
 
+def serving_row(cluster: DevCluster, name: str) -> str | None:
+    """Service ``name``'s row on the dashboard's serving page (issue 53), read from this cluster
+    and its Prometheus as `gpufleet dashboard --prometheus` reads them, once it shows a latency."""
+    from starlette.testclient import TestClient
+
+    from gpufleet.cluster.client import Cluster
+    from gpufleet.dashboard.app import create_app
+    from gpufleet.dashboard.sources import ClusterSource
+    from gpufleet.devcluster.realnodes import metrics
+    from gpufleet.devcluster.state import State
+
+    state = State.read(cluster.dir)
+    assert state is not None
+    url = f"http://127.0.0.1:{state.ports[metrics.PROMETHEUS]}"
+    source = ClusterSource(Cluster.of(cluster.api, TENANT), all_namespaces=False, prometheus=url)
+    web = TestClient(create_app(cluster.root, source), base_url="http://127.0.0.1:8465")
+    row = web.get("/serving").text.split(f'data-name="{TENANT}/{name}"')[-1].split("</tr>")[0]
+    return row if re.search(r'class="num latency">[0-9.]+<', row) else None
+
+
 def test_the_example_scales_out_under_loadgen_and_back_in_after(
     reallab: DevCluster, service: None
 ) -> None:
@@ -206,7 +227,12 @@ def test_the_example_scales_out_under_loadgen_and_back_in_after(
     # full suite beside other real-node tests two runs took over 120 s)
     runs = awaited(reallab, lambda: runs_since(reallab, ready + 1),
                    "a LoadGen run on two replicas", 300)  # fmt: skip
+    # the dashboard's serving page: both replicas, the load's requests and their latency
+    row = poll_until(lambda: serving_row(reallab, NAME), what="the serving page's latency",
+                     timeout=60, interval=2)  # fmt: skip
     stop_load(reallab)
+    rps = re.search(r'class="num rps">([0-9.]+)<', row)
+    assert ">2/2<" in row and rps and float(rps.group(1)) > 0, row
     stopped = time.time()
     assert runs and all(r["errors"] == 0 for r in runs), runs
     poll_until(lambda: len(reallab.pods(TENANT, NAME)) == 1 and hpa(reallab)["status"].get(

@@ -12,7 +12,10 @@ from pathlib import Path
 CONTROL_PLANE = "tests/cluster"
 # Modules that share a costly fixture (tests/support/sharing.py) run as one work unit, in one
 # worker, one after the other: module -> the module whose unit it joins.
-JOINED = {"tests/integration/test_serving_cli.py": "tests/integration/test_serving.py"}
+JOINED = {
+    "tests/integration/test_serving_cli.py": "tests/integration/test_serving.py",
+    "tests/integration/test_serving_dashboard.py": "tests/integration/test_serving.py",
+}
 
 
 # Each work unit's seconds in a measured run of the suite (`benchmarks/suite_durations.py

@@ -9,11 +9,15 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from gpufleet.dashboard.app import create_app
 from gpufleet.dashboard.servingpage import service_rows
 from gpufleet.dashboard.sources import ClusterSource
+from gpufleet.dashboard.utilization import PodTraffic, Traffic
+from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER
+from gpufleet.net import free_port
 from gpufleet.render import render_spec
 from tests.support.fake_kube import FakeKube
 from tests.support.serving import parsed, service
@@ -70,3 +74,42 @@ def test_the_serving_page_lists_each_service_with_its_autoscaler(tmp_path: Path)
     assert "HorizontalPodAutoscaler" in hpa and "TooManyReplicas" in hpa and "2/3" in hpa
     keda = page.split('data-name="team-b/keda"')[1].split("</tr>")[0]
     assert "ScaledObject" in keda and ">8<" in keda
+
+
+def server_pod(name: str, ns: str, service: str) -> dict[str, Any]:
+    labels = {LABEL_JOB: service, LABEL_ROLE: ROLE_SERVER}
+    return {"apiVersion": "v1", "kind": "Pod", "spec": {}, "status": {"phase": "Running"},
+            "metadata": {"name": name, "namespace": ns, "labels": labels}}  # fmt: skip
+
+
+def test_a_services_traffic_is_its_own_pods_summed() -> None:
+    """Requests add up over the service's pods, and so do the seconds they took: the mean
+    latency is the total time over the total requests, not a mean of the pods' means."""
+    by_kind = {o["kind"]: o for o in rendered("digits", "team-a", HPA)}
+    pods = [server_pod("digits-a", "team-a", "digits"), server_pod("digits-b", "team-a", "digits"),
+            server_pod("other-a", "team-a", "other")]  # fmt: skip
+    seen = PodTraffic({("team-a", "digits-a"): Traffic(30.0, 0.3, 0.03),
+                       ("team-a", "digits-b"): Traffic(10.0, 0.5, 0.01),
+                       ("team-a", "other-a"): Traffic(99.0, 9.0, 9.0)})  # fmt: skip
+    (row,) = service_rows([by_kind["Deployment"]], pods, [], [], seen)
+    assert row.traffic is not None and row.traffic.requests == 40.0
+    assert row.traffic.latency_ms == pytest.approx(20.0)  # 0.8 s a second over 40 requests
+    assert row.traffic.queue_ms == pytest.approx(1.0)
+    idle = PodTraffic({("team-a", "digits-a"): Traffic()})  # scraped, no request this minute
+    (quiet,) = service_rows([by_kind["Deployment"]], pods, [], [], idle)
+    assert quiet.traffic is not None and quiet.traffic.latency_ms is None
+    for unknown in (None, PodTraffic(), PodTraffic(seen.pods, error="Prometheus at x: refused")):
+        (row,) = service_rows([by_kind["Deployment"]], pods, [], [], unknown)
+        assert row.traffic is None
+
+
+def test_the_serving_page_says_when_prometheus_does_not_answer(tmp_path: Path) -> None:
+    kube = FakeKube()
+    for obj in rendered("digits", "team-a", HPA):
+        kube.put(obj)
+    source = ClusterSource(kube.cluster("team-a"), prometheus=f"http://127.0.0.1:{free_port()}")
+    app = TestClient(create_app(tmp_path, source), base_url="http://127.0.0.1:8465")
+    page = app.get("/serving").text
+    assert 'id="traffic-error"' in page and "Prometheus at http://127.0.0.1:" in page
+    row = page.split('data-name="team-a/digits"')[1].split("</tr>")[0]
+    assert '<td class="num latency">-</td>' in row

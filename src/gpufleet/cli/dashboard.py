@@ -54,7 +54,7 @@ def dashboard(
         typer.Option(
             help="A Prometheus (http:// or https://) that scrapes gpufleet's exporter and "
             "evaluates its rules: the Fleet page shows utilization beside allocation, and "
-            "the unhealthy GPUs."
+            "the unhealthy GPUs; the Serving page each service's requests and latency."
         ),
     ] = None,
     auth: Annotated[

@@ -199,9 +199,10 @@ def fleet(request: Request) -> Response:
 
 @requires(SCOPE, redirect="login_form")
 def serving(request: Request) -> Response:
-    viewer = _viewer(request)
-    shown = [s for s in _cluster(request).services() if viewer.may_read(s.namespace)]
-    return page(request, "serving.html", title="Serving", services=shown)
+    viewer, source = _viewer(request), _cluster(request)
+    seen = source.traffic()
+    shown = [s for s in source.services(seen) if viewer.may_read(s.namespace)]
+    return page(request, "serving.html", title="Serving", services=shown, measured=seen)
 
 
 @requires(SCOPE, redirect="login_form")

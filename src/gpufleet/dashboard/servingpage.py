@@ -1,7 +1,9 @@
 """The serving page: each InferenceService's Triton Deployment (replicas wanted and ready, the
 one-line state ``gpufleet status`` gives) and its autoscaler's state: a HorizontalPodAutoscaler
 (bounds, current and desired replicas, its metric against the target, why it cannot scale) or
-a KEDA ScaledObject (bounds and its conditions). Pure functions over the listed objects."""
+a KEDA ScaledObject (bounds and its conditions); with a Prometheus, its requests per second and
+their mean latency over the last minute, summed over its pods (gpufleet.dashboard.utilization).
+Pure functions over the listed objects."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.cluster.fleet import ns_name
 from gpufleet.cluster.status import summarize_service
+from gpufleet.dashboard.utilization import PodTraffic, Traffic
 from gpufleet.kube import LABEL_JOB, Obj
 
 
@@ -36,6 +39,7 @@ class ServiceRow:
     replicas: int
     ready: int
     autoscaler: Autoscaler | None
+    traffic: Traffic | None = None  # None: no Prometheus, or none of its pods scraped
 
 
 def _note(condition: Obj) -> str:
@@ -73,8 +77,16 @@ def _keda(scaled: Obj) -> Autoscaler:
                       None, None, "", notes)  # fmt: skip
 
 
-def service_rows(deployments: list[Obj], pods: list[Obj], hpas: list[Obj],
-                 scaled: list[Obj]) -> list[ServiceRow]:  # fmt: skip
+def _traffic(pods: list[Obj], traffic: PodTraffic | None) -> Traffic | None:
+    """The traffic of a service's pods, summed (None: none of them is in Prometheus)."""
+    if traffic is None or traffic.error:
+        return None
+    seen = [traffic.pods[key] for key in map(ns_name, pods) if key in traffic.pods]
+    return sum(seen, Traffic()) if seen else None
+
+
+def service_rows(deployments: list[Obj], pods: list[Obj], hpas: list[Obj], scaled: list[Obj],
+                 traffic: PodTraffic | None = None) -> list[ServiceRow]:  # fmt: skip
     """Each InferenceService's row, by namespace and name."""
     scalers = {ns_name(h): _hpa(h) for h in hpas} | {ns_name(s): _keda(s) for s in scaled}
     rows = []
@@ -87,5 +99,5 @@ def service_rows(deployments: list[Obj], pods: list[Obj], hpas: list[Obj],
             namespace=ns, name=name, phase=status.phase, line=status.line(),
             replicas=int((deployment.get("spec") or {}).get("replicas") or 0),
             ready=int((deployment.get("status") or {}).get("readyReplicas") or 0),
-            autoscaler=scalers.get((ns, name))))  # fmt: skip
+            autoscaler=scalers.get((ns, name)), traffic=_traffic(mine, traffic)))  # fmt: skip
     return rows

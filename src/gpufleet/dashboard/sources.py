@@ -18,7 +18,7 @@ from gpufleet.cluster.queues import QueueCounts, WaitingJob, counts, waiting_job
 from gpufleet.dashboard import REFRESH_S
 from gpufleet.dashboard.fleetpage import FleetGpus, fleet_gpus
 from gpufleet.dashboard.servingpage import ServiceRow, service_rows
-from gpufleet.dashboard.utilization import Utilization, read
+from gpufleet.dashboard.utilization import PodTraffic, Utilization, read, traffic
 from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER, Obj
 
 
@@ -110,15 +110,20 @@ class ClusterSource:
             raise to_cluster_error(exc, "list the nodes and every namespace's pods") from exc
         return fleet_gpus(nodes, pods)
 
-    def services(self) -> list[ServiceRow]:
-        """Every InferenceService's Triton Deployment with its pods and autoscaler."""
+    def traffic(self) -> PodTraffic | None:
+        """The serving pods' last minute, from the configured Prometheus (None: none)."""
+        return traffic(self.prometheus) if self.prometheus else None
+
+    def services(self, seen: PodTraffic | None = None) -> list[ServiceRow]:
+        """Every InferenceService's Triton Deployment with its pods and autoscaler, and what
+        Prometheus has ``seen`` of its pods' requests."""
         c = self.cluster
         try:
-            return self._services(None if self.all_namespaces else c.namespace)
+            return self._services(None if self.all_namespaces else c.namespace, seen)
         except AcrossForbidden:
-            return self._services(c.namespace)
+            return self._services(c.namespace, seen)
 
-    def _services(self, namespace: str | None) -> list[ServiceRow]:
+    def _services(self, namespace: str | None, seen: PodTraffic | None) -> list[ServiceRow]:
         c = self.cluster
         reader = FleetReader(c.custom, c.core, namespace)
         servers = f"{LABEL_ROLE}={ROLE_SERVER}"
@@ -128,6 +133,7 @@ class ClusterSource:
             reader.core_objects("horizontal_pod_autoscaler", c.apis["AutoscalingV2Api"],
                                 label_selector=LABEL_JOB),
             reader.custom_objects(SCALED_OBJECTS, label_selector=LABEL_JOB) or [],
+            seen,
         )  # fmt: skip
 
     def rows(self, now: dt.datetime) -> list[JobRow]:

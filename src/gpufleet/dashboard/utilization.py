@@ -1,6 +1,8 @@
 """The fleet page's utilization beside allocation, and its unhealthy GPUs, from a Prometheus
 that scrapes gpufleet's exporter and evaluates gpufleet's rules (deploy/prometheus; the chart's
-PrometheusRule): `gpufleet dashboard --prometheus URL`.
+PrometheusRule): `gpufleet dashboard --prometheus URL`. The serving page's requests and their
+latency, from Triton's own counters of each pod that Prometheus scrapes (with its namespace and
+pod labels, as the serving pods' scrape annotations give them).
 
 The page reads the rules' recorded series, so that what it shows is what the alerts and the
 Grafana dashboards see: utilization per node and per namespace (of the GPUs allocated to it),
@@ -23,6 +25,13 @@ QUERIES = {
     "xid": "gpu:gpufleet_gpu_xid_errors:increase10m",
     "down": "gpufleet_gpu_up == 0",
     "ecc": 'increase(gpufleet_gpu_ecc_errors_total{type="uncorrected"}[10m]) > 0',
+}
+# Triton's counters, per pod, over the last minute: requests that succeeded, and the time that
+# requests took, end to end and waiting in Triton's queue (microseconds, summed over its models).
+TRAFFIC = {
+    "requests": "sum by (namespace, pod) (rate(nv_inference_request_success[1m]))",
+    "seconds": "sum by (namespace, pod) (rate(nv_inference_request_duration_us[1m])) / 1e6",
+    "queued": "sum by (namespace, pod) (rate(nv_inference_queue_duration_us[1m])) / 1e6",
 }
 TIMEOUT_S = 5.0
 
@@ -92,3 +101,50 @@ def read(url: str) -> Utilization:
                                   labels.get("uuid", ""), why))  # fmt: skip
     sick.sort(key=lambda u: (u.node, u.gpu, u.why))
     return Utilization(by("node", "node"), by("namespace", "namespace"), sick)
+
+
+@dataclass
+class Traffic:
+    """A pod's or a service's requests over the last minute: per second, and the seconds they
+    took per second, end to end and in Triton's queue."""
+
+    requests: float = 0.0
+    seconds: float = 0.0
+    queued: float = 0.0
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(self.requests + other.requests, self.seconds + other.seconds,
+                       self.queued + other.queued)  # fmt: skip
+
+    @property
+    def latency_ms(self) -> float | None:
+        """The mean request's time in Triton (None: no request in the last minute)."""
+        return 1000 * self.seconds / self.requests if self.requests > 0 else None
+
+    @property
+    def queue_ms(self) -> float | None:
+        """The mean request's wait in Triton's queue, its share of ``latency_ms``."""
+        return 1000 * self.queued / self.requests if self.requests > 0 else None
+
+
+@dataclass
+class PodTraffic:
+    """Each serving pod's Traffic by (namespace, pod); ``error`` when Prometheus could not be
+    read."""
+
+    pods: dict[tuple[str, str], Traffic] = field(default_factory=dict)
+    error: str | None = None
+
+
+def traffic(url: str) -> PodTraffic:
+    """What Prometheus at ``url`` has of the serving pods' last minute."""
+    try:
+        found = {name: _query(url, promql) for name, promql in TRAFFIC.items()}
+    except (OSError, ValueError, KeyError) as exc:  # URLError is an OSError
+        return PodTraffic(error=f"Prometheus at {url}: {exc}")
+    pods: dict[tuple[str, str], Traffic] = {}
+    for name, series in found.items():
+        for one in series:
+            key = (one["metric"].get("namespace", ""), one["metric"].get("pod", ""))
+            setattr(pods.setdefault(key, Traffic()), name, float(one["value"][1]))
+    return PodTraffic(pods)
