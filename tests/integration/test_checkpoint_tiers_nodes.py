@@ -20,7 +20,7 @@ from gpufleet.errors import EXIT_OK, EXIT_PREEMPTED
 from gpufleet.net import free_port
 from gpufleet.runtime.context import ENV_CHECKPOINT_DIR, ENV_NODE_ID
 from gpufleet.runtime.integrity import MARKER
-from tests.support.podlauncher import finish, pod_process
+from tests.support.podlauncher import finish, kill_left, pod_process
 from tests.support.procs import poll_until
 from tests.support.s3 import S3, bucket_env, needs_versitygw
 
@@ -66,10 +66,7 @@ def ended(pods: list[Any]) -> list[tuple[int, str]]:
     try:
         return [finish(p) for p in pods]
     finally:
-        for proc in pods:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate(timeout=30)
+        kill_left(pods)
 
 
 def result(workdir: Path, where: str) -> dict[str, Any]:

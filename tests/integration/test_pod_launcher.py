@@ -23,7 +23,7 @@ import pytest
 
 from gpufleet.errors import EXIT_FAILED, EXIT_NO_CHECKPOINT, EXIT_OK, EXIT_PREEMPTED
 from gpufleet.net import free_port
-from tests.support.podlauncher import finish, pod_process, wait_for_steps
+from tests.support.podlauncher import finish, kill_left, pod_process, wait_for_steps
 from tests.support.procs import SHM, semaphores_of
 from tests.support.scrape import scrape_port
 
@@ -84,10 +84,7 @@ def test_a_pod_whose_peer_got_the_sigterm_exits_75_without_a_restart(workdir: Pa
         code, out = finish(host)
         other_code, other_out = finish(other)
     finally:
-        for proc in (host, other):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate(timeout=30)
+        kill_left([host, other])
     assert code == EXIT_PREEMPTED, out
     assert "preempted after a checkpoint" in out and "will restart worker group" not in out, out
     assert other_code == EXIT_PREEMPTED, other_out
@@ -123,10 +120,7 @@ def test_losing_the_rendezvous_host_exits_75_on_the_other_pods(workdir: Path) ->
         host.communicate(timeout=30)
         code, out = finish(other)
     finally:
-        for proc in (host, other):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate(timeout=30)
+        kill_left([host, other])
     assert code == EXIT_PREEMPTED, out
     # The worker may say first that it lost a peer (gpufleet.launch.shim); the launcher's line:
     (line,) = [x for x in out.splitlines() if "lost the rendezvous host" in x]
@@ -168,10 +162,7 @@ def test_a_pod_that_replaces_a_crashed_one_joins_and_the_job_ends_exact(workdir:
                                       replacement=1, **spec)[0]  # fmt: skip
             results = [finish(p) for p in pods]
         finally:
-            for proc in pods:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.communicate(timeout=30)
+            kill_left(pods)
         assert [code for code, _ in results] == [EXIT_OK, EXIT_OK], results
         # Rank 0's run directory: torch's rendezvous ranks the agents by (host, pid), so on one
         # host a replacement whose pid is lower (pids wrap) is rank 0 (its own run directory).

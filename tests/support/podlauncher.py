@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,11 @@ def wait_for_steps(
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
     out, _ = proc.communicate(timeout=120)
     return proc.returncode, out
+
+
+def kill_left(pods: list[subprocess.Popen[str]]) -> None:
+    """SIGKILL the pods still running, each its process group (a node's), and reap them."""
+    for proc in pods:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=30)
