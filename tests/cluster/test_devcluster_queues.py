@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
+from tests.support.accounts import account_token
 from tests.support.devcluster import (
     CLUSTER_POLL_S,
     DevCluster,
-    account_token,
     condition,
     needs_controlplane,
     workload_of,

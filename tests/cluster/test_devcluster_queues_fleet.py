@@ -24,18 +24,15 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY
 from gpufleet.errors import UserInputError
 from tests.cluster.test_devcluster_queues import submit_annotated
+from tests.support.accounts import account_token, drop_viewer, token_env, viewer_token
 from tests.support.browser import chromium, dashboard, needs_browser, screenshot
 from tests.support.devcluster import (
     CHART,
     CLUSTER_POLL_S,
     DevCluster,
-    account_token,
     condition,
-    drop_viewer,
     needs_controlplane,
     tenant_user,
-    token_env,
-    viewer_token,
     workload_of,
 )
 from tests.support.devlab import queued_job

@@ -17,7 +17,8 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.dashboard import DASHBOARD_PORT
 from gpufleet.devcluster import platform
-from tests.support.devcluster import CHART, DevCluster, drop_viewer, port_forward, viewer_token
+from tests.support.accounts import drop_viewer, port_forward, viewer_token
+from tests.support.devcluster import CHART, DevCluster
 from tests.support.procs import poll_until
 from tests.support.realnodes import TENANT, project_image
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.accounts import port_forward
 from tests.support.cli import run_cli
-from tests.support.devcluster import DevCluster, port_forward
+from tests.support.devcluster import DevCluster
 from tests.support.procs import poll_until
 from tests.support.realnodes import TENANT
 from tests.support.realserving import MODEL, exported, ready_pods, served_by_gpufleet
