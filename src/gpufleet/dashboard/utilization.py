@@ -80,12 +80,19 @@ def _query(url: str, promql: str) -> list[dict[str, Any]]:
     return result
 
 
+def _query_all(url: str, queries: dict[str, str]) -> tuple[dict[str, list[dict[str, Any]]], str]:
+    """Each query's result by name, or what went wrong ("" when nothing did)."""
+    try:
+        return {name: _query(url, promql) for name, promql in queries.items()}, ""
+    except (OSError, ValueError, KeyError) as exc:  # URLError is an OSError
+        return {}, f"Prometheus at {url}: {exc}"
+
+
 def read(url: str) -> Utilization:
     """What Prometheus at ``url`` says now."""
-    try:
-        found = {name: _query(url, promql) for name, promql in QUERIES.items()}
-    except (OSError, ValueError, KeyError) as exc:  # URLError is an OSError
-        return Utilization(error=f"Prometheus at {url}: {exc}")
+    found, error = _query_all(url, QUERIES)
+    if error:
+        return Utilization(error=error)
 
     def by(name: str, label: str) -> dict[str, float]:
         return {s["metric"].get(label, ""): float(s["value"][1]) for s in found[name]}
@@ -119,12 +126,15 @@ class Traffic:
     @property
     def latency_ms(self) -> float | None:
         """The mean request's time in Triton (None: no request in the last minute)."""
-        return 1000 * self.seconds / self.requests if self.requests > 0 else None
+        return self._per_request(self.seconds)
 
     @property
     def queue_ms(self) -> float | None:
         """The mean request's wait in Triton's queue, its share of ``latency_ms``."""
-        return 1000 * self.queued / self.requests if self.requests > 0 else None
+        return self._per_request(self.queued)
+
+    def _per_request(self, seconds: float) -> float | None:
+        return 1000 * seconds / self.requests if self.requests > 0 else None
 
 
 @dataclass
@@ -138,10 +148,9 @@ class PodTraffic:
 
 def traffic(url: str) -> PodTraffic:
     """What Prometheus at ``url`` has of the serving pods' last minute."""
-    try:
-        found = {name: _query(url, promql) for name, promql in TRAFFIC.items()}
-    except (OSError, ValueError, KeyError) as exc:  # URLError is an OSError
-        return PodTraffic(error=f"Prometheus at {url}: {exc}")
+    found, error = _query_all(url, TRAFFIC)
+    if error:
+        return PodTraffic(error=error)
     pods: dict[tuple[str, str], Traffic] = {}
     for name, series in found.items():
         for one in series:
