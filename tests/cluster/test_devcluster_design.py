@@ -17,14 +17,17 @@ from typing import Any
 import pytest
 import yaml
 
+from gpufleet.devcluster.kwok import RUN_FOR_A_DAY
 from gpufleet.errors import EXIT_BAD_INPUT
 from gpufleet.kube import MULTUS_NETWORKS
 from gpufleet.render.podsecurity import RDMA_CAPABILITY
 from gpufleet.render.podspec import CONTAINER_SECURITY, POD_SECURITY
 from gpufleet.spec import DEFAULT_RDMA_RESOURCE
+from tests.cluster.test_devcluster_queues import submit_annotated
 from tests.support import ahead
+from tests.support.browser import chromium, dashboard, needs_browser, screenshot
 from tests.support.devcluster import DevCluster, needs_controlplane
-from tests.support.devlab import DESIGN, DESIGN_VALUES, design_installed
+from tests.support.devlab import DESIGN, DESIGN_VALUES, design_installed, queued_job
 from tests.support.procs import poll_until
 from tests.support.specs import cluster_job, write_spec
 
@@ -155,6 +158,56 @@ def test_every_kueue_target_waits_when_its_workers_fit_no_rack(
     line = poll_until(waiting, what=f"Kueue's reason for {name}", timeout=60, interval=1)
     assert 'topology "racks" allows to fit only 2 out of 3 pod(s)' in line, line
     assert design.cancel(name, "llm")
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"  # the design's flavor h100's node label
+
+
+@needs_browser
+def test_the_dashboard_shows_the_designs_gpus_and_why_each_job_waits(design: DevCluster) -> None:
+    """The design's values in Chromium (issue 53, item 5): llm runs a 2 x 8 job, and queues one
+    too wide for any rack and one larger than its quota and all it may borrow (10 x 8 > 56 +
+    16). The jobs page gives each waiting job Kueue's own reason; the queues page llm's quota on
+    flavor h100 and its two waiting jobs; the fleet page the H100s by product and by tenant."""
+    submit_annotated(design, queued_job("trains", "llm", nodes=2, gpus=8), "job", RUN_FOR_A_DAY)
+    submit(design, "too-wide", nodes=3, procsPerNode=8, resources={"gpu": 8},
+           topology={"level": RACK})  # fmt: skip
+    submit(design, "too-big", nodes=10, procsPerNode=8, resources={"gpu": 8})
+    from playwright.sync_api import expect
+
+    try:
+        with chromium() as browser, dashboard("--refresh", "1", cwd=design.root,
+                                              env=design.env) as url:  # fmt: skip
+            page = browser.new_page()
+            page.goto(url)
+            expect(reason(page, "too-wide")).to_contain_text('topology "racks" allows to fit only',
+                                                       timeout=60_000)  # fmt: skip
+            expect(reason(page, "too-big")).to_contain_text(  # its 80 GPUs, over 56 + 16
+                "current podset request (80) > maximum capacity (72)", timeout=60_000)  # fmt: skip
+            expect(page.locator('#jobs tr[data-name="llm/trains"] .phase-Running')).to_have_count(
+                1, timeout=60_000)  # fmt: skip
+            screenshot(page, "jobs-design")
+            page.goto(f"{url}/queues")
+            gpus = page.locator('[data-name="llm"] tr[data-resource="h100/nvidia.com/gpu"] td')
+            assert gpus.all_inner_texts()[2:8] == ["56", "16", "0", "16", "16", "16"]
+            waiting = page.locator("#waiting tbody tr").evaluate_all(
+                "rows => rows.map(r => r.dataset.name)")  # fmt: skip
+            assert sorted(waiting) == ["llm/too-big", "llm/too-wide"], waiting
+            screenshot(page, "queues-design")
+            page.goto(f"{url}/fleet")
+            product = page.locator(f'#products tr[data-product="{H100}"] td').all_inner_texts()
+            assert product[1:5] == ["4", "32", "16", "16"], product  # nodes GPUs allocated free
+            held = page.locator(f'#tenants tr[data-tenant="llm/{H100}"] td').last
+            assert held.inner_text() == "16"
+            screenshot(page, "fleet-design")
+    finally:
+        for name in ("trains", "too-wide", "too-big"):
+            design.cancel(name, "llm")
+
+
+def reason(page: Any, job: str) -> Any:
+    """The jobs page's reason cell of llm's ``job``."""
+    return page.locator(f'#jobs tr[data-name="llm/{job}"] .reason')
 
 
 RDMA = {"checkpoint": {"dir": "s3://b/c"}, "volumes": [], "rdma": {"network": "ib-net"}}

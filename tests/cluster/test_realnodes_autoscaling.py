@@ -8,8 +8,9 @@ A pod of the tenant runs MLPerf LoadGen (`gpufleet bench inference`, Offline, on
 another, each with new connections) against the Service. The HPA reads the metric through the
 API server's custom metrics API and scales to two replicas; the second one takes no inference
 request before it is Ready (Prometheus' samples of its Triton counters) and its share after; no
-request fails. When the load stops, the HPA scales back to one. Measured: load start to the
-second replica Ready, load end to one replica."""
+request fails; the dashboard's serving page shows, in Chromium, both replicas, the requests
+per second and their latency. When the load stops, the HPA scales back to one. Measured: load
+start to the second replica Ready, load end to one replica."""
 
 from __future__ import annotations
 
@@ -27,10 +28,18 @@ import yaml
 from gpufleet.devcluster.nodes import GPU_TAINT
 from gpufleet.render.podspec import CONTAINER_SECURITY, POD_SECURITY
 from gpufleet.render.serving import ADAPTER_METRICS, HTTP
+from tests.support.browser import chromium, dashboard, missing, screenshot
 from tests.support.devcluster import DevCluster
 from tests.support.paths import REPO
 from tests.support.procs import poll_until
-from tests.support.realnodes import TENANT, pod_log, project_image, prometheus, record
+from tests.support.realnodes import (
+    TENANT,
+    pod_log,
+    project_image,
+    prometheus,
+    prometheus_url,
+    record,
+)
 from tests.support.realserving import MODEL, exported, ready_pods, served_by_gpufleet
 from tests.support.specs import write_spec
 
@@ -177,24 +186,29 @@ def requests_of(pod: str) -> str:
     return f'sum({{__name__=~"nv_inference_request_(success|failure)",pod="{pod}"}})'
 
 
-def serving_row(cluster: DevCluster, name: str) -> str | None:
-    """Service ``name``'s row on the dashboard's serving page (issue 53), read from this cluster
-    and its Prometheus as `gpufleet dashboard --prometheus` reads them, once it shows a latency."""
-    from starlette.testclient import TestClient
+def serving_row(page: Any, url: str, name: str) -> Any | None:
+    """Service ``name``'s row on the dashboard's serving page (issue 53) in Chromium, once it
+    shows a latency (`gpufleet dashboard --prometheus` reads it from the cluster's
+    Prometheus)."""
+    page.goto(f"{url}/serving")
+    row = page.locator(f'#services tr[data-name="{TENANT}/{name}"]')
+    shown = row.count() and re.fullmatch(r"[0-9.]+", row.locator(".latency").inner_text())
+    return row if shown else None
 
-    from gpufleet.cluster.client import Cluster
-    from gpufleet.dashboard.app import create_app
-    from gpufleet.dashboard.sources import ClusterSource
-    from gpufleet.devcluster.realnodes import metrics
-    from gpufleet.devcluster.state import State
 
-    state = State.read(cluster.dir)
-    assert state is not None
-    url = f"http://127.0.0.1:{state.ports[metrics.PROMETHEUS]}"
-    source = ClusterSource(Cluster.of(cluster.api, TENANT), all_namespaces=False, prometheus=url)
-    web = TestClient(create_app(cluster.root, source), base_url="http://127.0.0.1:8465")
-    row = web.get("/serving").text.split(f'data-name="{TENANT}/{name}"')[-1].split("</tr>")[0]
-    return row if re.search(r'class="num latency">[0-9.]+<', row) else None
+def the_page_shows_the_load(cluster: DevCluster) -> None:
+    """The serving page under the load: both replicas ready, requests per second and their
+    latency (skipped where Chromium is missing: `make tools` installs it)."""
+    if missing() is not None:
+        return
+    with chromium() as browser, dashboard("-n", TENANT, "--prometheus", prometheus_url(cluster),
+                                          cwd=cluster.root, env=cluster.env) as url:  # fmt: skip
+        page = browser.new_page()
+        row = poll_until(lambda: serving_row(page, url, NAME), what="the serving page's latency",
+                         timeout=60, interval=2)  # fmt: skip
+        cells = row.locator("td").all_inner_texts()
+        assert cells[3] == "2/2" and float(row.locator(".rps").inner_text()) > 0, cells
+        screenshot(page, "serving-load")
 
 
 def test_the_example_scales_out_under_loadgen_and_back_in_after(
@@ -228,11 +242,8 @@ def test_the_example_scales_out_under_loadgen_and_back_in_after(
     runs = awaited(reallab, lambda: runs_since(reallab, ready + 1),
                    "a LoadGen run on two replicas", 300)  # fmt: skip
     # the dashboard's serving page: both replicas, the load's requests and their latency
-    row = poll_until(lambda: serving_row(reallab, NAME), what="the serving page's latency",
-                     timeout=60, interval=2)  # fmt: skip
+    the_page_shows_the_load(reallab)
     stop_load(reallab)
-    rps = re.search(r'class="num rps">([0-9.]+)<', row)
-    assert ">2/2<" in row and rps and float(rps.group(1)) > 0, row
     stopped = time.time()
     assert runs and all(r["errors"] == 0 for r in runs), runs
     poll_until(lambda: len(reallab.pods(TENANT, NAME)) == 1 and hpa(reallab)["status"].get(

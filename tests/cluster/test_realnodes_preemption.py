@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import chromium, dashboard, missing, screenshot
 from tests.support.devcluster import BoundPods, DevCluster, condition, workload_of
 from tests.support.procs import poll_until
 from tests.support.realnodes import (
@@ -151,10 +152,13 @@ def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
     assert restarts_spent(reallab, name, target) == 0
     local = local_digest(reallab.root, 2, 1, STEPS, EVERY)
     assert digests_in_logs(reallab, name) == [local]
+    # the page while its pods are there (one target: a JobSet's page reads the same)
+    shown = the_page_shows_the_preemption(reallab, name) if target == "job" else None
     kept = kept_logs_once_pods_are_gone(reallab, name)
     (preempted,) = map(int, PREEMPTED.findall(kept))
     (resumed,) = map(int, RESUMED.findall(kept))
     assert resumed == preempted, kept[-3000:]  # no step lost beyond the SIGTERM checkpoint
+    assert shown in (None, resumed)
     # both ranks saved their shard of it, at the same step
     assert last.name.startswith(f"step_{preempted:09d}-") and len(shards) == 2, (last, shards)
     # rank 0's two results: the preempted try's (its state at that step), then the final one
@@ -170,6 +174,32 @@ def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
     )
     for job, ns in ((name, TENANT), (lender, LENDER_TENANT)):
         assert reallab.cancel(job, ns)
+
+
+def the_page_shows_the_preemption(cluster: DevCluster, name: str) -> int | None:
+    """The ended job's page in Chromium (issue 53, item 5): Succeeded, its two ranks on the two
+    real nodes, Kueue's preemption and its cause in the timeline, the resumed pods' loss curve
+    with its points, and rank 0's log saying where it resumed: that step (None where Chromium
+    is missing: `make tools` installs it)."""
+    if missing() is not None:
+        return None
+    with chromium() as browser, dashboard("-n", TENANT, cwd=cluster.root,
+                                          env=cluster.env) as url:  # fmt: skip
+        page = browser.new_page()
+        page.goto(f"{url}/jobs/{TENANT}/{name}")
+        assert page.locator("#status .phase-Succeeded").count() == 1
+        rows = page.locator("#pods tbody tr")
+        ranks = {row.locator("td").nth(0).inner_text(): row.locator("td").nth(2).inner_text()
+                 for row in rows.all()}  # fmt: skip
+        assert sorted(ranks) == ["0", "1"] and len(set(ranks.values())) == 2, ranks
+        timeline = page.locator("#timeline").inner_text()
+        assert "Preempted" in timeline and "reclamation within the cohort" in timeline, timeline
+        assert page.locator("g#loss-points use").count() > 0
+        logs = "\n".join(page.locator("pre.log").all_inner_texts())
+        resumed = RESUMED.search(logs)
+        assert resumed, logs[-3000:]
+        screenshot(page, "job-preempted")
+    return int(resumed.group(1))
 
 
 def free_restarts(cluster: DevCluster, name: str, target: str) -> int:

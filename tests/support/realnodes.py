@@ -383,11 +383,16 @@ def record(case: str, **numbers: float) -> None:
             out.write(json.dumps({"case": case, **numbers}) + "\n")
 
 
-def prometheus(cluster: DevCluster, path: str, **params: Any) -> list[dict[str, Any]]:
-    """The result of a query of the cluster's Prometheus (its port in the cluster's state)."""
+def prometheus_url(cluster: DevCluster) -> str:
+    """The cluster's Prometheus (its port in the cluster's state)."""
     state = State.read(cluster.dir)
     assert state is not None
-    url = f"http://127.0.0.1:{state.ports[metrics.PROMETHEUS]}/api/v1/{path}"
+    return f"http://127.0.0.1:{state.ports[metrics.PROMETHEUS]}"
+
+
+def prometheus(cluster: DevCluster, path: str, **params: Any) -> list[dict[str, Any]]:
+    """The result of a query of the cluster's Prometheus."""
+    url = f"{prometheus_url(cluster)}/api/v1/{path}"
     with urllib.request.urlopen(f"{url}?{urllib.parse.urlencode(params)}", timeout=10) as resp:
         body = json.load(resp)
     assert body["status"] == "success", body

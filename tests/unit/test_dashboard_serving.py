@@ -63,6 +63,19 @@ def test_a_service_at_its_autoscalers_maximum_says_so() -> None:
     ]
 
 
+def test_a_metric_in_milli_units_reads_as_a_plain_number() -> None:
+    """The adapter's queue time per request is seconds, which the HPA writes ``59m``."""
+    objects = at_its_max(rendered("digits", "team-a", HPA))
+    (hpa,) = [o for o in objects if o["kind"] == "HorizontalPodAutoscaler"]
+    hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"] = "20m"
+    hpa["status"]["currentMetrics"][0]["pods"]["current"]["averageValue"] = "59m"
+    (row,) = service_rows([o for o in objects if o["kind"] == "Deployment"], [], [hpa], [])
+    assert row.autoscaler is not None and row.autoscaler.metric.endswith(": 0.059 / 0.02")
+    del hpa["status"]["currentMetrics"]  # not read yet
+    (row,) = service_rows([o for o in objects if o["kind"] == "Deployment"], [], [hpa], [])
+    assert row.autoscaler is not None and row.autoscaler.metric.endswith(": ? / 0.02")
+
+
 def test_the_serving_page_lists_each_service_with_its_autoscaler(tmp_path: Path) -> None:
     kube = FakeKube()
     for obj in at_its_max(rendered("digits", "team-a", HPA)) + rendered("keda", "team-b", KEDA):

@@ -73,6 +73,14 @@ def test_fractional_quantities_keep_their_unit() -> None:
     assert quota(cq)[0].lendable == "1000m"
 
 
+def test_a_remainder_steps_down_to_a_whole_number_of_a_smaller_unit() -> None:
+    cq = cluster_queue("q", [{"name": "memory", "nominalQuota": "6Ti"},
+                             {"name": "cpu", "nominalQuota": "2k"}],
+                       [{"name": "memory", "total": "16Gi", "borrowed": "0"},
+                        {"name": "cpu", "total": "1", "borrowed": "0"}])  # fmt: skip
+    assert [q.lendable for q in quota(cq)] == ["6128Gi", "1999"]
+
+
 def test_a_queues_counts_and_why_it_is_inactive() -> None:
     why = "Can't admit new workloads: references missing ResourceFlavor(s): a30"
     inactive = {"type": "Active", "status": "False", "reason": "FlavorNotFound", "message": why}

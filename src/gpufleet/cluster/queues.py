@@ -27,22 +27,32 @@ from gpufleet.kube import Obj
 # Evictions after which Kueue orders a workload by the eviction's time, not its creation.
 EVICTION_ORDERED = ("PodsReadyTimeout", "AdmissionCheck")
 _SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "k", "M", "G", "T", "P", "m")
+# Each kind of suffix, largest first: a quantity steps down its own kind to a whole number.
+_KINDS = (("Pi", "Ti", "Gi", "Mi", "Ki", ""), ("P", "T", "G", "M", "k", ""))
 
 
 def _conditions(obj: Obj) -> dict[str, Obj]:
     return {c.get("type", ""): c for c in (obj.get("status") or {}).get("conditions") or []}
 
 
-def _quantity(text: object) -> Decimal:
+def quantity(text: object) -> Decimal:
+    """A Kubernetes quantity (``256Gi``, ``20m``) as a number; ValueError when it is none."""
     from kubernetes.utils import parse_quantity
 
     return Decimal(parse_quantity(str(text)))  # type: ignore[no-untyped-call]
 
 
 def _in_units_of(value: Decimal, like: str) -> str:
-    """``value`` written with the suffix of ``like`` (a quantity such as ``256Gi``)."""
+    """``value`` written with the suffix of ``like`` (a quantity such as ``256Gi``), or with
+    the next smaller one of its kind where that is no whole number (6Ti less 16Gi is
+    ``6128Gi``, not ``5.984375Ti``)."""
     suffix = next((s for s in _SUFFIXES if like.endswith(s)), "")
-    scaled = value / _quantity(f"1{suffix}") if suffix else value
+    kind = next((k for k in _KINDS if suffix and suffix in k), ())
+    for unit in kind[kind.index(suffix) :] if kind else ():
+        scaled = value / quantity(f"1{unit}") if unit else value
+        if scaled == scaled.to_integral_value():
+            return f"{scaled.to_integral_value():f}{unit}"
+    scaled = value / quantity(f"1{suffix}") if suffix else value
     number = f"{scaled:f}".rstrip("0").rstrip(".") if "." in f"{scaled:f}" else f"{scaled:f}"
     return number + suffix
 
@@ -125,11 +135,11 @@ def quota(cluster_queue: Obj) -> list[FlavorQuota]:
                 nominal = str(res.get("nominalQuota", "0"))
                 used = usage.get((flavor["name"], res["name"])) or {}
                 total, borrowed = str(used.get("total", "0")), str(used.get("borrowed", "0"))
-                own = _quantity(total) - _quantity(borrowed)
-                lendable = max(Decimal(0), _quantity(nominal) - own)
+                own = quantity(total) - quantity(borrowed)
+                lendable = max(Decimal(0), quantity(nominal) - own)
                 limit = res.get("lendingLimit")
                 if limit is not None:
-                    lendable = min(lendable, _quantity(limit))
+                    lendable = min(lendable, quantity(limit))
                 rows.append(FlavorQuota(
                     flavor=flavor["name"], resource=res["name"], nominal=nominal, used=total,
                     borrowed=borrowed, lendable=_in_units_of(lendable, nominal),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufleet.cluster.fleet import ns_name
+from gpufleet.cluster.queues import quantity
 from gpufleet.cluster.status import summarize_service
 from gpufleet.dashboard.utilization import PodTraffic, Traffic
 from gpufleet.kube import LABEL_JOB, Obj
@@ -48,6 +49,15 @@ def _note(condition: Obj) -> str:
     return ": ".join(str(p) for p in parts if p)
 
 
+def _plain(value: object) -> str:
+    """A metric's quantity as a plain number (``59m``: 0.059 of a per-request time in
+    seconds); as it is when it is none."""
+    try:
+        return format(quantity(value).normalize(), "f")
+    except ValueError:
+        return str(value)
+
+
 def _hpa(hpa: Obj) -> Autoscaler:
     spec, status = hpa.get("spec") or {}, hpa.get("status") or {}
     current = {(m.get("pods") or {}).get("metric", {}).get("name"): m
@@ -58,8 +68,8 @@ def _hpa(hpa: Obj) -> Autoscaler:
         name = (pods.get("metric") or {}).get("name", "?")
         now = ((current.get(name) or {}).get("pods") or {}).get("current") or {}
         want = (pods.get("target") or {}).get("averageValue")
-        metrics.append(f"{name}: {now.get('averageValue', '?')}"
-                       + (f" / {want}" if want is not None else ""))  # fmt: skip
+        metrics.append(f"{name}: {_plain(now.get('averageValue', '?'))}"
+                       + (f" / {_plain(want)}" if want is not None else ""))  # fmt: skip
     # ScalingLimited is the one condition whose True is the news; the others' False is
     notes = [_note(c) for c in status.get("conditions") or []
              if (c.get("type") == "ScalingLimited") == (c.get("status") == "True")]  # fmt: skip
