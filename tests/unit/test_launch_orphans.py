@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -362,11 +361,11 @@ def test_without_workers_to_wait_for_mpirun_starts_at_once(
 def test_an_interrupted_launcher_kills_its_node_agents_and_no_secret_is_in_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     seen: list[tuple[subprocess.Popen[bytes], str, bytes]] = []
 
     def interrupted(proc: subprocess.Popen[bytes]) -> int:  # Ctrl-C while the launcher waits
-        config = next(tmp_path.glob("gpufleet-nodes-*/node0.json")).read_text()
+        config = (tmp_path / "nodes" / "node0.json").read_text()
+        assert not (tmp_path / "nodes" / "node0.out.json").exists()  # the stale one cleared
         environ = poll_until(  # empty a moment after exec
             lambda: Path(f"/proc/{proc.pid}/environ").read_bytes(), what="the agent's environ",
             timeout=20, interval=0.02,
@@ -378,9 +377,11 @@ def test_an_interrupted_launcher_kills_its_node_agents_and_no_secret_is_in_a_fil
     node = NodeConfig(run_id="r", node_rank=0, nnodes=1, nproc_per_node=1, max_restarts=0,
                       rdzv_endpoint="127.0.0.1:1", shutdown_timeout=1, log_dir=str(tmp_path),
                       argv=["true"], env={}, secret_env={"HF_TOKEN": "s3cr3t"})  # fmt: skip
+    (tmp_path / "nodes").mkdir()
+    (tmp_path / "nodes" / "node0.out.json").write_text("{}")  # a SIGKILLed launch's, cleared
     with pytest.raises(KeyboardInterrupt):
-        local._launch_node_processes([node])
+        local._launch_node_processes([node], tmp_path / "nodes")
     ((agent, config, environ),) = seen
     assert agent.wait(timeout=30) == -signal.SIGKILL
     assert "s3cr3t" not in config and b"\0HF_TOKEN=s3cr3t\0" in environ  # its environment only
-    assert list(tmp_path.glob("gpufleet-nodes-*")) == []  # its config files removed
+    assert not (tmp_path / "nodes").exists()  # its config files removed

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -247,7 +246,7 @@ def _run_locked(
         elif s.nodes == 1:
             outcomes = [launch_node(configs[0])]
         else:
-            outcomes = _launch_node_processes(configs)
+            outcomes = _launch_node_processes(configs, files.nodes)
         durable = finish(up, upload_wait(run_dir, s.preemption.grace_period), echo)
     summary = _summarize(job, run_dir, outcomes, started)
     summary.durable = durable
@@ -352,9 +351,12 @@ def forward_signals(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _launch_node_processes(configs: list[NodeConfig]) -> list[NodeOutcome]:
-    """One agent process per local node, like one torchrun per machine on a cluster."""
-    tmp = Path(tempfile.mkdtemp(prefix="gpufleet-nodes-"))
+def _launch_node_processes(configs: list[NodeConfig], tmp: Path) -> list[NodeOutcome]:
+    """One agent process per local node, like one torchrun per machine on a cluster; their
+    configs and outcomes in ``tmp`` (the run directory's, under the run's lock: a launcher
+    killed by SIGKILL leaves it there, not in /tmp, and the next launch clears it)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(mode=0o700, parents=True)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with forward_signals(procs):

@@ -10,6 +10,7 @@
     state.json       # the launcher's record of every launch of the job
     durable.json     # the node's uploader: what reached the durable tier (gpufleet.runtime.durable)
     logs/node<N>/    # the elastic agent's per-rank logs of node N
+    nodes/           # the local launcher's hand-off to each node's agent: config, outcome
     metrics/         # workers' job metrics files (prometheus_client multiprocess mode)
     checkpoints/     # checkpoints, unless spec.checkpoint.dir names another place
 
@@ -29,6 +30,7 @@ FATAL_FILE = "fatal.json"
 STATE_FILE = "state.json"
 DURABLE_FILE = "durable.json"
 LOGS_DIR = "logs"
+NODES_DIR = "nodes"
 METRICS_DIR = "metrics"
 # Where checkpoints go when spec.checkpoint.dir does not say.
 CHECKPOINTS_DIR = "checkpoints"
@@ -80,6 +82,12 @@ class RunDir:
     def node_logs(self, node: int) -> Path:
         """The per-rank logs of node ``node``."""
         return self.logs / f"node{node}"
+
+    @property
+    def nodes(self) -> Path:
+        """The local launcher's files for its node agents (no secret: those go by their
+        environment); removed when they end, and by the next launch after a SIGKILL."""
+        return self.path / NODES_DIR
 
     @property
     def metrics(self) -> Path:
