@@ -8,7 +8,9 @@ each test works in a namespace of its own.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import ssl
 import urllib.error
 import urllib.request
@@ -59,6 +61,37 @@ def test_up_is_ready_secured_and_found_again(devcluster: DevCluster) -> None:
         urllib.request.urlopen(f"{state.server}/api/v1/namespaces", context=ctx)
     with anonymous.value as refused:
         assert refused.code in (401, 403)
+
+
+def etcd_value(cluster: DevCluster, key: str) -> bytes:
+    """``key``'s value as etcd stores it, read from etcd itself (its v3 JSON gateway, plain
+    HTTP on loopback), past the API server."""
+    state = State.read(cluster.dir)
+    assert state is not None
+    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+    url = f"http://127.0.0.1:{state.ports['etcd']}/v3/kv/range"
+    with urllib.request.urlopen(urllib.request.Request(url, body), timeout=10) as resp:
+        (kv,) = json.load(resp)["kvs"]
+    return base64.b64decode(kv["value"])
+
+
+def test_a_secret_is_encrypted_in_etcd_with_the_clusters_own_key(devcluster: DevCluster) -> None:
+    """Issue 55, item 1: the API server writes a Secret to etcd with secretbox under the key
+    `cluster up` made (mode 0600); a reader of etcd sees no plaintext, the API the value."""
+    config = devcluster.dir / "pki" / "encryption.yaml"
+    assert config.stat().st_mode & 0o777 == 0o600
+    (key,) = yaml.safe_load(config.read_text())["resources"][0]["providers"][0]["secretbox"]["keys"]
+    plain = "s3cr3t-" + base64.b32encode(os.urandom(10)).decode()
+    secret = {"metadata": {"name": "encrypted"}, "stringData": {"token": plain}}
+    devcluster.core.create_namespaced_secret("default", secret)
+    try:
+        stored = etcd_value(devcluster, "/registry/secrets/default/encrypted")
+        assert stored.startswith(f"k8s:enc:secretbox:v1:{key['name']}:".encode()), stored[:40]
+        assert plain.encode() not in stored and b"token" not in stored
+        read = devcluster.core.read_namespaced_secret("encrypted", "default")
+        assert base64.b64decode(read.data["token"]).decode() == plain
+    finally:
+        devcluster.core.delete_namespaced_secret("encrypted", "default")
 
 
 def test_nodes_advertise_gpus(devcluster: DevCluster) -> None:

@@ -3,15 +3,24 @@ use, and the aggregation layer's CA apart from the cluster's."""
 
 from __future__ import annotations
 
+import base64
 import ipaddress
+import os
 from pathlib import Path
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gpufleet.devcluster.components import kube_apiserver
-from gpufleet.devcluster.pki import CLIENTS, FRONT_PROXY_CA, FRONT_PROXY_CLIENT, make_pki
+from gpufleet.devcluster.pki import (
+    CLIENTS,
+    FRONT_PROXY_CA,
+    FRONT_PROXY_CLIENT,
+    make_pki,
+    write_encryption_config,
+)
 
 
 def load(path: Path) -> x509.Certificate:
@@ -57,3 +66,25 @@ def test_the_front_proxy_has_a_ca_of_its_own(tmp_path: Path) -> None:
     for name, _, _ in CLIENTS:
         with pytest.raises((InvalidSignature, ValueError)):
             load(pki.cert(name)).verify_directly_issued_by(load(pki.cert(FRONT_PROXY_CA)))
+
+
+def test_the_secrets_key_is_the_clusters_own_private_and_kept(tmp_path: Path) -> None:
+    """Issue 55, item 1: a random 32-byte secretbox key per cluster, readable by its owner
+    only whatever the umask, kept on the next `cluster up` (etcd's data was written with it);
+    an interrupted write's file is replaced."""
+    pki = make_pki(tmp_path / "pki")
+    pki.encryption_config.with_suffix(".tmp").write_text("half")
+    old = os.umask(0)
+    try:
+        path = write_encryption_config(pki)
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o600 and not path.with_suffix(".tmp").exists()
+    (provider, identity) = yaml.safe_load(path.read_text())["resources"][0]["providers"]
+    (key,) = provider["secretbox"]["keys"]
+    assert len(base64.b64decode(key["secret"])) == 32 and identity == {"identity": {}}
+    assert write_encryption_config(pki).read_text() == path.read_text()  # kept
+    other = make_pki(tmp_path / "other")
+    assert write_encryption_config(other).read_text() != path.read_text()  # per cluster
+    argv = kube_apiserver(Path("kube-apiserver"), pki, 6443, 2379).argv
+    assert f"--encryption-provider-config={path}" in argv

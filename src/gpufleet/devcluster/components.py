@@ -77,9 +77,10 @@ def kube_apiserver(
 ) -> Component:
     """The API server as a real cluster runs it: client certificates, Node+RBAC authorization,
     signed ServiceAccount tokens, the default admission plugins (PodSecurity, ResourceQuota
-    among them); privileged containers refused. It listens on ``address``: loopback, or the
-    real nodes' bridge (pods reach it there, through the ``kubernetes`` Service); to kubelets
-    with its own client certificate, at their InternalIP."""
+    among them); privileged containers refused; Secrets encrypted in etcd (pki.py). It listens
+    on ``address``: loopback, or the real nodes' bridge (pods reach it there, through the
+    ``kubernetes`` Service); to kubelets with its own client certificate, at their
+    InternalIP."""
     argv = [
         str(binary),
         f"--bind-address={address}",
@@ -94,6 +95,7 @@ def kube_apiserver(
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         "--authorization-mode=Node,RBAC",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--encryption-provider-config={pki.encryption_config}",
         "--allow-privileged=false",
         "--profiling=false",
         f"--kubelet-client-certificate={pki.cert('kubelet-client')}",

@@ -35,7 +35,7 @@ from gpufleet.devcluster.components import (
 from gpufleet.devcluster.controllers import Controllers
 from gpufleet.devcluster.kwok import KwokNodes
 from gpufleet.devcluster.nodes import NodeContext, NodeKind, NodeSpec
-from gpufleet.devcluster.pki import Pki, make_pki, write_kubeconfig
+from gpufleet.devcluster.pki import Pki, make_pki, write_encryption_config, write_kubeconfig
 from gpufleet.devcluster.processes import Processes, stop_all
 from gpufleet.devcluster.realnodes import host
 from gpufleet.devcluster.state import DEFAULT_DIR, State
@@ -160,6 +160,7 @@ class LocalCluster:
         PKI, the control plane's kubeconfigs and command lines; the API server on
         ``address``."""
         pki = make_pki(self.dir / "pki", sorted({LOOPBACK, address, KUBERNETES_SERVICE_IP}))
+        write_encryption_config(pki)
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
         names = port_names()
         ports = dict(zip(names, free_ports(len(names), cluster=True), strict=True))

@@ -62,6 +62,42 @@ class Pki:
     def service_account_pub(self) -> Path:
         return self.dir / "service-account.pub"
 
+    @property
+    def encryption_config(self) -> Path:
+        """The API server's EncryptionConfiguration: the key of the Secrets in etcd."""
+        return self.dir / "encryption.yaml"
+
+
+# How the API server writes a Secret to etcd: encrypted with the cluster's own key (NaCl
+# secretbox: XSalsa20 and Poly1305, a 32-byte key), each value then starting with
+# ``k8s:enc:secretbox:v1:<key name>:``; identity last, so that a value written before
+# encryption was on is still read (and encrypted when next written).
+ENCRYPTION_KEY_NAME = "cluster-key-1"
+
+
+def write_encryption_config(pki: Pki) -> Path:
+    """The cluster's EncryptionConfiguration, a new random key in it (mode 0600, in the PKI's
+    0700 directory); kept if already there, as the certificates are."""
+    import base64
+    import json
+    import os
+    import secrets
+
+    path = pki.encryption_config
+    if path.exists():
+        return path
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    doc = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration",
+           "resources": [{"resources": ["secrets"], "providers": [
+               {"secretbox": {"keys": [{"name": ENCRYPTION_KEY_NAME, "secret": key}]}},
+               {"identity": {}}]}]}  # fmt: skip
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)  # an interrupted write's
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(json.dumps(doc, indent=2) + "\n")  # JSON is YAML; never readable by others
+    tmp.replace(path)
+    return path
+
 
 def write_kubeconfig(path: Path, server: str, pki: Pki, user: str) -> Path:
     """A kubeconfig for ``user`` (a client certificate of the PKI) at ``path``, readable by its
