@@ -47,14 +47,13 @@ def _in_units_of(value: Decimal, like: str) -> str:
     the next smaller one of its kind where that is no whole number (6Ti less 16Gi is
     ``6128Gi``, not ``5.984375Ti``)."""
     suffix = next((s for s in _SUFFIXES if like.endswith(s)), "")
-    kind = next((k for k in _KINDS if suffix and suffix in k), ())
-    for unit in kind[kind.index(suffix) :] if kind else ():
+    kind = next((k for k in _KINDS if suffix in k), (suffix,)) if suffix else ("",)
+    for unit in kind[kind.index(suffix) :]:
         scaled = value / quantity(f"1{unit}") if unit else value
         if scaled == scaled.to_integral_value():
             return f"{scaled.to_integral_value():f}{unit}"
-    scaled = value / quantity(f"1{suffix}") if suffix else value
-    number = f"{scaled:f}".rstrip("0").rstrip(".") if "." in f"{scaled:f}" else f"{scaled:f}"
-    return number + suffix
+    scaled = value / quantity(f"1{suffix}") if suffix else value  # no whole number: as it is
+    return f"{scaled.normalize():f}{suffix}"
 
 
 @dataclass

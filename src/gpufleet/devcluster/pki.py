@@ -80,7 +80,6 @@ def write_encryption_config(pki: Pki) -> Path:
     0700 directory); kept if already there, as the certificates are."""
     import base64
     import json
-    import os
     import secrets
 
     path = pki.encryption_config
@@ -92,9 +91,8 @@ def write_encryption_config(pki: Pki) -> Path:
                {"secretbox": {"keys": [{"name": ENCRYPTION_KEY_NAME, "secret": key}]}},
                {"identity": {}}]}]}  # fmt: skip
     tmp = path.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)  # an interrupted write's
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
-        out.write(json.dumps(doc, indent=2) + "\n")  # JSON is YAML; never readable by others
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")  # JSON is YAML
+    tmp.chmod(0o600)  # as the keys beside it, in the 0700 directory
     tmp.replace(path)
     return path
 
