@@ -16,7 +16,34 @@ from typing import Any
 from pydantic import Field
 
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, CheckpointSettings
+from gpufleet.spec.env import KeyRef
 from gpufleet.spec.validation import INT32_MAX, CrossFieldModel, Problem, SpecModel
+
+
+class Encryption(CrossFieldModel):
+    """The durable tier's copies encrypted (AES-256-GCM, gpufleet.runtime.encryption), the
+    key kept out of the spec and the command lines: exactly one of the two sources."""
+
+    key_secret: KeyRef | None = Field(
+        default=None,
+        description=(
+            "The key: a key of a Secret (32 bytes, raw or in base64), given to the node "
+            "launcher's environment by reference, never written out. gpufleet run reads it as "
+            "it reads the env's secretKeyRef."
+        ),
+    )
+    key_file: str | None = Field(
+        default=None,
+        min_length=2,
+        pattern=r"^/",
+        description="The key: an absolute path to a file holding it (a mounted Secret's).",
+    )
+
+    @classmethod
+    def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
+        if sum(data.get(k) is not None for k in ("keySecret", "keyFile")) != 1:
+            return [((), "set exactly one of keySecret or keyFile")]
+        return []
 
 
 class DurableTier(SpecModel):
@@ -36,6 +63,14 @@ class DurableTier(SpecModel):
         ge=1,
         le=INT32_MAX,
         description="Complete checkpoints to keep on the durable tier (newest).",
+    )
+    encryption: Encryption | None = Field(
+        default=None,
+        description=(
+            "Encrypt each file on the durable tier (AES-256-GCM) before it leaves the node; "
+            "its marker records the key's id, never the key. A resume decrypts and verifies; "
+            "a tampered copy is refused like a corrupt one."
+        ),
     )
 
 
