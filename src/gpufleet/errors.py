@@ -29,6 +29,7 @@ traceback)::
     │   ├── NoUsableCheckpointError   exit 4, fatal: every complete checkpoint is corrupt
     │   ├── CheckpointMismatchError   exit 2, fatal: the checkpoint is another job's or model's
     │   ├── ReshardError              exit 2, fatal: this world size cannot split its global batch
+    │   ├── CheckpointKeyError        exit 2, fatal: no key, or another key, for an encrypted one
     │   └── CheckpointStorageError    exit 6, fatal: disk full, quota, read-only, permission
     ├── NonFiniteError            exit 5, fatal: NaN/Inf loss or weights
     ├── MetricsPortError          the metrics port cannot be opened (also an OSError)
@@ -118,6 +119,15 @@ class CheckpointMismatchError(CheckpointError):
 class ReshardError(CheckpointError):
     """A checkpoint cannot continue at this world size: its global batch does not split over
     the workers evenly (a changed batch would change the training). Bad input, exit 2."""
+
+    exit_code = EXIT_BAD_INPUT
+    fatal = True
+
+
+class CheckpointKeyError(CheckpointError):
+    """A durable checkpoint is encrypted (spec.checkpoint.durable.encryption) and the job has
+    no key, or another key, than the one it was written with: the message names both key ids.
+    Bad input, exit 2: no restart brings the key."""
 
     exit_code = EXIT_BAD_INPUT
     fatal = True

@@ -2,7 +2,10 @@
 worker pods run here (tests/support/podlauncher.py), each with its own fast checkpoint directory
 and node name, the durable tier a real S3 server (versitygw). Each node's uploader copies its
 ranks' files; node 0's writes the durable marker once both parts are up. A node lost with its
-disk (its fast directory wiped) resumes from the durable tier, exactly."""
+disk (its fast directory wiped) resumes from the durable tier, exactly. The durable copies are
+encrypted (spec.checkpoint.durable.encryption): each node seals its own files, node 0's marker
+holds both nodes' ciphertext digests, and on the resume each node opens its own plaintext
+copy."""
 
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ import pytest
 from gpufleet.errors import EXIT_OK, EXIT_PREEMPTED
 from gpufleet.net import free_port
 from gpufleet.runtime.context import ENV_CHECKPOINT_DIR, ENV_NODE_ID
+from gpufleet.runtime.encryption import key_id
 from gpufleet.runtime.integrity import MARKER
+from gpufleet.runtime.sealed import OPENED
 from tests.support.podlauncher import finish, kill_left, pod_process
 from tests.support.procs import poll_until
 from tests.support.s3 import S3, bucket_env, needs_versitygw
@@ -33,6 +38,15 @@ SPEC: dict[str, Any] = {
     "checkpoint": {"dir": "/ckpt/run", "everySteps": 100, "durable": {"dir": "s3://durable/job"}},
     "preemption": {"gracePeriod": "60s"},
 }  # fmt: skip
+KEY = os.urandom(32)
+
+
+@pytest.fixture(autouse=True)
+def key_file(workdir: Path) -> None:
+    """The key both pods read (a mounted Secret's file in a real pod)."""
+    path = workdir / "checkpoint.key"
+    path.write_bytes(KEY)
+    SPEC["checkpoint"]["durable"]["encryption"] = {"keyFile": str(path)}
 
 
 @pytest.fixture
@@ -85,6 +99,10 @@ def test_a_node_lost_with_its_disk_resumes_from_the_durable_tier_exactly(
     assert max(markers) == STEPS
     hosts = {f["host"] for f in markers[STEPS]["files"].values()}
     assert hosts == {"node-0", "node-1"}  # each node's ranks wrote, and uploaded, their files
+    sealed = markers[STEPS]["encryption"]
+    assert (
+        sealed["key_id"] == key_id(KEY) and sealed["files"].keys() == markers[STEPS]["files"].keys()
+    )
     baseline = result(workdir, "straight")["state_digest"]
     # the same job again, from nothing, preempted after a checkpoint is durable
     for path in [workdir / "fast-0", workdir / "fast-1"]:
@@ -105,3 +123,6 @@ def test_a_node_lost_with_its_disk_resumes_from_the_durable_tier_exactly(
     assert "split over the nodes' own disks: resuming from the durable tier" in out, out[-3000:]
     final = result(workdir, "again")
     assert final["resumed_from"] == stopped and final["state_digest"] == baseline
+    for n in (0, 1):  # each node opened its own copy, and removed it after the load
+        assert (workdir / f"fast-{n}" / OPENED).is_dir()
+        assert not any((workdir / f"fast-{n}" / OPENED).rglob("*.distcp"))

@@ -61,6 +61,7 @@ EXIT_CODES = {
 # Errors whose code is not 1 (EXIT_FAILED).
 OWN_CODES = {
     "CheckpointMismatchError": 2,
+    "CheckpointKeyError": 2,
     "ReshardError": 2,
     "UserInputError": 2,
     "NoUsableCheckpointError": 4,

@@ -36,7 +36,7 @@ from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
-from gpufleet.launch.secrets import resolve_env
+from gpufleet.launch.secrets import check_checkpoint_key, resolve_env
 from gpufleet.launch.uploads import DurableCollector, durable_uploads, finish, upload_wait
 from gpufleet.launch.worker import (
     DEFAULT_RUN_ROOT,
@@ -47,7 +47,7 @@ from gpufleet.launch.worker import (
 from gpufleet.launch.worker import worker_env as shared_worker_env
 from gpufleet.net import free_ports
 from gpufleet.procs import wait_exit
-from gpufleet.runtime.context import DEFAULT_FRAMEWORK
+from gpufleet.runtime.context import DEFAULT_FRAMEWORK, JobContext
 from gpufleet.runtime.files import read_json, write_json_atomic
 from gpufleet.runtime.rundir import ARCHIVE_DIR, RunDir
 from gpufleet.spec import TrainingJob
@@ -190,6 +190,7 @@ def run_local(
     kept under ``<run dir>/logs``. Re-running a job resumes from its newest complete checkpoint.
     """
     check_checkpoint_storage(job)
+    check_checkpoint_key(job)
     check_script(job)
     check_framework(job)
     secret_env = resolve_env(job)  # the spec's Secret/ConfigMap references, before anything
@@ -237,7 +238,9 @@ def _run_locked(
     ]
     with (
         serve_metrics(job, run_dir),
-        durable_uploads(s.checkpoint.settings(run_dir), job.metadata.name, run_dir, echo) as up,
+        durable_uploads(
+            JobContext.from_env(envs[0]).checkpoint, job.metadata.name, run_dir, echo
+        ) as up,  # fmt: skip
     ):
         if s.framework == "ray":  # a Ray cluster and its driver, not torchrun's agents
             from gpufleet.frameworks.ray.local import run_ray  # it imports this module

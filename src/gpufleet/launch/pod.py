@@ -43,7 +43,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
+from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, CheckpointKeyError
 from gpufleet.launch.fatal import no_restart_after_fatal, read_fatal
 from gpufleet.launch.keptlogs import keep, kept_name
 from gpufleet.launch.uploads import DurableCollector, durable_uploads, finish, upload_wait
@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     keep_logs = _keeper(args.log_dir if ours else None, started)
     try:
         return _launch(args, run_dir, keep_logs)
+    except CheckpointKeyError as exc:  # the durable tier's key: no restart brings it
+        _say(f"gpufleet: {exc}")
+        return exc.exit_code
     finally:
         keep_logs()
 

@@ -28,6 +28,12 @@ def objects_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path((environ if environ is not None else os.environ).get(ENV_OBJECTS_DIR, ".gpufleet"))
 
 
+def secrets_dir(environ: Mapping[str, str] | None = None) -> str:
+    """Where local Secrets are, absolute (workers may run elsewhere): ``<objects dir>/secrets``
+    (a checkpoint key's Secret: spec.checkpoint.durable.encryption.keySecret)."""
+    return str((objects_dir(environ) / _FOLDER["secretKeyRef"]).resolve())
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_bytes().decode("utf-8")
@@ -73,3 +79,22 @@ def resolve_env(job: TrainingJob, environ: Mapping[str, str] | None = None) -> d
     if errors:
         raise UserInputError(errors)
     return values
+
+
+def check_checkpoint_key(job: TrainingJob) -> None:
+    """Fail before starting anything when the durable tier's key (spec.checkpoint.durable
+    .encryption) cannot be read here, or is not a key: UserInputError with its field path."""
+    durable = job.spec.checkpoint.durable
+    encryption = durable.encryption if durable else None
+    if encryption is None:
+        return
+    from gpufleet.runtime.encryption import load_key
+
+    field = "keyFile" if encryption.key_file else "keySecret"
+    path = Path(encryption.key_path(secrets_dir()))
+    try:
+        load_key(path.read_bytes, str(path))
+    except (OSError, ValueError) as exc:
+        reason = f"cannot read {path}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+        where = f"spec.checkpoint.durable.encryption.{field}"
+        raise UserInputError([FieldError(where, reason)]) from None

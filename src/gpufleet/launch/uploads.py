@@ -21,6 +21,7 @@ from gpufleet.runtime.metrics import (
     UPLOAD_FAILURES,
 )
 from gpufleet.runtime.rundir import RunDir
+from gpufleet.runtime.sealed import read_key
 
 # How long a finished job waits for its last checkpoint to become durable. A preempted one
 # waits what is left of its grace period (the kubelet's SIGKILL ends it anyway) less
@@ -58,7 +59,9 @@ def durable_uploads(
     def save(state: UploadState) -> None:
         write_json_atomic(state_file, state.to_json())
 
-    uploader = Uploader(fast, durable, keep=settings.durable_keep, on_change=save).start()
+    key = read_key(settings.key_file)  # CheckpointKeyError before any upload, without one
+    uploader = Uploader(fast, durable, keep=settings.durable_keep, on_change=save, key=key)
+    uploader.start()
     try:
         yield uploader
     finally:

@@ -11,6 +11,7 @@ from pathlib import Path
 from gpufleet.frameworks.horovod import HOROVOD_ENV
 from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_WORKERS, RAY_ENV
 from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
+from gpufleet.launch.secrets import secrets_dir
 from gpufleet.runtime.context import ENV_GRACE_PERIOD, JobContext
 from gpufleet.runtime.rundir import RunDir
 from gpufleet.spec import TrainingJob
@@ -31,9 +32,15 @@ def worker_module_args(job: TrainingJob) -> list[str]:
     return ["-m", SHIM_MODULE, *command]
 
 
-def job_context(job: TrainingJob, run_dir: Path, metrics_dir: str | None = None) -> JobContext:
+def job_context(
+    job: TrainingJob,
+    run_dir: Path,
+    metrics_dir: str | None = None,
+    secrets_root: str | None = None,
+) -> JobContext:
     """The runtime settings workers read from GPUFLEET_* variables. The checkpoint directory
-    is the spec's, else <run_dir>/checkpoints, named explicitly so every worker agrees."""
+    is the spec's, else <run_dir>/checkpoints, named explicitly so every worker agrees; a
+    Secret's key file under ``secrets_root`` (None: this machine's, secrets_dir)."""
     s = job.spec
     # A script has no steps gpufleet can see: its watchdog counts from its last output or
     # heartbeat, which a script silent for minutes by design would trip, so only when asked.
@@ -41,7 +48,7 @@ def job_context(job: TrainingJob, run_dir: Path, metrics_dir: str | None = None)
     return JobContext(
         name=job.metadata.name,
         run_dir=run_dir,
-        checkpoint=s.checkpoint.settings(run_dir),
+        checkpoint=s.checkpoint.settings(run_dir, secrets_root or secrets_dir()),
         hang_timeout=s.hang_timeout,
         output_hang_timeout=s.hang_timeout if s.command and explicit else 0.0,
         on_non_finite=s.on_non_finite,
@@ -58,14 +65,16 @@ def worker_env(
     *,
     omp_threads: str = "1",
     metrics_address: str | None = None,
+    secrets_root: str | None = None,
 ) -> dict[str, str]:
     """The variables a worker gets on top of torchrun's, here and in pods alike: torch's
     threads (``OMP_NUM_THREADS``, as torchrun sets it), the GPUFLEET_* context for a job whose
     run directory is ``run_dir`` (metrics under it), and the spec's plain ``env`` last, so it
     wins. ``metrics_address``: in a pod, where the pod launcher serves the job metrics on
-    spec.metrics.port (Prometheus scrapes from outside the pod). Secret and ConfigMap
-    references are not here: each backend resolves them its own way."""
-    context = job_context(job, run_dir, str(RunDir(run_dir).metrics))
+    spec.metrics.port (Prometheus scrapes from outside the pod); ``secrets_root``: in a pod,
+    where Secrets are mounted (job_context). Secret and ConfigMap references are not here:
+    each backend resolves them its own way."""
+    context = job_context(job, run_dir, str(RunDir(run_dir).metrics), secrets_root)
     env = {"OMP_NUM_THREADS": omp_threads, **context.to_env()}
     if metrics_address is not None and job.spec.metrics.port:
         env[ENV_METRICS_PORT] = str(job.spec.metrics.port)

@@ -35,6 +35,9 @@ from gpufleet.torchapi import ENV_SHUTDOWN_TIMEOUT
 
 RDZV_PORT = 29400
 RUN_DIR = "/run/gpufleet"
+# Where a worker pod mounts the Secrets gpufleet reads as files (<root>/<name>/<key>): the
+# durable tier's key (spec.checkpoint.durable.encryption.keySecret), never an env variable.
+SECRETS_ROOT = "/var/run/secrets/gpufleet"
 UID = 1000  # the non-root user the worker image runs as
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU feature discovery
@@ -165,7 +168,7 @@ def worker_env(job: TrainingJob) -> dict[str, str]:
     .gracePeriod; as an environment variable, which a torch before 2.12 ignores where it would
     fail on a flag it does not know: gpufleet.torchapi)."""
     assert job.spec.checkpoint.dir or job.spec.checkpoint.durable, "call require_cluster_ready"
-    env = any_worker_env(job, Path(RUN_DIR), metrics_address="0.0.0.0")
+    env = any_worker_env(job, Path(RUN_DIR), metrics_address="0.0.0.0", secrets_root=SECRETS_ROOT)
     return {**env, ENV_SHUTDOWN_TIMEOUT: str(math.ceil(job.spec.preemption.grace_period))}
 
 
@@ -218,6 +221,21 @@ def _attach_rdma(container: Obj, rdma: Rdma) -> None:
     container["env"] = sorted(container["env"] + nccl, key=lambda e: e["name"])
 
 
+def _mount_key(job: TrainingJob, mounts: list[Obj], volumes: list[Obj]) -> None:
+    """The durable tier's key Secret (spec.checkpoint.durable.encryption.keySecret), its one
+    key mounted read-only where Encryption.key_path names it, readable by the pod's group
+    only (fsGroup)."""
+    durable = job.spec.checkpoint.durable
+    ref = durable.encryption.key_secret if durable and durable.encryption else None
+    if ref is None:
+        return
+    volumes.append({"name": "checkpoint-key", "secret": {
+        "secretName": ref.name, "items": [{"key": ref.key, "path": ref.key}],
+        "defaultMode": 0o440}})  # fmt: skip
+    mounts.append({"name": "checkpoint-key", "mountPath": f"{SECRETS_ROOT}/{ref.name}",
+                   "readOnly": True})  # fmt: skip
+
+
 def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
     """A PodSpec for ``job``: passes the Pod Security "restricted" profile by construction."""
     s = job.spec
@@ -263,6 +281,7 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
         "volumeMounts": mounts,
         "securityContext": copy.deepcopy(CONTAINER_SECURITY),
     }
+    _mount_key(job, mounts, volumes)
     spec: Obj = {
         "restartPolicy": "Never",
         # The preemption checkpoint must fit in the grace period the kubelet gives.

@@ -22,7 +22,7 @@ other ranks' files). A resume is rare; one extra read of the checkpoint is its p
 Tiers: the loop saves to the fast tier (``root``) only. When the job has a durable tier too
 (``durable``, filled by the node's uploader, gpufleet.runtime.durable), a resume takes the newest
 step that verifies on either, the fast copy first: a lost node (its fast tier gone) or a corrupt
-fast copy resumes from the durable one.
+fast copy resumes from the durable one. A sealed (encrypted) copy is opened on each node first.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from gpufleet.errors import (
     CheckpointError,
     CheckpointStorageError,
 )
-from gpufleet.runtime import checkpoint_io, choose, faults, integrity
+from gpufleet.runtime import checkpoint_io, choose, faults, integrity, sealed
 from gpufleet.runtime.checkpoint_io import model_fingerprint as model_fingerprint
 from gpufleet.runtime.checkpoint_io import storage_error
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, node_id
@@ -85,6 +85,7 @@ class Checkpointer:
         log: Callable[[str], None] | None = None,
         identity: dict[str, str] | None = None,
         durable: str | None = None,
+        key_file: str | None = None,
     ) -> None:
         # Who writes here: {"job": name, "workload": what it trains, "model": fingerprint}.
         # Recorded in every marker; a checkpoint of another job or model is never loaded, and
@@ -97,6 +98,7 @@ class Checkpointer:
             Tier(durable, name=DURABLE, identity=self.identity, log=self._log) if durable else None
         )
         self.root = self.fast.root
+        self._key_file = key_file  # the durable tier's key (read when a sealed copy is opened)
         self.keep = keep
         self.async_save = async_save
         self.every_steps = every_steps
@@ -152,14 +154,41 @@ class Checkpointer:
         if self._rank == 0:
             try:
                 found = choose.newest_usable(
-                    self.fast, self.durable, self.identity, self._log, incomplete
+                    self.fast, self.durable, self.identity, self._log, incomplete, self._open
                 )
             except CheckpointError as exc:
                 found = exc  # every rank raises rank 0's verdict
         decided: CheckpointRef | CheckpointError | None = self._broadcast(found)
         if isinstance(decided, CheckpointError):
             raise decided
+        if decided is not None and decided.sealed:
+            self._open_on_every_node(decided)
         return decided
+
+    def _open(
+        self, tier: Tier, ref: CheckpointRef, marker: dict[str, Any]
+    ) -> list[integrity.Mismatch]:
+        """Open the sealed ``ref`` on this node (choose.Opener): the files that do not verify."""
+        sealed.remove_opened(self.root, self._node)  # an earlier open's, never loaded
+        into = sealed.opened_dir(self.root, self._node, ref.path)
+        path, key = tier.fs_path(ref.path), sealed.read_key(self._key_file)
+        return sealed.open_checkpoint(tier.fs, path, marker, key, into, tier.url(path))
+
+    def _open_on_every_node(self, ref: CheckpointRef) -> None:
+        """Each other node's first rank opens the sealed ``ref`` too (rank 0 opened it on its
+        own node while choosing it): every node reads its own plaintext copy. Collective."""
+        error: str | None = None
+        if self._local_rank == 0 and self._rank != 0 and self.durable is not None:
+            try:
+                marker = integrity.read_marker(self.durable.fs, self.durable.fs_path(ref.path))
+                error = "; ".join(map(str, self._open(self.durable, ref, marker))) or None
+            except Exception as exc:  # every rank must hear it, or the others wait forever
+                error = str(exc)
+        errors = [e for e in self._gather(error) if e]
+        verdict = self._broadcast(errors[0] if errors else None)
+        if verdict:
+            raise CheckpointError(f"node {self._node} could not open the durable checkpoint of "
+                                  f"step {ref.step} ({ref.path}): {verdict}")  # fmt: skip
 
     def _incomplete_on_some_node(self) -> frozenset[str]:
         """The fast checkpoints some rank's view lacks a file of (every rank looks: a node's
@@ -328,23 +357,31 @@ class Checkpointer:
         return ref
 
     def load(self, ref: CheckpointRef, state: dict[str, Any]) -> None:
-        """Load ``ref`` into ``state`` in place (collective); every key must be in it."""
-        dcp_load(state, storage_reader=self._reader(ref.path), process_group=self._pg)
+        """Load ``ref`` into ``state`` in place (collective); every key must be in it. A
+        sealed copy's plaintext is removed once every rank has loaded it."""
+        dcp_load(state, storage_reader=self._reader(ref), process_group=self._pg)
+        if ref.sealed:
+            if self._distributed:  # every rank has read its node's copy
+                dist.barrier(group=self._pg)
+            if self._local_rank == 0:
+                sealed.remove_opened(self.root, self._node)
 
     def has_key(self, ref: CheckpointRef, key: str) -> bool:
         """Whether ``ref`` holds ``key`` (a flattened name, ``job.progress.step``): read from
         its metadata, so a field added later can be left out of loading an older checkpoint."""
-        metadata = self._reader(ref.path).read_metadata()
-        return key in metadata.state_dict_metadata
+        return key in self._reader(ref).read_metadata().state_dict_metadata
 
     # ---- helpers -------------------------------------------------------------------------
     def _writer(self, path: str) -> StorageWriter:
         return checkpoint_io.storage_writer(path, self.fast.url(path), local=self.fast.local)
 
-    def _reader(self, url: str) -> StorageReader:
-        """DCP's reader of a checkpoint on either tier (its URL says which storage)."""
-        local = is_local(url)
-        return checkpoint_io.storage_reader(url, url, local=local)
+    def _reader(self, ref: CheckpointRef) -> StorageReader:
+        """DCP's reader of a checkpoint on either tier (its URL says which storage), or of
+        this node's opened copy of a sealed one."""
+        if ref.sealed:
+            url = str(sealed.opened_dir(self.root, self._node, ref.path))
+            return checkpoint_io.storage_reader(url, url, local=True)
+        return checkpoint_io.storage_reader(ref.path, ref.path, local=is_local(ref.path))
 
     def _gather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` on rank 0 (others get []). Collective."""

@@ -15,9 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet.errors import CheckpointError, NoUsableCheckpointError
+from gpufleet.errors import CheckpointError, CheckpointKeyError, NoUsableCheckpointError
 from gpufleet.runtime import integrity
+from gpufleet.runtime.sealed import sealed_files
 from gpufleet.runtime.tier import CheckpointRef, Tier
+
+# Opens a sealed (encrypted) copy for loading: (its tier, the ref, its marker) -> the files
+# that do not verify (gpufleet.runtime.sealed.open_checkpoint).
+Opener = Callable[[Tier, CheckpointRef, dict[str, Any]], list[integrity.Mismatch]]
 
 
 def newest_usable(
@@ -26,10 +31,13 @@ def newest_usable(
     identity: dict[str, str],
     log: Callable[[str], None],
     incomplete: frozenset[str] = frozenset(),
+    opener: Opener | None = None,
 ) -> CheckpointRef | None:
     """The newest step with a copy that verifies, the fast tier's copy tried first; corrupt
     copies set aside on the way. ``incomplete``: fast directories some node cannot read whole.
-    Raises NoUsableCheckpointError when checkpoints exist but none can be loaded."""
+    A sealed copy is opened (``opener``) as part of its check: one that does not open is
+    corrupt too. Raises NoUsableCheckpointError when checkpoints exist but none can be
+    loaded."""
     tiers = [t for t in (fast, durable) if t is not None]
     copies: dict[int, list[tuple[Tier, CheckpointRef]]] = {}
     for tier in tiers:
@@ -43,6 +51,10 @@ def newest_usable(
                 split.append(step)
                 continue
             marker, problems = tier.check(ref)
+            sealed = sealed_files(marker) is not None
+            if sealed and not problems:
+                integrity.check_identity(identity, marker, root=tier.root, step=step)
+                problems = _opened(opener, tier, ref, marker)
             if problems is None:
                 log(f"gpufleet: checkpoint step {step} ({ref.path}) predates checksums: "
                     "loading it unverified")  # fmt: skip
@@ -58,9 +70,18 @@ def newest_usable(
                 steps = ", ".join(map(str, split))
                 log(f"gpufleet: the fast tier's checkpoints of step {steps} are split over the "
                     "nodes' own disks: resuming from the durable tier")  # fmt: skip
-            return CheckpointRef(step, ref.path, marker.get("world_size"), tier.name)
+            return CheckpointRef(step, ref.path, marker.get("world_size"), tier.name, sealed)
     _none_usable(tiers, set_aside, split)
     return None
+
+
+def _opened(
+    opener: Opener | None, tier: Tier, ref: CheckpointRef, marker: dict[str, Any]
+) -> list[integrity.Mismatch]:
+    if opener is None:
+        raise CheckpointKeyError(f"the checkpoint of step {ref.step} ({ref.path}) is encrypted "
+                                 "and nothing here can open it")  # fmt: skip
+    return opener(tier, ref, marker)
 
 
 def _none_usable(tiers: list[Tier], set_aside: list[str], split: list[int]) -> None:

@@ -27,6 +27,9 @@ ENV_CHECKPOINT_ASYNC = "GPUFLEET_CHECKPOINT_ASYNC"
 # spec.checkpoint.durable: the durable tier the node's uploader fills, read on resume
 ENV_CHECKPOINT_DURABLE = "GPUFLEET_CHECKPOINT_DURABLE"
 ENV_CHECKPOINT_DURABLE_KEEP = "GPUFLEET_CHECKPOINT_DURABLE_KEEP"
+# spec.checkpoint.durable.encryption: the path of the file holding the durable tier's key (a
+# mounted Secret's in a pod); the key itself is never in the environment
+ENV_CHECKPOINT_KEY_FILE = "GPUFLEET_CHECKPOINT_KEY_FILE"
 # spec.preemption.gracePeriod in seconds, for a pod launcher's wait for the durable upload
 ENV_GRACE_PERIOD = "GPUFLEET_GRACE_PERIOD"
 # Whose disk a node's fast checkpoint tier is: the host name (a pod's name) unless set. Two
@@ -103,6 +106,8 @@ class CheckpointSettings:
     # tier above by each node's uploader (gpufleet.runtime.durable); None: one tier.
     durable: str | None = None
     durable_keep: int = 5  # complete checkpoints kept on the durable tier, newest first
+    # The file holding the key the durable tier's copies are encrypted with; None: plaintext.
+    key_file: str | None = None
 
     def root(self, run_dir: Path) -> str:
         """The checkpoint directory (or URI) of a job whose run directory is ``run_dir``."""
@@ -180,6 +185,7 @@ class JobContext:
             async_save=e.get(ENV_CHECKPOINT_ASYNC, "1" if d.async_save else "0") == "1",
             durable=e.get(ENV_CHECKPOINT_DURABLE) or None,
             durable_keep=int(e.get(ENV_CHECKPOINT_DURABLE_KEEP, d.durable_keep)),
+            key_file=e.get(ENV_CHECKPOINT_KEY_FILE) or None,
         )
         return cls(
             name=name,
@@ -219,6 +225,8 @@ class JobContext:
         if self.checkpoint.durable:
             env[ENV_CHECKPOINT_DURABLE] = self.checkpoint.durable
             env[ENV_CHECKPOINT_DURABLE_KEEP] = str(self.checkpoint.durable_keep)
+        if self.checkpoint.key_file:
+            env[ENV_CHECKPOINT_KEY_FILE] = self.checkpoint.key_file
         if self.workload:
             env[ENV_WORKLOAD] = json.dumps(self.workload, sort_keys=True)
         if self.metrics_dir:

@@ -20,6 +20,10 @@ What makes a durable copy trustworthy:
 - Durable retention keeps ``keep`` of this job's complete checkpoints, and runs only after a
   verified upload, so it never deletes the newest verified durable copy.
 
+Encrypted (spec.checkpoint.durable.encryption): each file is sealed on its way
+(gpufleet.runtime.sealed) and the uploaded ciphertext verified against the digest taken while
+sealing; the durable marker adds every node's ciphertext digests and the key's id.
+
 A job on several nodes: the marker names the node (``host``, gpufleet.runtime.context.node_id)
 whose ranks wrote each file. Each node's uploader copies its own node's files, from its own disk
 or from a fast tier all nodes share, and then writes ``.parts/<node>.json`` beside them on the
@@ -40,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpufleet.runtime import integrity
+from gpufleet.runtime import integrity, sealed
 from gpufleet.runtime.context import node_id
 from gpufleet.runtime.integrity import MARKER
 from gpufleet.runtime.tier import DURABLE, FAST, CheckpointRef, Tier
@@ -100,8 +104,9 @@ class Uploader:
         keep: int,
         on_change: Callable[[UploadState], None] | None = None,
         node: str | None = None,
+        key: bytes | None = None,
     ) -> None:
-        self.fast, self.durable, self.keep = fast, durable, keep
+        self.fast, self.durable, self.keep, self.key = fast, durable, keep, key
         self.node = node or node_id()  # whose files this uploader copies
         self.state = UploadState()
         self._on_change = on_change
@@ -202,17 +207,20 @@ class Uploader:
         if name not in self._parts and not self.durable.fs.exists(self._part(dst, self.node)):
             self.durable.fs.makedirs(dst, exist_ok=True)  # a directory tier's; no-op on S3
             mine = sorted(n for n, f in files.items() if str(f.get("host") or writer) == self.node)
-            for file in mine:
-                self._copy_verified(self.fast.join(src, file), self.durable.join(dst, file),
-                                    files[file])  # fmt: skip
+            uploaded = {file: self._copy_verified(self.fast.join(src, file),
+                                                  self.durable.join(dst, file), files[file])
+                        for file in mine}  # fmt: skip
             self.durable.fs.makedirs(self.durable.join(dst, PARTS), exist_ok=True)
-            self.durable.write_atomic(self._part(dst, self.node), json.dumps(mine).encode())
+            self.durable.write_atomic(self._part(dst, self.node), sealed.part(uploaded, self.key))
         self._parts.add(name)
         if self.node != writer:
             return False
         missing = sorted(h for h in hosts if not self.durable.fs.exists(self._part(dst, h)))
         if missing:
             raise Waiting(f"step {ref.step} waits for the files of node {', '.join(missing)}")
+        if self.key is not None:
+            parts = [self.durable.fs.cat_file(self._part(dst, h)) for h in sorted(hosts)]
+            marker_bytes = sealed.sealed_marker(marker_bytes, parts)
         self.durable.write_atomic(self.durable.join(dst, MARKER), marker_bytes)
         self.durable.purge(ref.step, self.keep)
         return True
@@ -221,7 +229,9 @@ class Uploader:
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", node)
         return self.durable.join(self.durable.join(directory, PARTS), f"{safe}.json")
 
-    def _copy_verified(self, src: str, dst: str, want: dict[str, Any]) -> None:
+    def _copy_verified(self, src: str, dst: str, want: dict[str, Any]) -> dict[str, Any]:
+        """Copy ``src`` to ``dst`` until the copy verifies; its digest (the ciphertext's when
+        sealed, else ``want``)."""
         delay, last = BACKOFF[0], ""
         for attempt in range(ATTEMPTS):
             if self._stop.is_set():
@@ -230,7 +240,7 @@ class Uploader:
                 self._stop.wait(delay)  # a stop ends the waiting, not the attempts
                 delay = min(delay * 2, BACKOFF[1])
             try:
-                self._copy(src, dst)
+                stored = self._copy(src, dst, want)
                 size = int(self.durable.fs.size(dst))
                 got = integrity.sha256_of(self.durable.fs, dst)
             except FileNotFoundError as exc:
@@ -241,23 +251,31 @@ class Uploader:
             except Exception as exc:  # the store's client errors, as in pass_once
                 last = f"{_name(dst)}: {exc}"
                 continue
-            if size == want["size"] and got == want["sha256"]:
-                return
+            if size == stored["size"] and got == stored["sha256"]:
+                return stored
             last = f"{_name(dst)}: uploaded copy has sha256 {got[:16]} ({size} bytes)"
             if integrity.sha256_of(self.fast.fs, src) != want["sha256"]:
                 raise UploadError(f"the fast copy of {_name(src)} does not match its marker")
         raise UploadError(f"{ATTEMPTS} attempts failed, the last: {last}")
 
-    def _copy(self, src: str, dst: str) -> None:
+    def _copy(self, src: str, dst: str, want: dict[str, Any]) -> dict[str, Any]:
+        """Copy (or seal) ``src`` to ``dst``; the digest the stored copy must have."""
+        if self.key is not None:
+            plain, stored = sealed.seal(self.fast.fs, src, self.durable.fs, dst, self.key,
+                                        fsync=self.durable.local)  # fmt: skip
+            if plain != {"size": want["size"], "sha256": want["sha256"]}:
+                raise UploadError(f"the fast copy of {_name(src)} does not match its marker")
+            return stored
         if self.fast.local and not self.durable.local:
             self.durable.fs.put_file(src, dst)  # multipart for large files (s3fs)
-            return
+            return want
         with self.fast.fs.open(src, "rb") as fin, self.durable.fs.open(dst, "wb") as fout:
             while chunk := fin.read(8 << 20):
                 fout.write(chunk)
             if self.durable.local:  # on disk before the marker says it is (its rename and
                 fout.flush()  # directory fsync follow in write_atomic)
                 os.fsync(fout.fileno())
+        return want
 
     def _is_durable(self, name: str) -> bool:
         path = self.durable.join(self.durable.join(self.durable.root_path, name), MARKER)

@@ -34,6 +34,31 @@ HEADER_BYTES = len(MAGIC) + ID_BYTES + PREFIX_BYTES
 ALGORITHM = "AES-256-GCM"
 
 
+class Hashed:
+    """A binary file that counts and hashes (SHA-256) what passes through it, read or
+    written: the digests a marker records, taken in the pass that encrypts or decrypts."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file, self.size, self._sha = file, 0, hashlib.sha256()
+
+    def read(self, n: int) -> bytes:
+        data = self.file.read(n)
+        self._seen(data)
+        return data
+
+    def write(self, data: bytes) -> int:
+        self._seen(data)
+        return self.file.write(data)
+
+    def _seen(self, data: bytes) -> None:
+        self.size += len(data)
+        self._sha.update(data)
+
+    def digest(self) -> dict[str, int | str]:
+        """``{"size", "sha256"}``, as the marker's ``files`` hold them."""
+        return {"size": self.size, "sha256": self._sha.hexdigest()}
+
+
 class EncryptionError(Exception):
     """A file cannot be decrypted: not encrypted by gpufleet, or with another key."""
 
@@ -67,7 +92,7 @@ def _nonce(prefix: bytes, index: int) -> bytes:
     return prefix + index.to_bytes(4, "big")  # 12 bytes: GCM's own nonce size
 
 
-def _chunks(src: BinaryIO) -> Iterator[tuple[bytes, bool]]:
+def _chunks(src: BinaryIO | Hashed) -> Iterator[tuple[bytes, bool]]:
     """``src`` in chunks of ``CHUNK`` bytes, each with whether it is the last."""
     chunk = src.read(CHUNK)
     while True:
@@ -79,7 +104,7 @@ def _chunks(src: BinaryIO) -> Iterator[tuple[bytes, bool]]:
         chunk = following
 
 
-def encrypt(src: BinaryIO, dst: BinaryIO, key: bytes) -> None:
+def encrypt(src: BinaryIO | Hashed, dst: BinaryIO | Hashed, key: bytes) -> None:
     """Write ``src`` encrypted under ``key`` to ``dst``."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -91,7 +116,7 @@ def encrypt(src: BinaryIO, dst: BinaryIO, key: bytes) -> None:
                               _aad(header, index, last)))  # fmt: skip
 
 
-def _header(src: BinaryIO) -> bytes:
+def _header(src: BinaryIO | Hashed) -> bytes:
     header = src.read(HEADER_BYTES)
     if len(header) < HEADER_BYTES or not header.startswith(MAGIC):
         raise EncryptionError("not a checkpoint file encrypted by gpufleet")
@@ -103,7 +128,7 @@ def file_key_id(src: BinaryIO) -> str:
     return _header(src)[len(MAGIC) : len(MAGIC) + ID_BYTES].hex()
 
 
-def decrypt(src: BinaryIO, dst: BinaryIO, key: bytes) -> None:
+def decrypt(src: BinaryIO | Hashed, dst: BinaryIO | Hashed, key: bytes) -> None:
     """Write the plaintext of ``src`` to ``dst``: WrongKey, or Tampered at the first chunk
     that does not verify (what was written before it is the file's true start)."""
     from cryptography.exceptions import InvalidTag

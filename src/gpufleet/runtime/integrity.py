@@ -25,6 +25,9 @@ from gpufleet.errors import CheckpointMismatchError
 
 MARKER = "COMPLETE.json"
 STEP_DIR = re.compile(r"^step_(\d{9})-([0-9a-f]{6})$")
+# A marker's record of an encrypted copy (gpufleet.runtime.sealed): its "files" are the stored
+# ciphertext's, which verify() checks (the plaintext's are opened and checked with the key).
+ENCRYPTION = "encryption"
 SET_ASIDE = ".corrupt"  # a set-aside directory's suffix; STEP_DIR never matches it again
 _CHUNK = 8 << 20
 
@@ -89,8 +92,10 @@ def owner(fs: Any, directory: str) -> str | None:
 
 def verify(fs: Any, directory: str, marker: dict[str, Any]) -> list[Mismatch] | None:
     """Every file the marker lists, checked: the mismatches ([] when all match), or None when
-    the marker predates checksums (nothing to check against)."""
-    files = marker.get("files")
+    the marker predates checksums (nothing to check against). An encrypted copy's stored
+    ciphertext is checked (ENCRYPTION)."""
+    sealed = marker.get(ENCRYPTION)
+    files = sealed.get("files") if isinstance(sealed, dict) else marker.get("files")
     if not isinstance(files, dict):
         return None
     problems = []

@@ -33,6 +33,7 @@ class CheckpointRef:
     path: str
     world_size: int | None = None
     tier: str = FAST
+    sealed: bool = False  # encrypted (spec.checkpoint.durable.encryption): opened to read
 
 
 def is_local(root: str) -> bool:

@@ -136,6 +136,7 @@ class Trainer:
             every_steps=c.checkpoint.every_steps,
             log=self._log,
             durable=c.checkpoint.durable,
+            key_file=c.checkpoint.key_file,
             identity={
                 "job": c.name,
                 "workload": str(workload) if workload else model_class,

@@ -45,6 +45,14 @@ class Encryption(CrossFieldModel):
             return [((), "set exactly one of keySecret or keyFile")]
         return []
 
+    def key_path(self, secrets_root: str) -> str:
+        """The key's file: keyFile, or the Secret's key where a Secret is laid out as mounted
+        under ``secrets_root`` (``<root>/<name>/<key>``: the pod's mount, the local folder)."""
+        if self.key_file is not None:
+            return self.key_file
+        assert self.key_secret is not None  # exactly one: cross_field_problems
+        return posixpath.join(secrets_root, self.key_secret.name, self.key_secret.key)
+
 
 class DurableTier(SpecModel):
     """The durable tier: checkpoints uploaded there in the background, each file verified."""
@@ -127,9 +135,11 @@ class Checkpoint(CrossFieldModel):
                      f"{fast}: the durable tier must be another place")]  # fmt: skip
         return []
 
-    def settings(self, run_dir: Path) -> CheckpointSettings:
+    def settings(self, run_dir: Path, secrets_root: str) -> CheckpointSettings:
         """These fields as the runtime's settings for a job whose run directory is ``run_dir``,
-        the directory resolved (``dir``, else <run_dir>/checkpoints) so every worker agrees."""
+        the directory resolved (``dir``, else <run_dir>/checkpoints) so every worker agrees,
+        and a Secret's key found under ``secrets_root`` (Encryption.key_path)."""
+        encryption = self.durable.encryption if self.durable else None
         return CheckpointSettings(
             dir=CheckpointSettings(dir=self.dir).root(run_dir),
             every_steps=self.every_steps,
@@ -137,6 +147,7 @@ class Checkpoint(CrossFieldModel):
             async_save=self.async_save,
             durable=self.durable.dir if self.durable else None,
             durable_keep=self.durable.keep if self.durable else CHECKPOINT_DEFAULTS.durable_keep,
+            key_file=encryption.key_path(secrets_root) if encryption else None,
         )
 
 
