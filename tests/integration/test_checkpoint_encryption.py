@@ -104,6 +104,20 @@ def test_the_store_holds_only_ciphertext_and_a_resume_decrypts_it_exactly(
     assert not any((tmp_path / "fast" / OPENED).iterdir())  # the plaintext copy is removed
 
 
+def test_a_directory_durable_tier_is_sealed_too(tmp_path: Path) -> None:
+    """A PVC's path as the durable tier: the same ciphertext, fsynced, and the same resume."""
+    roots = str(tmp_path / "fast"), str(tmp_path / "pvc")
+    ckpt = Checkpointer(roots[0], identity={"job": JOB}, durable=roots[1],
+                        key_file=key_file(tmp_path))  # fmt: skip
+    fast, pvc = tiers(*roots, JOB)
+    ckpt.save(5, state(5))
+    assert Uploader(fast, pvc, keep=1, key=KEY).pass_once() is not None
+    weights = state(5)["m"]["w"].numpy().tobytes()[:64]
+    assert not any(weights in p.read_bytes() for p in (tmp_path / "pvc").rglob("*") if p.is_file())
+    shutil.rmtree(tmp_path / "fast")
+    assert loaded(ckpt) == (5, "durable", 5.25)
+
+
 def flip(s3: S3, directory: str, *, and_the_marker: bool) -> None:
     """Change one byte of the largest file of the sealed ``directory``; ``and_the_marker``:
     rewrite the marker's ciphertext digest to match, as an attacker with write access would."""
