@@ -90,10 +90,10 @@ def test_the_store_holds_only_ciphertext_and_a_resume_decrypts_it_exactly(
     stored = objects(s3, "a")
     markers = {p: json.loads(b) for p, b in stored.items() if p.endswith(MARKER)}
     assert len(markers) == 2
+    shards = [b for n, b in plain.items() if n.endswith(".distcp")]
     for path, data in stored.items():
-        if path.endswith(MARKER) or "/.parts/" in path:
-            continue
-        assert weights not in data and data != plain.get(path.rsplit("/", 1)[-1]), path
+        if not path.endswith(MARKER) and "/.parts/" not in path:
+            assert weights not in data and not holds_any(data, shards), path
     marker = markers[max(markers)]
     assert marker["encryption"]["algorithm"] == "AES-256-GCM"
     assert marker["encryption"]["key_id"] == key_id(KEY)
@@ -118,6 +118,27 @@ def test_a_directory_durable_tier_is_sealed_too(tmp_path: Path) -> None:
     assert loaded(ckpt) == (5, "durable", 5.25)
 
 
+def holds_any(data: bytes, plaintexts: list[bytes]) -> bool:
+    """Whether ``data`` holds any 64-byte piece of ``plaintexts`` (one every 4 KiB)."""
+    return any(p[i : i + 64] in data for p in plaintexts for i in range(0, len(p), 4096))
+
+
+def test_a_job_with_a_key_refuses_a_plaintext_durable_copy(tmp_path: Path, s3: S3) -> None:
+    """A newer plaintext checkpoint put on the durable tier (by anyone who may write the bucket,
+    with the job's identity copied) is set aside; the sealed one before it is loaded."""
+    ckpt, up = sealed_tiers(tmp_path / "job", "p")
+    ckpt.save(5, state(5))
+    assert up.pass_once() is not None
+    planted, plain_up = sealed_tiers(tmp_path / "planted", "p", key=None)
+    planted.save(10, state(10))
+    assert plain_up.pass_once() is not None  # a plaintext step 10, its marker well formed
+    lines: list[str] = []
+    ckpt._log = lines.append
+    shutil.rmtree(tmp_path / "job" / "fast")
+    assert loaded(ckpt) == (5, "durable", 5.25)
+    assert any("step 10 is corrupt" in ln and "a plaintext one" in ln for ln in lines), lines
+
+
 def flip(s3: S3, directory: str, *, and_the_marker: bool) -> None:
     """Change one byte of the largest file of the sealed ``directory``; ``and_the_marker``:
     rewrite the marker's ciphertext digest to match, as an attacker with write access would."""
@@ -140,8 +161,8 @@ def flip(s3: S3, directory: str, *, and_the_marker: bool) -> None:
 def test_a_tampered_copy_is_set_aside_and_the_resume_falls_back(
     tmp_path: Path, s3: S3, and_the_marker: bool
 ) -> None:
-    """A changed ciphertext fails its digest; changed together with the marker's digest, it
-    fails AES-GCM's tag: either way it is set aside, like a corrupt copy, and the older one
+    """A changed ciphertext fails its digest; changed together with the marker's digest, the
+    marker fails its HMAC: either way it is set aside, like a corrupt copy, and the older one
     is loaded."""
     prefix = f"t-{int(and_the_marker)}"
     ckpt, up = sealed_tiers(tmp_path, prefix)
@@ -157,7 +178,7 @@ def test_a_tampered_copy_is_set_aside_and_the_resume_falls_back(
     assert found == ["OK", "OK" if and_the_marker else "CORRUPT"]
     shutil.rmtree(tmp_path / "fast")
     assert loaded(ckpt) == (5, "durable", 5.25)
-    said = "does not verify" if and_the_marker else "expected sha256"
+    said = "one that does not verify" if and_the_marker else "expected sha256"  # its HMAC
     assert any("step 10 is corrupt" in ln and said in ln for ln in lines), lines
     assert s3.fs().exists(f"{newest}.corrupt")
 
@@ -214,8 +235,7 @@ def test_a_job_preempted_and_its_node_lost_resumes_exactly_from_ciphertext(
     assert summary_of(subprocess.CompletedProcess([], 0, out, err))["durable"]["newest"] == stopped
     plaintext = [p.read_bytes() for p in (workdir / "fast").rglob("*.distcp")]
     assert plaintext
-    for data in objects(s3, "job").values():
-        assert not any(p[i : i + 64] in data for p in plaintext for i in range(0, len(p), 4096))
+    assert not any(holds_any(data, plaintext) for data in objects(s3, "job").values())
     shutil.rmtree(workdir / "fast")
     again = run_cli("run", str(spec), "-o", "json", cwd=workdir, env=env)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -21,6 +21,7 @@ from gpufleet.runtime.encryption import (
     file_key_id,
     key_id,
     load_key,
+    mac,
 )
 
 KEY = bytes(range(32))
@@ -109,3 +110,25 @@ def test_a_key_is_32_raw_bytes_or_their_base64() -> None:
         with pytest.raises(ValueError, match="Secret ckpt/key: not a 32-byte key"):
             load_key(lambda bad=bad: bad, "Secret ckpt/key")
     assert len(key_id(KEY)) == 16 and key_id(KEY) != key_id(bytes(32))
+
+
+def test_a_file_opens_only_in_the_place_it_was_sealed_for() -> None:
+    """The context (a file's step directory and name) is in every chunk's associated data: a
+    valid file moved to another step or name does not open."""
+    data = os.urandom(3 * SMALL)
+    out = io.BytesIO()
+    encrypt(io.BytesIO(data), out, KEY, b"step_1/__0_0.distcp")
+    for elsewhere in (b"step_2/__0_0.distcp", b"step_1/__1_0.distcp", b""):
+        with pytest.raises(Tampered):
+            decrypt(io.BytesIO(out.getvalue()), io.BytesIO(), KEY, elsewhere)
+    back = io.BytesIO()
+    decrypt(io.BytesIO(out.getvalue()), back, KEY, b"step_1/__0_0.distcp")
+    assert back.getvalue() == data
+
+
+def test_a_markers_mac_needs_the_key_and_the_very_bytes() -> None:
+    other = bytes(reversed(KEY))
+    assert mac(KEY, b"marker") == mac(KEY, b"marker")
+    assert mac(KEY, b"marker") != mac(KEY, b"marker ")
+    assert mac(other, b"marker") != mac(KEY, b"marker")
+    assert KEY.hex() not in mac(KEY, b"marker")

@@ -88,8 +88,10 @@ def check_checkpoint_key(job: TrainingJob) -> None:
     encryption = durable.encryption if durable else None
     if encryption is None:
         return
+    from gpufleet.extras import require
     from gpufleet.runtime.encryption import load_key
 
+    require("encryption", "cryptography", what="spec.checkpoint.durable.encryption")
     field = "keyFile" if encryption.key_file else "keySecret"
     path = Path(encryption.key_path(secrets_dir()))
     try:

@@ -44,14 +44,12 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from gpufleet import torchapi
-from gpufleet.errors import (
-    CheckpointError,
-    CheckpointStorageError,
-)
+from gpufleet.errors import CheckpointError, CheckpointKeyError, CheckpointStorageError
 from gpufleet.runtime import checkpoint_io, choose, faults, integrity, sealed
 from gpufleet.runtime.checkpoint_io import model_fingerprint as model_fingerprint
 from gpufleet.runtime.checkpoint_io import storage_error
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, node_id
+from gpufleet.runtime.distributed import broadcast_from_main, gather_to_main
 from gpufleet.runtime.integrity import MARKER
 from gpufleet.runtime.tier import DURABLE, FAST, Tier, is_local
 from gpufleet.runtime.tier import CheckpointRef as CheckpointRef
@@ -158,7 +156,7 @@ class Checkpointer:
                 )
             except CheckpointError as exc:
                 found = exc  # every rank raises rank 0's verdict
-        decided: CheckpointRef | CheckpointError | None = self._broadcast(found)
+        decided: CheckpointRef | CheckpointError | None = broadcast_from_main(found, self._pg)
         if isinstance(decided, CheckpointError):
             raise decided
         if decided is not None and decided.sealed:
@@ -168,33 +166,44 @@ class Checkpointer:
     def _open(
         self, tier: Tier, ref: CheckpointRef, marker: dict[str, Any]
     ) -> list[integrity.Mismatch]:
-        """Open the sealed ``ref`` on this node (choose.Opener): the files that do not verify."""
+        """Open the sealed ``ref`` on this node (choose.Opener): what does not verify. A job
+        with a key refuses a plaintext durable copy."""
+        if integrity.ENCRYPTION not in marker:
+            return sealed.refused_plaintext() if self._key_file else []
         sealed.remove_opened(self.root, self._node)  # an earlier open's, never loaded
-        into = sealed.opened_dir(self.root, self._node, ref.path)
-        path, key = tier.fs_path(ref.path), sealed.read_key(self._key_file)
-        return sealed.open_checkpoint(tier.fs, path, marker, key, into, tier.url(path))
+        into, path = sealed.opened_dir(self.root, self._node, ref.path), tier.fs_path(ref.path)
+        try:
+            key = sealed.read_key(self._key_file)
+            return sealed.open_checkpoint(tier.fs, path, marker, key, into, tier.url(path))
+        except OSError as exc:  # the fast tier full (fatal), the store unreachable (a retry)
+            kind = CheckpointStorageError if storage_error(exc) else CheckpointError
+            raise kind(f"cannot open {tier.url(path)} into {into}: {exc}") from None
 
     def _open_on_every_node(self, ref: CheckpointRef) -> None:
         """Each other node's first rank opens the sealed ``ref`` too (rank 0 opened it on its
         own node while choosing it): every node reads its own plaintext copy. Collective."""
-        error: str | None = None
+        error: tuple[bool, str] | None = None  # (a key error, what it says)
         if self._local_rank == 0 and self._rank != 0 and self.durable is not None:
             try:
                 marker = integrity.read_marker(self.durable.fs, self.durable.fs_path(ref.path))
-                error = "; ".join(map(str, self._open(self.durable, ref, marker))) or None
+                problems = "; ".join(map(str, self._open(self.durable, ref, marker)))
+                error = (False, problems) if problems else None
             except Exception as exc:  # every rank must hear it, or the others wait forever
-                error = str(exc)
-        errors = [e for e in self._gather(error) if e]
-        verdict = self._broadcast(errors[0] if errors else None)
+                error = (isinstance(exc, CheckpointKeyError), str(exc))
+        errors = [e for e in gather_to_main(error, self._pg) if e]
+        verdict = broadcast_from_main(errors[0] if errors else None, self._pg)
         if verdict:
-            raise CheckpointError(f"node {self._node} could not open the durable checkpoint of "
-                                  f"step {ref.step} ({ref.path}): {verdict}")  # fmt: skip
+            kind = CheckpointKeyError if verdict[0] else CheckpointError
+            raise kind(f"node {self._node} could not open the durable checkpoint of step "
+                       f"{ref.step} ({ref.path}): {verdict[1]}")  # fmt: skip
 
     def _incomplete_on_some_node(self) -> frozenset[str]:
         """The fast checkpoints some rank's view lacks a file of (every rank looks: a node's
         own disk holds only its ranks' files). Collective."""
-        wanted = self._broadcast(choose.wanted(self.fast) if self._rank == 0 else None)
-        lacking = self._gather(choose.lacking(self.fast, wanted))
+        wanted = broadcast_from_main(
+            choose.wanted(self.fast) if self._rank == 0 else None, self._pg
+        )
+        lacking = gather_to_main(choose.lacking(self.fast, wanted), self._pg)
         return frozenset().union(*lacking) if lacking else frozenset()
 
     # ---- saving --------------------------------------------------------------------------
@@ -207,7 +216,7 @@ class Checkpointer:
         self.wait()
         # The name alone: every rank writes under its own root (the same place, or on a node's
         # own disk, the same path there).
-        name: str = self._broadcast(self._new_dir(step) if self._rank == 0 else None)
+        name: str = broadcast_from_main(self._new_dir(step) if self._rank == 0 else None, self._pg)
         path = self.fast.join(self.fast.root_path, name)
         started = time.perf_counter()
         writer = self._writer(path)
@@ -327,7 +336,7 @@ class Checkpointer:
         )
         for entry in files.values():
             entry["host"] = self._node
-        gathered = self._gather(files)
+        gathered = gather_to_main(files, self._pg)
         marker_path = self.fast.join(path, MARKER)
         data = b""
         if self._rank == 0:
@@ -339,7 +348,7 @@ class Checkpointer:
             data = json.dumps(marker).encode()
             self.fast.write_atomic(marker_path, data)
         if self._nodes > 1:
-            data = self._broadcast(data)
+            data = broadcast_from_main(data, self._pg)
             if self._local_rank == 0 and self._rank != 0 and not self.fast.fs.exists(marker_path):
                 self.fast.write_atomic(marker_path, data)
                 self._purges_own = True
@@ -359,7 +368,12 @@ class Checkpointer:
     def load(self, ref: CheckpointRef, state: dict[str, Any]) -> None:
         """Load ``ref`` into ``state`` in place (collective); every key must be in it. A
         sealed copy's plaintext is removed once every rank has loaded it."""
-        dcp_load(state, storage_reader=self._reader(ref), process_group=self._pg)
+        try:
+            dcp_load(state, storage_reader=self._reader(ref), process_group=self._pg)
+        except BaseException:
+            if ref.sealed and self._local_rank == 0:  # no plaintext left behind
+                sealed.remove_opened(self.root, self._node)
+            raise
         if ref.sealed:
             if self._distributed:  # every rank has read its node's copy
                 dist.barrier(group=self._pg)
@@ -382,18 +396,3 @@ class Checkpointer:
             url = str(sealed.opened_dir(self.root, self._node, ref.path))
             return checkpoint_io.storage_reader(url, url, local=True)
         return checkpoint_io.storage_reader(ref.path, ref.path, local=is_local(ref.path))
-
-    def _gather(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj`` on rank 0 (others get []). Collective."""
-        if not self._distributed:
-            return [obj]
-        out: list[Any] | None = [None] * dist.get_world_size() if self._rank == 0 else None
-        dist.gather_object(obj, out, dst=0, group=self._pg)
-        return out or []
-
-    def _broadcast(self, obj: Any) -> Any:
-        if not self._distributed:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=0, group=self._pg)
-        return box[0]

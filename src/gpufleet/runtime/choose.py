@@ -35,9 +35,9 @@ def newest_usable(
 ) -> CheckpointRef | None:
     """The newest step with a copy that verifies, the fast tier's copy tried first; corrupt
     copies set aside on the way. ``incomplete``: fast directories some node cannot read whole.
-    A sealed copy is opened (``opener``) as part of its check: one that does not open is
-    corrupt too. Raises NoUsableCheckpointError when checkpoints exist but none can be
-    loaded."""
+    A durable copy is also given to ``opener``, which opens a sealed one (or refuses a plaintext
+    one, for a job with a key): one that does not open is corrupt too. Raises
+    NoUsableCheckpointError when checkpoints exist but none can be loaded."""
     tiers = [t for t in (fast, durable) if t is not None]
     copies: dict[int, list[tuple[Tier, CheckpointRef]]] = {}
     for tier in tiers:
@@ -52,7 +52,7 @@ def newest_usable(
                 continue
             marker, problems = tier.check(ref)
             sealed = sealed_files(marker) is not None
-            if sealed and not problems:
+            if not problems and (sealed or (opener is not None and tier is not fast)):
                 integrity.check_identity(identity, marker, root=tier.root, step=step)
                 problems = _opened(opener, tier, ref, marker)
             if problems is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,11 @@ def node_id() -> str:
     import socket
 
     return os.environ.get(ENV_NODE_ID) or socket.gethostname()
+
+
+def node_dir_name(node: str) -> str:
+    """A node's id as a file or directory name (the uploader's part records, opened copies)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", node)
 
 
 def restart_count() -> int:

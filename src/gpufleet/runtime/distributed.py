@@ -137,6 +137,25 @@ def control_group() -> dist.ProcessGroup | None:
     return _control_group
 
 
+def gather_to_main(obj: Any, group: dist.ProcessGroup | None) -> list[Any]:
+    """Every rank's ``obj`` on rank 0, in rank order (others get []). Collective on ``group``;
+    without a process group, ``[obj]``."""
+    if not dist.is_initialized():
+        return [obj]
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(obj, out, dst=0, group=group)
+    return out or []
+
+
+def broadcast_from_main(obj: Any, group: dist.ProcessGroup | None) -> Any:
+    """Rank 0's ``obj`` on every rank. Collective on ``group``; without one, ``obj``."""
+    if not dist.is_initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, group=group)
+    return box[0]
+
+
 def barrier() -> None:
     """Wait for every rank (no-op without a process group)."""
     if dist.is_initialized():

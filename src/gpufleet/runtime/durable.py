@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpufleet.runtime import integrity, sealed
-from gpufleet.runtime.context import node_id
+from gpufleet.runtime.context import node_dir_name, node_id
 from gpufleet.runtime.integrity import MARKER
 from gpufleet.runtime.tier import DURABLE, FAST, CheckpointRef, Tier
 
@@ -220,14 +219,14 @@ class Uploader:
             raise Waiting(f"step {ref.step} waits for the files of node {', '.join(missing)}")
         if self.key is not None:
             parts = [self.durable.fs.cat_file(self._part(dst, h)) for h in sorted(hosts)]
-            marker_bytes = sealed.sealed_marker(marker_bytes, parts)
+            marker_bytes = sealed.sealed_marker(marker_bytes, parts, self.key)
         self.durable.write_atomic(self.durable.join(dst, MARKER), marker_bytes)
         self.durable.purge(ref.step, self.keep)
         return True
 
     def _part(self, directory: str, node: str) -> str:
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", node)
-        return self.durable.join(self.durable.join(directory, PARTS), f"{safe}.json")
+        name = f"{node_dir_name(node)}.json"
+        return self.durable.join(self.durable.join(directory, PARTS), name)
 
     def _copy_verified(self, src: str, dst: str, want: dict[str, Any]) -> dict[str, Any]:
         """Copy ``src`` to ``dst`` until the copy verifies; its digest (the ciphertext's when
@@ -369,8 +368,7 @@ class Uploader:
         return self.state
 
 
-def _name(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[-1]
+_name = integrity.base_name
 
 
 def tiers(

@@ -4,17 +4,21 @@ of any size streams through a fixed amount of memory and a change anywhere in it
 
 A file's layout::
 
-    MAGIC | key id (8 bytes) | nonce prefix (8 random bytes) | chunk 0 | chunk 1 | ...
+    MAGIC | key id (8 bytes) | salt (32 random bytes) | chunk 0 | chunk 1 | ...
 
-Each chunk is at most ``CHUNK`` bytes of the file, sealed with its 16-byte tag; its nonce is the
-file's random prefix and the chunk's number, and its associated data the header, the number
-and whether it is the last chunk. So a chunk moved, dropped, repeated or cut off (the file
-truncated where a chunk ends) fails to open, as does any flipped bit: ``Tampered``. A file
-whose size is a multiple of ``CHUNK`` ends with an empty last chunk.
+Each file has its own key, derived from the job's key and the file's salt with HKDF-SHA256, so
+no nonce is ever used twice under one key however many files a key seals: a chunk's nonce is
+its number. Each chunk is at most ``CHUNK`` bytes of the file, sealed with its 16-byte tag over
+associated data: the header, the caller's ``context`` (the file's place: its step directory and
+name), the chunk's number and whether it is the last. So a chunk moved, dropped, repeated or
+cut off (the file truncated where a chunk ends), a file moved to another name or step, and any
+flipped bit fail to open: ``Tampered``. A file whose size is a multiple of ``CHUNK`` ends with
+an empty last chunk.
 
 The key id is the first 8 bytes of the key's SHA-256: a checkpoint's marker names the key it
 needs without holding anything that helps find the key, and a wrong key is told apart from a
-tampered file before anything is decrypted.
+tampered file before anything is decrypted. ``mac`` authenticates a marker with a key derived
+from the job's for that alone.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ from typing import BinaryIO
 MAGIC = b"GFCKPTE1"
 KEY_BYTES = 32  # AES-256
 ID_BYTES = 8
-PREFIX_BYTES = 8
+SALT_BYTES = 32
 TAG_BYTES = 16
 CHUNK = 4 << 20  # plaintext bytes per sealed chunk
-HEADER_BYTES = len(MAGIC) + ID_BYTES + PREFIX_BYTES
+HEADER_BYTES = len(MAGIC) + ID_BYTES + SALT_BYTES
 ALGORITHM = "AES-256-GCM"
 
 
@@ -84,12 +88,21 @@ def check_key(key: bytes) -> bytes:
     return key
 
 
-def _aad(header: bytes, index: int, last: bool) -> bytes:
-    return header + index.to_bytes(8, "big") + (b"\x01" if last else b"\x00")
+def _derived(key: bytes, salt: bytes | None, purpose: bytes) -> bytes:
+    """A key of KEY_BYTES for one ``purpose`` (and one file's ``salt``), by HKDF-SHA256."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(hashes.SHA256(), KEY_BYTES, salt, b"gpufleet " + purpose).derive(key)
 
 
-def _nonce(prefix: bytes, index: int) -> bytes:
-    return prefix + index.to_bytes(4, "big")  # 12 bytes: GCM's own nonce size
+def _aad(header: bytes, context: bytes, index: int, last: bool) -> bytes:
+    lengths = len(context).to_bytes(4, "big")  # the context's length: no ambiguous join
+    return header + lengths + context + index.to_bytes(8, "big") + (b"\x01" if last else b"\x00")
+
+
+def _nonce(index: int) -> bytes:
+    return index.to_bytes(12, "big")  # GCM's own nonce size; the key is the file's own
 
 
 def _chunks(src: BinaryIO | Hashed) -> Iterator[tuple[bytes, bool]]:
@@ -104,16 +117,19 @@ def _chunks(src: BinaryIO | Hashed) -> Iterator[tuple[bytes, bool]]:
         chunk = following
 
 
-def encrypt(src: BinaryIO | Hashed, dst: BinaryIO | Hashed, key: bytes) -> None:
-    """Write ``src`` encrypted under ``key`` to ``dst``."""
+def encrypt(
+    src: BinaryIO | Hashed, dst: BinaryIO | Hashed, key: bytes, context: bytes = b""
+) -> None:
+    """Write ``src`` encrypted under ``key`` to ``dst``; ``context``: where it belongs (it
+    must be the same to decrypt)."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-    aes = AESGCM(check_key(key))
-    header = MAGIC + bytes.fromhex(key_id(key)) + os.urandom(PREFIX_BYTES)
+    salt = os.urandom(SALT_BYTES)
+    header = MAGIC + bytes.fromhex(key_id(check_key(key))) + salt
+    aes = AESGCM(_derived(key, salt, b"checkpoint file"))
     dst.write(header)
     for index, (chunk, last) in enumerate(_chunks(src)):
-        dst.write(aes.encrypt(_nonce(header[-PREFIX_BYTES:], index), chunk,
-                              _aad(header, index, last)))  # fmt: skip
+        dst.write(aes.encrypt(_nonce(index), chunk, _aad(header, context, index, last)))
 
 
 def _header(src: BinaryIO | Hashed) -> bytes:
@@ -128,7 +144,9 @@ def file_key_id(src: BinaryIO) -> str:
     return _header(src)[len(MAGIC) : len(MAGIC) + ID_BYTES].hex()
 
 
-def decrypt(src: BinaryIO | Hashed, dst: BinaryIO | Hashed, key: bytes) -> None:
+def decrypt(
+    src: BinaryIO | Hashed, dst: BinaryIO | Hashed, key: bytes, context: bytes = b""
+) -> None:
     """Write the plaintext of ``src`` to ``dst``: WrongKey, or Tampered at the first chunk
     that does not verify (what was written before it is the file's true start)."""
     from cryptography.exceptions import InvalidTag
@@ -138,18 +156,28 @@ def decrypt(src: BinaryIO | Hashed, dst: BinaryIO | Hashed, key: bytes) -> None:
     found = header[len(MAGIC) : len(MAGIC) + ID_BYTES].hex()
     if found != key_id(check_key(key)):
         raise WrongKey(f"encrypted with key {found}, not with the key given ({key_id(key)})")
-    aes, prefix, full = AESGCM(key), header[-PREFIX_BYTES:], CHUNK + TAG_BYTES
+    aes, full = AESGCM(_derived(key, header[-SALT_BYTES:], b"checkpoint file")), CHUNK + TAG_BYTES
     sealed, index = src.read(full), 0
     while True:
         following = src.read(full) if len(sealed) == full else b""
         last = not following
         try:
-            dst.write(aes.decrypt(_nonce(prefix, index), sealed, _aad(header, index, last)))
+            dst.write(aes.decrypt(_nonce(index), sealed, _aad(header, context, index, last)))
         except InvalidTag:
             raise Tampered(f"chunk {index} does not verify: the file was changed") from None
         if last:
             return
         sealed, index = following, index + 1
+
+
+def mac(key: bytes, data: bytes) -> str:
+    """HMAC-SHA256 of ``data`` (a marker's canonical JSON) under a key derived from ``key`` for
+    markers alone, in hex."""
+    from cryptography.hazmat.primitives import hashes, hmac
+
+    signer = hmac.HMAC(_derived(check_key(key), None, b"checkpoint marker"), hashes.SHA256())
+    signer.update(data)
+    return signer.finalize().hex()
 
 
 def load_key(read: Callable[[], bytes], where: str) -> bytes:

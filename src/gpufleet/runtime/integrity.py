@@ -48,7 +48,8 @@ def join(a: str, b: str) -> str:
     return f"{a.rstrip('/')}/{b}"
 
 
-def _name(entry: str) -> str:
+def base_name(entry: str) -> str:
+    """The last part of a path or URL (a step directory's name, a file's)."""
     return entry.rstrip("/").rsplit("/", 1)[-1]
 
 
@@ -67,7 +68,7 @@ def file_digests(
     ``.metadata``) that ``keep`` takes, but the marker and the marker's temporary file."""
     out = {}
     for info in fs.ls(directory, detail=True):
-        name = _name(info["name"])
+        name = base_name(info["name"])
         if info.get("type") == "directory" or name.startswith(MARKER) or not keep(name):
             continue
         out[name] = {"size": int(info["size"]), "sha256": sha256_of(fs, info["name"])}
@@ -173,10 +174,10 @@ def survey(fs: Any, root: str) -> list[Entry]:
         return []
     out = []
     for entry in entries:
-        match = STEP_DIR.match(_name(entry))
+        match = STEP_DIR.match(base_name(entry))
         if not match:
             continue
-        path = join(root, _name(entry))
+        path = join(root, base_name(entry))
         size = sum(int(i["size"]) for i in fs.ls(path, detail=True) if i.get("type") != "directory")
         if not fs.exists(join(path, MARKER)):
             out.append(Entry(int(match.group(1)), path, "TORN", size, None))

@@ -21,15 +21,16 @@ from gpufleet.spec.validation import INT32_MAX, CrossFieldModel, Problem, SpecMo
 
 
 class Encryption(CrossFieldModel):
-    """The durable tier's copies encrypted (AES-256-GCM, gpufleet.runtime.encryption), the
-    key kept out of the spec and the command lines: exactly one of the two sources."""
+    """The durable tier's copies encrypted with AES-256-GCM; the key from one of two sources.
+
+    Never from the spec or a command line (gpufleet.runtime.sealed)."""
 
     key_secret: KeyRef | None = Field(
         default=None,
         description=(
-            "The key: a key of a Secret (32 bytes, raw or in base64), given to the node "
-            "launcher's environment by reference, never written out. gpufleet run reads it as "
-            "it reads the env's secretKeyRef."
+            "The key: a key of a Secret (32 bytes, raw or in base64), mounted read-only into "
+            "the worker pods as a file (never an environment variable). gpufleet run reads "
+            ".gpufleet/secrets/<name>/<key>."
         ),
     )
     key_file: str | None = Field(
