@@ -15,6 +15,7 @@ import yaml
 
 from gpufleet.render import TARGETS, check_restricted
 from tests.support.chart import CHART, helm, needs_helm, template
+from tests.support.k8s_schemas import validate_strictly
 from tests.support.paths import REPO
 from tests.support.specs import cluster_job, pod_templates
 
@@ -205,3 +206,36 @@ def test_dashboards_ship_as_sidecar_config_maps() -> None:
         assert m["metadata"]["annotations"]["grafana_folder"] == "gpufleet"
         ((name, text),) = m["data"].items()
         assert json.loads(text) == json.loads((REPO / "deploy" / "grafana" / name).read_text())
+
+
+def test_the_exporter_serves_https_and_its_service_monitor_scrapes_with_the_secrets_ca() -> None:
+    """monitoring.exporter.tls: the DaemonSet mounts the kubernetes.io/tls Secret read-only for
+    the group the exporter runs as, passes it to --tls-cert/--tls-key and probes over HTTPS; the
+    ServiceMonitor scrapes https, trusting the Secret's ca.crt and checking serverName. The
+    exporter without pod-resources still passes restricted."""
+    proc = helm("template", "gpufleet", str(CHART), "--namespace", "gpufleet-system",
+                "--set", "monitoring.exporter.tls.secretName=exporter-tls",
+                "--set", "monitoring.exporter.tls.serverName=exporter.gpufleet-system.svc",
+                "--set", "monitoring.serviceMonitor.enabled=true",
+                "--set", "monitoring.exporter.podResources.enabled=false",
+                "--set", "monitoring.exporter.podResources.podLabels=false")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    objs = _by_kind([d for d in yaml.safe_load_all(proc.stdout) if d])
+    (ds,) = objs["DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    (volume,) = pod["volumes"]
+    assert volume["secret"]["secretName"] == "exporter-tls"
+    assert volume["secret"]["defaultMode"] == 0o440 and pod["securityContext"]["fsGroup"] == 1000
+    (mount,) = c["volumeMounts"]
+    assert mount["readOnly"] is True
+    assert f"--tls-cert={mount['mountPath']}/tls.crt" in c["command"]
+    assert f"--tls-key={mount['mountPath']}/tls.key" in c["command"]
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert not check_restricted(pod, "spec")
+    (sm,) = objs["ServiceMonitor"]
+    validate_strictly(sm)
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == {"ca": {"secret": {"name": "exporter-tls", "key": "ca.crt"}},
+                                     "serverName": "exporter.gpufleet-system.svc"}  # fmt: skip

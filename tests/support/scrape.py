@@ -45,7 +45,7 @@ def served_port(proc: subprocess.Popen[Any]) -> int:
     another test's server, and the test would then scrape that one."""
     assert proc.stderr is not None
     line = proc.stderr.readline()
-    found = re.search(r" at http://[^ ]*:(\d+)/metrics", line)
+    found = re.search(r" at https?://[^ ]*:(\d+)/metrics", line)
     assert found, f"the exporter did not say where it serves: {line!r}"
     return int(found.group(1))
 

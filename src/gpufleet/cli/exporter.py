@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import socket
+from ssl import SSLContext
 from typing import Annotated
 
 import typer
@@ -16,6 +17,7 @@ from gpufleet.observe.devices import Device, SimulatedDevice, nvml_devices
 from gpufleet.observe.exporter import DEFAULT_DEADLINE, EXPORTER_PORT, GpuCollector, registry_for
 from gpufleet.observe.http import check_listen, start_metrics_server, url
 from gpufleet.observe.podresources import SOCKET, Attribution, PodLabels, PodResourcesClient
+from gpufleet.observe.tls import checked_context, cli_files
 from gpufleet.procs import wait_for
 from gpufleet.spec.units import parse_duration
 
@@ -46,6 +48,17 @@ def exporter(
             "(Kubernetes API, needs list on pods; in-cluster service account or kubeconfig)."
         ),
     ] = False,
+    tls_cert: Annotated[
+        str | None,
+        typer.Option(help="Serve HTTPS with this PEM certificate (a TLS Secret's tls.crt)."),
+    ] = None,
+    tls_key: Annotated[
+        str | None, typer.Option(help="The certificate's PEM key (tls.key); with --tls-cert.")
+    ] = None,
+    tls_client_ca: Annotated[
+        str | None,
+        typer.Option(help="Mutual TLS: serve only clients with a certificate this CA signed."),
+    ] = None,
     simulate_failure: Annotated[
         list[str] | None,
         typer.Option(
@@ -60,8 +73,12 @@ def exporter(
     _require_extra(simulate=bool(simulate), pod_resources=bool(pod_resources))
     try:
         check_listen(address, port)  # before NVML and the kubelet: a typo fails at once
+        files = cli_files(tls_cert, tls_key, tls_client_ca)
+        tls = checked_context(files) if files else None
     except MetricsPortError as exc:
         fail(UserInputError([FieldError(exc.option, str(exc))]))
+    except UserInputError as exc:
+        fail(exc)
     reason: str | None = None
     devices: list[Device]
     if simulate:
@@ -78,7 +95,7 @@ def exporter(
     collector = GpuCollector(
         devices, node=node, deadline=wait, nvml_reason=reason, attribution=attribution
     )
-    _serve(collector, address, port)
+    _serve(collector, address, port, tls)
 
 
 def _require_extra(*, simulate: bool, pod_resources: bool) -> None:
@@ -89,15 +106,15 @@ def _require_extra(*, simulate: bool, pod_resources: bool) -> None:
     require("exporter", *needed, what="gpufleet exporter")
 
 
-def _serve(collector: GpuCollector, address: str, port: int) -> None:
-    """Serve the collector's metrics until SIGTERM or SIGINT."""
+def _serve(collector: GpuCollector, address: str, port: int, tls: SSLContext | None) -> None:
+    """Serve the collector's metrics until SIGTERM or SIGINT (HTTPS with ``tls``)."""
     try:
         server, _ = start_metrics_server(
-            registry_for(collector), address, port, "gpufleet GPU exporter"
+            registry_for(collector), address, port, "gpufleet GPU exporter", tls
         )
     except MetricsPortError as exc:
         fail(UserInputError([FieldError(exc.option, str(exc))]))
-    where = url(address, server.server_port)
+    where = url(address, server.server_port, tls=tls is not None)
     reason = collector.nvml_reason
     err_console.print(
         f"serving {len(collector.devices)} GPU(s) at {where}" + (f" ({reason})" if reason else "")

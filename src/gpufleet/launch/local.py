@@ -36,6 +36,7 @@ from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
+from gpufleet.launch.pod import ENV_METRICS_TLS_DIR, metrics_tls
 from gpufleet.launch.secrets import check_checkpoint_key, resolve_env
 from gpufleet.launch.uploads import DurableCollector, durable_uploads, finish, upload_wait
 from gpufleet.launch.worker import (
@@ -118,10 +119,11 @@ def serve_metrics(job: TrainingJob, run_dir: Path) -> Iterator[None]:
     if not port:
         yield
         return
+    tls = metrics_tls(worker_env(job, run_dir).get(ENV_METRICS_TLS_DIR))
     try:
         extra = (DurableCollector(RunDir(run_dir).durable, job.metadata.name),)
         durable = extra if job.spec.checkpoint.durable else ()
-        with serve_metrics_dir(RunDir(run_dir).metrics, "127.0.0.1", port, durable):
+        with serve_metrics_dir(RunDir(run_dir).metrics, "127.0.0.1", port, durable, tls):
             yield
     except MetricsPortError as exc:
         raise UserInputError([FieldError("spec.metrics.port", str(exc))]) from exc

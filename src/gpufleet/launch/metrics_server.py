@@ -11,16 +11,21 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from ssl import SSLContext
 from typing import Any
 
 
 @contextmanager
 def serve_metrics_dir(
-    directory: Path, address: str, port: int, extra: tuple[Any, ...] = ()
+    directory: Path,
+    address: str,
+    port: int,
+    extra: tuple[Any, ...] = (),
+    tls: SSLContext | None = None,
 ) -> Iterator[int]:
     """Empty ``directory``, then serve what workers write there, and the ``extra`` collectors
-    of this process, on ``address:port`` until the block ends; yields the port (useful with
-    port 0). MetricsPortError if it cannot listen."""
+    of this process, on ``address:port`` (HTTPS with ``tls``) until the block ends; yields the
+    port (useful with port 0). MetricsPortError if it cannot listen."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -32,7 +37,7 @@ def serve_metrics_dir(
     MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     for collector in extra:
         registry.register(collector)
-    server, _ = start_metrics_server(registry, address, port, "gpufleet job metrics")
+    server, _ = start_metrics_server(registry, address, port, "gpufleet job metrics", tls)
     try:
         yield server.server_port
     finally:

@@ -41,9 +41,16 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from ssl import SSLContext
 from typing import Any
 
-from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, CheckpointKeyError
+from gpufleet.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    CheckpointKeyError,
+    UserInputError,
+)
 from gpufleet.launch.fatal import no_restart_after_fatal, read_fatal
 from gpufleet.launch.keptlogs import keep, kept_name
 from gpufleet.launch.uploads import DurableCollector, durable_uploads, finish, upload_wait
@@ -64,6 +71,8 @@ from gpufleet.runtime.rundir import RunDir
 ENV_NO_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 ENV_METRICS_PORT = "GPUFLEET_METRICS_PORT"
 ENV_METRICS_ADDRESS = "GPUFLEET_METRICS_ADDRESS"
+# spec.metrics.tls: the directory of the mounted kubernetes.io/tls Secret (tls.crt, tls.key)
+ENV_METRICS_TLS_DIR = "GPUFLEET_METRICS_TLS_DIR"
 MODULE = "gpufleet.launch.pod"
 
 
@@ -79,7 +88,19 @@ def _metrics(env: dict[str, str]) -> AbstractContextManager[Any]:
         state = RunDir(Path(env.get(ENV_RUN_DIR, "."))).durable
         extra = (DurableCollector(state, env.get(ENV_JOB_NAME, "job")),)
     address = env.get(ENV_METRICS_ADDRESS, "127.0.0.1")
-    return serve_metrics_dir(Path(directory), address, port, extra)
+    tls = metrics_tls(env.get(ENV_METRICS_TLS_DIR))
+    return serve_metrics_dir(Path(directory), address, port, extra, tls)
+
+
+def metrics_tls(directory: str | None) -> SSLContext | None:
+    """The job metrics' TLS context from a mounted kubernetes.io/tls Secret's directory (None:
+    plain HTTP); UserInputError naming spec.metrics.tls when its files cannot serve."""
+    if not directory:
+        return None
+    from gpufleet.observe.tls import TlsFiles, checked_context
+
+    field = "spec.metrics.tls.secretName"
+    return checked_context(TlsFiles.in_dir(directory), (field, field, field))
 
 
 def rendezvous_conf(conf: str, endpoint: str, hostname: str) -> str:
@@ -181,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     keep_logs = _keeper(args.log_dir if ours else None, started)
     try:
         return _launch(args, run_dir, keep_logs)
-    except CheckpointKeyError as exc:  # the durable tier's key: no restart brings it
-        _say(f"gpufleet: {exc}")
+    except (CheckpointKeyError, UserInputError) as exc:  # a key, a certificate: no restart
+        _say(f"gpufleet: {exc}")  # brings them
         return exc.exit_code
     finally:
         keep_logs()

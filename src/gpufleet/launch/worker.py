@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpufleet.frameworks.horovod import HOROVOD_ENV
 from gpufleet.frameworks.ray import ENV_RAY_MAX_FAILURES, ENV_RAY_WORKERS, RAY_ENV
-from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT
+from gpufleet.launch.pod import ENV_METRICS_ADDRESS, ENV_METRICS_PORT, ENV_METRICS_TLS_DIR
 from gpufleet.launch.secrets import secrets_dir
 from gpufleet.runtime.context import ENV_GRACE_PERIOD, JobContext
 from gpufleet.runtime.rundir import RunDir
@@ -79,6 +79,9 @@ def worker_env(
     if metrics_address is not None and job.spec.metrics.port:
         env[ENV_METRICS_PORT] = str(job.spec.metrics.port)
         env[ENV_METRICS_ADDRESS] = metrics_address
+    if job.spec.metrics.tls is not None:  # the launcher's: the mounted TLS Secret
+        root = secrets_root or secrets_dir()
+        env[ENV_METRICS_TLS_DIR] = f"{root}/{job.spec.metrics.tls.secret_name}"
     if job.spec.checkpoint.durable:  # the uploader's wait after a preemption counts from it
         env[ENV_GRACE_PERIOD] = f"{job.spec.preemption.grace_period:g}"
     if job.spec.framework == "ray":  # the driver's Ray Train settings, and Ray's own

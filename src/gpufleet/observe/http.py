@@ -5,6 +5,7 @@ compatibility) and 405 to HEAD. This one keeps its exposition (``make_wsgi_app``
 negotiation, gzip) and its threading WSGI server, and routes as node_exporter does: /metrics
 the metrics, / a small landing page, anything else 404; HEAD is answered like GET, without a
 body. Bad addresses and ports, and failures to bind, are MetricsPortError (one line, exit 2).
+With a TLS context it serves HTTPS only (gpufleet.observe.tls).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import errno
 import html
 import ipaddress
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -42,9 +44,9 @@ def url_host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
-def url(address: str, port: int, path: str = "/metrics") -> str:
-    """``http://address:port/path``, an IPv6 address in brackets."""
-    return f"http://{url_host(address)}:{port}{path}"
+def url(address: str, port: int, path: str = "/metrics", *, tls: bool = False) -> str:
+    """``http://address:port/path`` (``https`` with ``tls``), an IPv6 address in brackets."""
+    return f"{'https' if tls else 'http'}://{url_host(address)}:{port}{path}"
 
 
 def check_listen(address: str, port: int) -> tuple[int, str]:
@@ -97,13 +99,30 @@ def metrics_app(registry: CollectorRegistry, title: str) -> Callable[..., Iterab
 
 
 def start_metrics_server(
-    registry: CollectorRegistry, address: str, port: int, title: str
+    registry: CollectorRegistry,
+    address: str,
+    port: int,
+    title: str,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[ThreadingWSGIServer, threading.Thread]:
-    """Serve ``registry`` on ``address:port`` (0: any free port) in a daemon thread."""
+    """Serve ``registry`` on ``address:port`` (0: any free port) in a daemon thread; HTTPS
+    only with a ``tls`` context."""
+    from gpufleet.observe.tls import handshake
+
     family, host = check_listen(address, port)
 
     class Server(ThreadingWSGIServer):
         address_family = family
+
+        def get_request(self) -> tuple[Any, Any]:
+            conn, peer = self.socket.accept()
+            if tls is None:
+                return conn, peer
+            return tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False), peer
+
+        def finish_request(self, request: Any, client_address: Any) -> None:
+            if handshake(request):  # in the connection's own thread
+                super().finish_request(request, client_address)
 
     try:
         httpd = make_server(host, port, metrics_app(registry, title), Server, _QuietHandler)

@@ -28,6 +28,8 @@ from gpufleet.kube import (
 from gpufleet.launch.pod import MODULE as POD_LAUNCHER
 from gpufleet.launch.worker import worker_env as any_worker_env
 from gpufleet.launch.worker import worker_module_args
+from gpufleet.observe.tls import CERT_FILE as TLS_CERT
+from gpufleet.observe.tls import KEY_FILE as TLS_KEY
 from gpufleet.render.meta import labels
 from gpufleet.render.podsecurity import RDMA_CAPABILITY
 from gpufleet.spec import Rdma, Resources, TrainingJob
@@ -75,12 +77,13 @@ class WorkerPod:
     env: tuple[tuple[str, str], ...] = ()
 
 
-def scrape_annotations(port: int) -> dict[str, str]:
-    """Prometheus' scrape annotations for a pod serving /metrics on ``port``."""
+def scrape_annotations(port: int, *, tls: bool = False) -> dict[str, str]:
+    """Prometheus' scrape annotations for a pod serving /metrics on ``port`` (HTTPS: ``tls``)."""
     return {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(port),
         "prometheus.io/path": "/metrics",
+        **({"prometheus.io/scheme": "https"} if tls else {}),
     }
 
 
@@ -91,9 +94,9 @@ def pod_metadata(job: TrainingJob, role: str) -> Obj:
     meta: Obj = {"labels": labels(job, "trainer", role)}
     annotations: dict[str, str] = {}
     if job.spec.metrics.port and role == ROLE_WORKER:
-        annotations |= scrape_annotations(job.spec.metrics.port)
-        if job.spec.metrics.pod_monitor:
-            meta["labels"][LABEL_MONITOR] = MONITOR_OWN
+        annotations |= scrape_annotations(job.spec.metrics.port, tls=bool(job.spec.metrics.tls))
+        if job.spec.metrics.pod_monitor or job.spec.metrics.tls:  # the chart's PodMonitor
+            meta["labels"][LABEL_MONITOR] = MONITOR_OWN  # scrapes plain HTTP: not these
     topology = job.spec.topology
     if topology is not None and role == ROLE_WORKER:
         key = KUEUE_REQUIRED_TOPOLOGY if topology.required else KUEUE_PREFERRED_TOPOLOGY
@@ -221,19 +224,23 @@ def _attach_rdma(container: Obj, rdma: Rdma) -> None:
     container["env"] = sorted(container["env"] + nccl, key=lambda e: e["name"])
 
 
-def _mount_key(job: TrainingJob, mounts: list[Obj], volumes: list[Obj]) -> None:
-    """The durable tier's key Secret (spec.checkpoint.durable.encryption.keySecret), its one
-    key mounted read-only where Encryption.key_path names it, readable by the pod's group
-    only (fsGroup)."""
-    durable = job.spec.checkpoint.durable
+def _mount_secrets(job: TrainingJob, mounts: list[Obj], volumes: list[Obj]) -> None:
+    """The Secrets gpufleet reads as files, mounted read-only at <SECRETS_ROOT>/<name>,
+    readable by the pod's group only (fsGroup): the durable tier's key (spec.checkpoint
+    .durable.encryption.keySecret, its one key) and the metrics' TLS Secret (spec.metrics.tls:
+    tls.crt and tls.key)."""
+    durable, tls = job.spec.checkpoint.durable, job.spec.metrics.tls
     ref = durable.encryption.key_secret if durable and durable.encryption else None
-    if ref is None:
-        return
-    volumes.append({"name": "checkpoint-key", "secret": {
-        "secretName": ref.name, "items": [{"key": ref.key, "path": ref.key}],
-        "defaultMode": 0o440}})  # fmt: skip
-    mounts.append({"name": "checkpoint-key", "mountPath": f"{SECRETS_ROOT}/{ref.name}",
-                   "readOnly": True})  # fmt: skip
+    wanted: list[tuple[str, str, list[str]]] = []
+    if ref is not None:
+        wanted.append(("checkpoint-key", ref.name, [ref.key]))
+    if tls is not None:
+        wanted.append(("metrics-tls", tls.secret_name, [TLS_CERT, TLS_KEY]))
+    for volume, secret, keys in wanted:
+        volumes.append({"name": volume, "secret": {
+            "secretName": secret, "items": [{"key": k, "path": k} for k in keys],
+            "defaultMode": 0o440}})  # fmt: skip
+        mounts.append({"name": volume, "mountPath": f"{SECRETS_ROOT}/{secret}", "readOnly": True})
 
 
 def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
@@ -281,7 +288,7 @@ def pod_spec(job: TrainingJob, where: WorkerPod) -> Obj:
         "volumeMounts": mounts,
         "securityContext": copy.deepcopy(CONTAINER_SECURITY),
     }
-    _mount_key(job, mounts, volumes)
+    _mount_secrets(job, mounts, volumes)
     spec: Obj = {
         "restartPolicy": "Never",
         # The preemption checkpoint must fit in the grace period the kubelet gives.

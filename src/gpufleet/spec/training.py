@@ -15,7 +15,7 @@ from gpufleet.runtime.context import (
 )
 from gpufleet.spec.checkpoint import Checkpoint as Checkpoint
 from gpufleet.spec.env import CREDENTIAL_NAME, ENV_NAME, EnvFromSource, EnvSource, EnvValue
-from gpufleet.spec.names import API_VERSION, DnsLabel, Metadata
+from gpufleet.spec.names import API_VERSION, DnsLabel, Metadata, ObjectRefName
 from gpufleet.spec.resources import Rdma, Resources, Topology, Volume
 from gpufleet.spec.training_rules import (
     FRAMEWORK_HELP,
@@ -83,6 +83,27 @@ class Parallelism(SpecModel):
         )
 
 
+class MetricsTls(SpecModel):
+    """HTTPS on the job's metrics port (gpufleet.observe.tls)."""
+
+    secret_name: ObjectRefName = Field(
+        description=(
+            "A Secret of type kubernetes.io/tls (tls.crt, tls.key; ca.crt, the CA that signed "
+            "them, as cert-manager writes it, is what the PodMonitor trusts), mounted read-only "
+            "into the worker pods. `gpufleet run` reads .gpufleet/secrets/<name>/."
+        ),
+    )
+    server_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description=(
+            "The name Prometheus checks the certificate for (the PodMonitor's "
+            "tlsConfig.serverName); unset: the pod's address, which the certificate must name."
+        ),
+    )
+
+
 class Metrics(CrossFieldModel):
     """The job's Prometheus endpoint (step, throughput, loss, checkpoints, restarts)."""
 
@@ -105,10 +126,16 @@ class Metrics(CrossFieldModel):
         ),
     )
 
+    tls: MetricsTls | None = Field(
+        default=None,
+        description="Serve the metrics over HTTPS only; the PodMonitor scrapes with TLS.",
+    )
+
     @classmethod
     def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
-        if data.get("podMonitor") is True and not data.get("port"):
-            return [(("podMonitor",), "needs a port to scrape: set spec.metrics.port")]
+        for field in ("podMonitor", "tls"):
+            if data.get(field) not in (None, False) and not data.get("port"):
+                return [((field,), "needs a port to serve on: set spec.metrics.port")]
         return []
 
 
