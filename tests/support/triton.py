@@ -81,7 +81,7 @@ def triton_serving(base: Path) -> Iterator[Served]:
 
 
 def start_cli_serve(
-    repo: Path, tmp_path: Path, **env: str
+    repo: Path, tmp_path: Path, *args: str, **env: str
 ) -> tuple[subprocess.Popen[str], list[str], list[str]]:
     """`gpufleet serve` as users run it, up to its ready line: (process, ports, stderr lines).
     Free ports are picked here and bound by the server later: when another process took one
@@ -92,7 +92,7 @@ def start_cli_serve(
         proc = subprocess.Popen(
             gpufleet_cmd("serve", "--repository", str(repo), "--http-port", ports[0],
                          "--grpc-port", ports[1], "--metrics-port", ports[2],
-                         "--log-file", str(tmp_path / "triton.log")),
+                         "--log-file", str(tmp_path / "triton.log"), *args),
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
             env={**cli_env(), **env},
         )  # fmt: skip
@@ -112,10 +112,10 @@ def start_cli_serve(
 
 @contextmanager
 def cli_serve(
-    repo: Path, tmp_path: Path, **env: str
+    repo: Path, tmp_path: Path, *args: str, **env: str
 ) -> Iterator[tuple[subprocess.Popen[str], list[str], list[str]]]:
     """start_cli_serve, and the process killed (if still running) and reaped afterwards."""
-    proc, ports, lines = start_cli_serve(repo, tmp_path, **env)
+    proc, ports, lines = start_cli_serve(repo, tmp_path, *args, **env)
     try:
         yield proc, ports, lines
     finally:

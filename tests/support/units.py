@@ -15,6 +15,7 @@ CONTROL_PLANE = "tests/cluster"
 JOINED = {
     "tests/integration/test_serving_cli.py": "tests/integration/test_serving.py",
     "tests/integration/test_serving_dashboard.py": "tests/integration/test_serving.py",
+    "tests/integration/test_serving_tls.py": "tests/integration/test_serving.py",
 }
 
 

@@ -56,6 +56,16 @@ def inference(
     prometheus: Annotated[
         bool, typer.Option(help="Also write result.prom (Prometheus text format).")
     ] = DEFAULTS.prometheus,
+    tls_ca: Annotated[
+        Path | None,
+        typer.Option(help="TLS (gRPC, or HTTP as https): the CA that signed the server's."),
+    ] = DEFAULTS.tls_ca,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="Mutual TLS: this client's PEM certificate.")
+    ] = DEFAULTS.tls_cert,
+    tls_key: Annotated[
+        Path | None, typer.Option(help="Mutual TLS: this client's PEM key.")
+    ] = DEFAULTS.tls_key,
     output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
 ) -> None:
     """Run LoadGen's SingleStream, Server or Offline scenario; exit 0 if VALID, 1 if INVALID."""
@@ -64,7 +74,8 @@ def inference(
     config = InferenceConfig(url=url, model=model, scenario=scenario, target_qps=target_qps,
                              latency_ms=latency_ms, duration=duration, min_queries=min_queries,
                              quick=quick, concurrency=concurrency, outdir=outdir,
-                             prometheus=prometheus)  # fmt: skip
+                             prometheus=prometheus, tls_ca=tls_ca, tls_cert=tls_cert,
+                             tls_key=tls_key)  # fmt: skip
     finish(lambda: run(config, output == Output.json))
 
 

@@ -10,6 +10,7 @@ import typer
 from gpufleet.cli.common import fail, stop_on_signals
 from gpufleet.console import err_console
 from gpufleet.errors import FieldError, ServingError, UserInputError
+from gpufleet.observe.tls import checked_context, cli_files
 from gpufleet.serve.server import ServeConfig
 from gpufleet.spec.inference import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -130,6 +131,17 @@ def serve(
             "largest batch takes as JSON, at least 1 MiB; 64 MiB with variable dims)."
         ),
     ] = None,
+    tls_cert: Annotated[
+        str | None,
+        typer.Option(help="HTTPS and gRPC over TLS with this PEM certificate (tls.crt)."),
+    ] = None,
+    tls_key: Annotated[
+        str | None, typer.Option(help="The certificate's PEM key (tls.key); with --tls-cert.")
+    ] = None,
+    tls_client_ca: Annotated[
+        str | None,
+        typer.Option(help="Mutual TLS: serve only clients with a certificate this CA signed."),
+    ] = None,
 ) -> None:
     """Serve a model repository with Triton (PyTriton) until SIGTERM or Ctrl-C."""
     from gpufleet.serve.repository import describe
@@ -149,6 +161,12 @@ def serve(
     if max_request_bytes is not None and max_request_bytes < 1024:
         message = f"must be at least 1024, got {max_request_bytes}"
         fail(UserInputError([FieldError("--max-request-bytes", message)]))
+    try:
+        tls = cli_files(tls_cert, tls_key, tls_client_ca)
+        if tls is not None:
+            checked_context(tls)  # a bad certificate fails before Triton starts
+    except UserInputError as exc:
+        fail(exc)
     log = log_file or repository.resolve().parent / f"{repository.name}.triton.log"
     config = ServeConfig(
         address=address,
@@ -157,6 +175,7 @@ def serve(
         metrics_port=metrics_port,
         log_file=log,
         max_request_bytes=max_request_bytes,
+        tls=tls,
     )
     stop = stop_on_signals()
     try:

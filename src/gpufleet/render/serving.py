@@ -15,10 +15,13 @@ import math
 
 from gpufleet.errors import FieldError, UserInputError
 from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_SERVER, Obj
+from gpufleet.observe.tls import CERT_FILE as TLS_CERT
+from gpufleet.observe.tls import KEY_FILE as TLS_KEY
 from gpufleet.render.meta import metadata, standard_labels
 from gpufleet.render.podspec import (
     CONTAINER_SECURITY,
     POD_SECURITY,
+    SECRETS_ROOT,
     gpu_placement,
     resource_quantities,
     scrape_annotations,
@@ -27,6 +30,7 @@ from gpufleet.spec.inference import InferenceService
 
 HTTP, GRPC, METRICS = 8000, 8001, 8002
 MODELS = "/models"
+TLS_DIR = f"{SECRETS_ROOT}/tls"  # spec.tls's Secret, as gpufleet serve reads it
 # Per-pod metrics that Prometheus Adapter serves from Triton's own
 # (deploy/prometheus/adapter-rules.yaml).
 ADAPTER_METRICS = {
@@ -86,13 +90,16 @@ def gpufleet_serve_args(svc: InferenceService) -> list[str]:
         f"--metrics-port={METRICS}",
         f"--max-request-bytes={svc.spec.max_request_bytes}",
         "--log-file=/tmp/triton.log",
-    ]
+        *([f"--tls-cert={TLS_DIR}/{TLS_CERT}", f"--tls-key={TLS_DIR}/{TLS_KEY}"]
+          if svc.spec.tls else []),
+    ]  # fmt: skip
 
 
 def pod_spec(svc: InferenceService) -> Obj:
     """Triton's PodSpec: restricted Pod Security, probes on Triton's health API."""
     s = svc.spec
-    http = {"path": "/v2/health/ready", "port": "http"}
+    scheme = {"scheme": "HTTPS"} if s.tls else {}  # the kubelet's probes verify no certificate
+    http = {"path": "/v2/health/ready", "port": "http", **scheme}
     container: Obj = {
         "name": "triton",
         "image": s.server_image,
@@ -105,7 +112,7 @@ def pod_spec(svc: InferenceService) -> Obj:
         ],
         "readinessProbe": {"httpGet": http, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {
-            "httpGet": {"path": "/v2/health/live", "port": "http"},
+            "httpGet": {"path": "/v2/health/live", "port": "http", **scheme},
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
@@ -132,6 +139,11 @@ def pod_spec(svc: InferenceService) -> Obj:
         )
     if s.model.credentials_secret:
         container["envFrom"] = [{"secretRef": {"name": s.model.credentials_secret}}]
+    if s.tls:  # the certificate and key alone, for the pod's group (fsGroup)
+        container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        items = [{"key": k, "path": k} for k in (TLS_CERT, TLS_KEY)]
+        secret = {"secretName": s.tls.secret_name, "items": items, "defaultMode": 0o440}
+        volumes.append({"name": "tls", "secret": secret})
     spec: Obj = {
         "securityContext": copy.deepcopy(POD_SECURITY),
         "automountServiceAccountToken": False,

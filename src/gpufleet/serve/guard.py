@@ -28,6 +28,7 @@ import json
 import math
 import re
 import socket
+import ssl
 import threading
 import time
 import zlib
@@ -37,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gpufleet.observe.http import check_listen
+from gpufleet.observe.tls import handshake
 from gpufleet.serve.repository import ModelEntry
 
 # Bytes a JSON element may take at most in a legitimate request ("-1.2345678e-05, "), for the
@@ -267,12 +269,28 @@ class GuardServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, address: tuple[str, int], triton_port: int, limits: Limits, models: Iterable[str]
+        self,
+        address: tuple[str, int],
+        triton_port: int,
+        limits: Limits,
+        models: Iterable[str],
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.triton_port = triton_port
         self.limits = limits
         self.models = list(models)
+        self.tls = tls  # HTTPS only (gpufleet.observe.tls); the handshake in the request's thread
         super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        conn, peer = self.socket.accept()
+        if self.tls is None:
+            return conn, peer
+        return self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False), peer
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if handshake(request):
+            super().finish_request(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
         """Close lingering (_LINGER_S): socketserver's own shuts writing and closes at once."""
@@ -330,15 +348,21 @@ class GuardServer(ThreadingHTTPServer):
 
 
 def start_guard(
-    address: str, port: int, triton_port: int, limits: Limits, models: Iterable[str]
+    address: str,
+    port: int,
+    triton_port: int,
+    limits: Limits,
+    models: Iterable[str],
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[GuardServer, threading.Thread]:
-    """Serve the guard on ``address:port`` in a daemon thread (OSError if it cannot listen)."""
+    """Serve the guard on ``address:port`` in a daemon thread, HTTPS only with ``tls``
+    (OSError if it cannot listen)."""
     family, host = check_listen(address, port)  # the metrics servers' resolution, IPv6 too
 
     class Server(GuardServer):
         address_family = family
 
-    server = Server((host, port), triton_port, limits, models)
+    server = Server((host, port), triton_port, limits, models, tls)
     thread = threading.Thread(target=server.serve_forever, name="serve-guard", daemon=True)
     thread.start()
     return server, thread

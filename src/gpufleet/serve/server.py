@@ -34,6 +34,7 @@ from gpufleet.errors import FieldError, UserInputError
 from gpufleet.extras import missing
 from gpufleet.net import free_port
 from gpufleet.observe.http import url_host
+from gpufleet.observe.tls import TlsFiles
 from gpufleet.serve.guard import GuardServer, Limits, start_guard
 from gpufleet.serve.repository import ModelEntry, read_repository
 from gpufleet.serve.secret_argv import Shim, build_shim, secret_environment
@@ -56,6 +57,8 @@ class ServeConfig:
     # The largest HTTP request body, after decompression (None: from the models' configs,
     # gpufleet.serve.guard.default_max_body).
     max_request_bytes: int | None = None
+    # HTTPS on the guard and TLS on Triton's gRPC (mutual with a client CA); None: plain.
+    tls: TlsFiles | None = None
 
 
 @dataclass(frozen=True)
@@ -200,11 +203,25 @@ def _start(triton: Any, token: str, shim: Shim | str) -> None:
         logger.setLevel(level)
 
 
+def _grpc_tls(tls: TlsFiles | None) -> dict[str, Any]:
+    """Triton's own gRPC TLS flags (--grpc-use-ssl and its certificates; mutual with a CA)."""
+    if tls is None:
+        return {}
+    mutual = (
+        {"grpc_use_ssl_mutual": True, "grpc_root_cert": Path(tls.client_ca)}
+        if tls.client_ca
+        else {}
+    )
+    return {"grpc_use_ssl": True, "grpc_server_cert": Path(tls.cert),
+            "grpc_server_key": Path(tls.key), **mutual}  # fmt: skip
+
+
 def _triton_config(
     triton_config: Any, config: ServeConfig, entries: list[ModelEntry], triton_http: int
 ) -> Any:
     """PyTriton's TritonConfig: gRPC and metrics where asked, HTTP private on loopback."""
     return triton_config(
+        **_grpc_tls(config.tls),
         http_address="127.0.0.1",
         grpc_address=config.address,
         metrics_address=config.address,
@@ -250,23 +267,25 @@ def serving(repository: Path, config: ServeConfig | None = None) -> Iterator[End
             _bind(triton, entry)
         _start(triton, token, shim)
         limits = Limits.for_models(entries, config.max_request_bytes)
+        tls = config.tls.context() if config.tls else None
         try:
-            guard, _ = start_guard(
-                config.address, config.http_port, triton_http, limits, [e.name for e in entries]
-            )
+            guard, _ = start_guard(config.address, config.http_port, triton_http, limits,
+                                   [e.name for e in entries], tls)  # fmt: skip
         except OSError as exc:
             where = f"{config.address}:{config.http_port}"
             message = f"cannot listen on {where}: {exc.strerror or exc}"
             raise UserInputError([FieldError("--http-port", message)]) from None
-        http = f"http://{_host(config.address)}:{config.http_port}"
-        wait_models_ready(http, entries, READY_TIMEOUT_S)
+        scheme = "https" if tls else "http"
+        http = f"{scheme}://{_host(config.address)}:{config.http_port}"
+        backend = f"http://127.0.0.1:{triton_http}"
+        wait_models_ready(backend, entries, READY_TIMEOUT_S)  # behind the guard: no certificate
         yield Endpoints(
             http=http,
             grpc=f"{_host(config.address)}:{config.grpc_port}",
             metrics=f"http://{_host(config.address)}:{config.metrics_port}/metrics",
             models=entries,
             alive=triton.is_alive,
-            backend_http=f"http://127.0.0.1:{triton_http}",
+            backend_http=backend,
             warnings=warnings,
         )
     finally:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
-from gpufleet.spec.names import API_VERSION, DnsLabel, Metadata
+from gpufleet.spec.names import API_VERSION, DnsLabel, Metadata, ObjectRefName
 from gpufleet.spec.resources import Resources
 from gpufleet.spec.validation import (
     INT32_MAX,
@@ -142,6 +142,18 @@ class Autoscaling(SpecModel):
     )
 
 
+class ServingTls(SpecModel):
+    """HTTPS and gRPC over TLS for the served model (server gpufleet)."""
+
+    secret_name: ObjectRefName = Field(
+        description=(
+            "A Secret of type kubernetes.io/tls (tls.crt, tls.key), mounted read-only into the "
+            "server pods: `gpufleet serve --tls-cert --tls-key` (the guard terminates HTTPS, "
+            "Triton's own flags secure gRPC). Triton's metrics port stays plain HTTP."
+        ),
+    )
+
+
 class InferenceServiceSpec(CrossFieldModel):
     """What to serve and how."""
 
@@ -180,6 +192,9 @@ class InferenceServiceSpec(CrossFieldModel):
     priority: DnsLabel | None = Field(
         default=None, description="A PriorityClass for the Triton pods."
     )
+    tls: ServingTls | None = Field(
+        default=None, description="Serve over TLS only (HTTPS, gRPC with TLS); server gpufleet."
+    )
 
     @classmethod
     def cross_field_problems(cls, data: dict[str, Any]) -> list[Problem]:
@@ -198,6 +213,10 @@ class InferenceServiceSpec(CrossFieldModel):
             )
         if data.get("server") == "gpufleet":
             problems += _gpufleet_server_problems(data)
+        elif data.get("tls") is not None:
+            problems.append((("tls",), "needs spec.server gpufleet: tritonserver's own HTTP "
+                             "endpoint has no TLS (only its gRPC has); `gpufleet serve` "
+                             "terminates HTTPS in its guard"))  # fmt: skip
         max_batch = raw_int(data, "batching", "maxBatchSize", default=DEFAULT_MAX_BATCH_SIZE)
         batching = data.get("batching")
         preferred = (batching if isinstance(batching, dict) else {}).get(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.errors import FieldError, UserInputError
@@ -25,34 +26,42 @@ NUMPY = {
 }
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """TLS to the server: the CA that signed its certificate, and for mutual TLS this client's
+    certificate and key (PEM files)."""
+
+    ca: str
+    cert: str | None = None
+    key: str | None = None
+
+
 class Target:
     """An Open Inference Protocol v2 endpoint through tritonclient: gRPC for ``host:port`` or
-    ``grpc://``, HTTP for ``http://``."""
+    ``grpc://``, HTTP for ``http://`` (``https://``); with ``tls``, over TLS either way."""
 
-    def __init__(self, url: str, model: str, concurrency: int) -> None:
+    def __init__(
+        self, url: str, model: str, concurrency: int, tls: ClientTls | None = None
+    ) -> None:
         self.http = url.startswith(("http://", "https://"))
         self.url = url
         self.model = model
         self.concurrency = max(concurrency, 1)
+        self.tls = tls
         self._executor: ThreadPoolExecutor | None = None
         self._local = threading.local()
         self._clients: list[Any] = []
         self._clients_lock = threading.Lock()
-        address = self.address = re.sub(r"^(grpc|https?)://", "", url).rstrip("/")
+        self.address = re.sub(r"^(grpc|https?)://", "", url).rstrip("/")
         try:
             if self.http:
                 import tritonclient.http as client
-
-                self.client: Any = client.InferenceServerClient(
-                    address, concurrency=concurrency, ssl=url.startswith("https")
-                )
             else:
                 import tritonclient.grpc as client
-
-                self.client = client.InferenceServerClient(address)
         except ImportError as exc:
             raise missing("serve", "tritonclient") from exc
         self.lib: Any = client
+        self.client: Any = self._new_client(concurrency)
         try:
             meta = self.client.get_model_metadata(model)
             config = self.client.get_model_config(model)
@@ -108,7 +117,7 @@ class Target:
     def _http_infer(self, inputs: list[Any], done: Any) -> None:
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = self.lib.InferenceServerClient(self.address)
+            client = self._local.client = self._new_client(1)
             with self._clients_lock:
                 self._clients.append(client)
         try:
@@ -117,6 +126,24 @@ class Target:
             done(exc)
             return
         done(None)
+
+    def _new_client(self, concurrency: int) -> Any:
+        """A tritonclient client of this target, over TLS with ``tls`` (or an https URL)."""
+        if self.http:
+            tls = self.tls
+            options = {"ca_certs": tls.ca} if tls else {}
+            if tls and tls.cert and tls.key:
+                options |= {"certfile": tls.cert, "keyfile": tls.key}
+            secure = bool(tls) or self.url.startswith("https")
+            return self.lib.InferenceServerClient(
+                self.address, concurrency=concurrency, ssl=secure, ssl_options=options or None
+            )
+        if self.tls is None:
+            return self.lib.InferenceServerClient(self.address)
+        tls = self.tls
+        return self.lib.InferenceServerClient(
+            self.address, ssl=True, root_certificates=tls.ca, private_key=tls.key,
+            certificate_chain=tls.cert)  # fmt: skip
 
     def infer(self, inputs: list[Any]) -> None:
         self.client.infer(self.model, inputs)

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpufleet.errors import UserInputError
 from gpufleet.runtime import faults
-from gpufleet.serve.loadgen.client import Target, samples_for
+from gpufleet.serve.loadgen.client import ClientTls, Target, samples_for
 from gpufleet.serve.loadgen.report import parse_summary, result_of, write_outputs
 from gpufleet.serve.loadgen.settings import BenchConfig, BenchResult
 
@@ -30,7 +30,11 @@ def run_bench(
     errors = cfg.errors()
     if errors:
         raise UserInputError(errors)
-    target = Target(cfg.url, cfg.model, cfg.concurrency)
+    tls = None
+    if cfg.tls_ca is not None:
+        cert, key = (str(p) if p else None for p in (cfg.tls_cert, cfg.tls_key))
+        tls = ClientTls(str(cfg.tls_ca), cert, key)
+    target = Target(cfg.url, cfg.model, cfg.concurrency, tls)
     try:
         data = samples_for(target, cfg.samples, cfg.seed)
         requests = [target.request(s) for s in data]

@@ -29,6 +29,11 @@ class BenchConfig:
     seed: int = 0
     outdir: Path = Path("loadgen")
     prometheus: bool = False
+    # TLS to the server: the CA that signed its certificate; for mutual TLS also this client's
+    # certificate and key (PEM files). None: plain, unless the URL is https://.
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def errors(self) -> list[FieldError]:
         """Everything wrong with this configuration, named by the CLI option that sets it."""
@@ -46,6 +51,16 @@ class BenchConfig:
             errors.append(FieldError("--target-qps", "required for the Server scenario"))
         if self.min_queries < 1 or self.concurrency < 1:
             errors.append(FieldError("--min-queries/--concurrency", "must be at least 1"))
+        return errors + self._tls_errors()
+
+    def _tls_errors(self) -> list[FieldError]:
+        given = {"--tls-ca": self.tls_ca, "--tls-cert": self.tls_cert, "--tls-key": self.tls_key}
+        errors = [FieldError(o, f"{p}: no such file") for o, p in given.items()
+                  if p is not None and not p.is_file()]  # fmt: skip
+        if (self.tls_cert is None) != (self.tls_key is None):
+            errors.append(FieldError("--tls-cert/--tls-key", "give both, or neither"))
+        elif self.tls_cert is not None and self.tls_ca is None:
+            errors.append(FieldError("--tls-ca", "needed with a client certificate"))
         return errors
 
     def effective(self) -> tuple[float, int]:

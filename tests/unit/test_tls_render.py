@@ -1,7 +1,9 @@
-"""spec.metrics.tls (issue 55 item 3): HTTPS on a job's metrics port. The worker pods mount the
-kubernetes.io/tls Secret read-only where the launcher reads it, say https in their scrape
-annotations and leave the chart's plain-HTTP PodMonitor; the job's own PodMonitor scrapes with
-the Secret's CA. A Secret that cannot serve is one error naming the field."""
+"""TLS in rendered objects (issue 55 item 3). spec.metrics.tls: HTTPS on a job's metrics port;
+the worker pods mount the kubernetes.io/tls Secret read-only where the launcher reads it, say
+https in their scrape annotations and leave the chart's plain-HTTP PodMonitor; the job's own
+PodMonitor scrapes with the Secret's CA; a Secret that cannot serve is one error naming the
+field. An InferenceService's spec.tls: `gpufleet serve` with the Secret's certificate and key,
+probed over HTTPS; refused where the server cannot terminate TLS."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import pytest
 from gpufleet.errors import UserInputError
 from gpufleet.kube import LABEL_MONITOR
 from gpufleet.launch.pod import ENV_METRICS_TLS_DIR, metrics_tls
-from gpufleet.render import render
+from gpufleet.render import check_restricted, render, render_spec
 from gpufleet.spec import validate_training_job
 from tests.support.k8s_schemas import validate_strictly
+from tests.support.serving import parsed, service
 from tests.support.specs import cluster_job, digits_job, pod_templates
 
 TLS = {"secretName": "train-metrics", "serverName": "train.team-a.svc"}
@@ -63,3 +66,34 @@ def test_a_tls_secret_that_cannot_serve_names_the_field(tmp_path: Path) -> None:
         metrics_tls(str(tmp_path))
     assert "cannot serve TLS" in str(info.value)
     assert metrics_tls(None) is None
+
+
+def test_a_served_model_over_tls_runs_gpufleet_serve_with_the_secret_and_probes_https() -> None:
+    pvc = {"name": "digits", "pvc": {"claimName": "models", "subPath": "repo"}}
+    svc = parsed(service(server="gpufleet", image="localhost/gpufleet:cpu", model=pvc,
+                         tls={"secretName": "digits-tls"}))  # fmt: skip
+    objs = render_spec(svc, "triton")
+    for obj in objs:
+        validate_strictly(obj)
+    pod = objs[0]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    (volume,) = [v for v in pod["volumes"] if v.get("secret")]
+    assert (
+        volume["secret"]["secretName"] == "digits-tls" and volume["secret"]["defaultMode"] == 0o440
+    )
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True
+    assert f"--tls-cert={mount['mountPath']}/tls.crt" in c["command"]
+    assert f"--tls-key={mount['mountPath']}/tls.key" in c["command"]
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        assert c[probe]["httpGet"]["scheme"] == "HTTPS"
+    assert not check_restricted(pod, "spec.template.spec")
+
+
+def test_tls_needs_the_gpufleet_server() -> None:
+    """tritonserver's own HTTP has no TLS: spec.tls with server triton (and so target kserve)
+    is refused with the field, not rendered half plain."""
+    with pytest.raises(UserInputError) as info:
+        parsed(service(tls={"secretName": "digits-tls"}))
+    ((path, message),) = [(e.path, e.message) for e in info.value.errors]
+    assert path == "spec.tls" and "needs spec.server gpufleet" in message
