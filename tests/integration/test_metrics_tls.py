@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import http.client
 import shutil
+import socket
 import ssl
 import subprocess
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -58,10 +61,15 @@ def client(pki: Pki, *, with_cert: bool) -> ssl.SSLContext:
 
 
 def refused(call: Callable[[], Any]) -> bool:
+    """Whether the server turned the call away at once: a TLS error or a dropped connection,
+    not a refused connection (nothing listening) nor a timeout."""
+    started = time.monotonic()
     try:
         call()
-    except (OSError, http.client.HTTPException):  # ssl.SSLError is an OSError
-        return True
+    except (OSError, http.client.HTTPException) as exc:  # ssl.SSLError is an OSError
+        cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        turned_away = (ssl.SSLError, ConnectionResetError, http.client.HTTPException)
+        return isinstance(cause, turned_away) and time.monotonic() - started < 8
     return False
 
 
@@ -113,6 +121,11 @@ def test_prometheus_scrapes_the_exporter_with_mutual_tls_and_a_job_over_https(
         assert refused(lambda: get(exporter_url, client(pki, with_cert=False)))  # mutual TLS
         for port in (exp_port, job_port):  # plain HTTP: the handshake fails, nothing is served
             assert refused(lambda p=port: get(f"http://127.0.0.1:{p}/metrics"))
+        silent = socket.create_connection(("127.0.0.1", job_port))  # connects, says nothing
+        try:  # its handshake waits in its own thread: others are served meanwhile
+            assert "gpufleet_job_step" in get(job_url, client(pki, with_cert=False))
+        finally:
+            silent.close()
         other = ssl.create_default_context()  # the system's CAs: the test CA is not among them
         assert refused(lambda: get(job_url, other))
     finally:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,10 +87,14 @@ def test_tritonclient_infers_over_https_and_grpc_with_tls(
 
 
 def refused(call: Any) -> bool:
+    """Whether the server turned the call away at once (a TLS failure, a dropped connection;
+    gRPC's UNAVAILABLE), not a refused connection (nothing listening) nor a timeout."""
+    started = time.monotonic()
     try:
         call()
-    except Exception:  # urllib's, tritonclient's and gRPC's own errors: each its own kind
-        return True
+    except Exception as exc:  # urllib's, tritonclient's and gRPC's own errors: each its own kind
+        cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        return not isinstance(cause, ConnectionRefusedError) and time.monotonic() - started < 8
     return False
 
 
@@ -112,6 +118,12 @@ def test_plain_text_and_clients_without_a_certificate_are_refused(
     )
     assert refused(lambda: anonymous.get_model_metadata(MODEL, client_timeout=10))
     anonymous.close()
+    f = client_files(pki)  # and the same server answers a client with its certificate
+    member = tritonclient_grpc.InferenceServerClient(
+        f"127.0.0.1:{grpc_port}", ssl=True, root_certificates=f["ca"], private_key=f["key"],
+        certificate_chain=f["cert"])  # fmt: skip
+    assert member.get_model_metadata(MODEL, client_timeout=10).name == MODEL
+    member.close()
 
 
 @pytest.mark.parametrize("scheme", ["grpc", "https"])

@@ -36,12 +36,13 @@ from gpufleet.launch.lock import job_lock
 from gpufleet.launch.logs import last_lines_of_rank
 from gpufleet.launch.metrics_server import serve_metrics_dir
 from gpufleet.launch.node import NodeConfig, NodeOutcome, launch_node
-from gpufleet.launch.pod import ENV_METRICS_TLS_DIR, metrics_tls
+from gpufleet.launch.pod import metrics_tls
 from gpufleet.launch.secrets import check_checkpoint_key, resolve_env
 from gpufleet.launch.uploads import DurableCollector, durable_uploads, finish, upload_wait
 from gpufleet.launch.worker import (
     DEFAULT_RUN_ROOT,
     local_notes,
+    metrics_tls_dir,
     missing_script,
     worker_module_args,
 )
@@ -119,7 +120,7 @@ def serve_metrics(job: TrainingJob, run_dir: Path) -> Iterator[None]:
     if not port:
         yield
         return
-    tls = metrics_tls(worker_env(job, run_dir).get(ENV_METRICS_TLS_DIR))
+    tls = metrics_tls(metrics_tls_dir(job))
     try:
         extra = (DurableCollector(RunDir(run_dir).durable, job.metadata.name),)
         durable = extra if job.spec.checkpoint.durable else ()

@@ -79,9 +79,8 @@ def worker_env(
     if metrics_address is not None and job.spec.metrics.port:
         env[ENV_METRICS_PORT] = str(job.spec.metrics.port)
         env[ENV_METRICS_ADDRESS] = metrics_address
-    if job.spec.metrics.tls is not None:  # the launcher's: the mounted TLS Secret
-        root = secrets_root or secrets_dir()
-        env[ENV_METRICS_TLS_DIR] = f"{root}/{job.spec.metrics.tls.secret_name}"
+    if (tls := metrics_tls_dir(job, secrets_root)) is not None:  # the launcher's
+        env[ENV_METRICS_TLS_DIR] = tls
     if job.spec.checkpoint.durable:  # the uploader's wait after a preemption counts from it
         env[ENV_GRACE_PERIOD] = f"{job.spec.preemption.grace_period:g}"
     if job.spec.framework == "ray":  # the driver's Ray Train settings, and Ray's own
@@ -91,6 +90,13 @@ def worker_env(
     if job.spec.framework == "horovod":
         env |= HOROVOD_ENV
     return {**env, **job.spec.plain_env}
+
+
+def metrics_tls_dir(job: TrainingJob, secrets_root: str | None = None) -> str | None:
+    """Where spec.metrics.tls's Secret is (tls.crt, tls.key): under ``secrets_root``, a pod's
+    mount (None: this machine's, secrets_dir); None without it."""
+    tls = job.spec.metrics.tls
+    return None if tls is None else f"{secrets_root or secrets_dir()}/{tls.secret_name}"
 
 
 def missing_script(job: TrainingJob) -> str | None:

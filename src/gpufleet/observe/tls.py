@@ -4,8 +4,8 @@ mounted: ``tls.crt``, ``tls.key``), and, for mutual TLS, a CA whose client certi
 are served. The standard library's ``ssl`` (OpenSSL) does the TLS; TLS 1.2 at least.
 
 The handshake runs in each connection's own thread (``handshake``), not in the server's accept
-loop: a client that connects and says nothing, or speaks plain HTTP, costs only its thread and
-is dropped, never stalling the scrapes of others.
+loop: a client that connects and says nothing, or speaks plain HTTP, costs only its own thread
+(dropped when a read waits HANDSHAKE_TIMEOUT), never stalling the requests of others.
 """
 
 from __future__ import annotations
@@ -55,6 +55,13 @@ def checked_context(
     for option, path in zip(options, (files.cert, files.key, files.client_ca), strict=True):
         if path is not None and not Path(path).is_file():
             raise UserInputError([FieldError(option, f"{path}: no such file")])
+    try:
+        if files.client_ca is not None:  # its own error: a CA that is not PEM
+            ssl.create_default_context(cafile=files.client_ca)
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        raise UserInputError([FieldError(options[2], f"{files.client_ca}: not a PEM CA "
+                                         f"certificate ({reason})")]) from None  # fmt: skip
     try:
         return files.context()
     except (ssl.SSLError, OSError) as exc:

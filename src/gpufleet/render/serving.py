@@ -30,7 +30,6 @@ from gpufleet.spec.inference import InferenceService
 
 HTTP, GRPC, METRICS = 8000, 8001, 8002
 MODELS = "/models"
-TLS_DIR = f"{SECRETS_ROOT}/tls"  # spec.tls's Secret, as gpufleet serve reads it
 # Per-pod metrics that Prometheus Adapter serves from Triton's own
 # (deploy/prometheus/adapter-rules.yaml).
 ADAPTER_METRICS = {
@@ -90,9 +89,16 @@ def gpufleet_serve_args(svc: InferenceService) -> list[str]:
         f"--metrics-port={METRICS}",
         f"--max-request-bytes={svc.spec.max_request_bytes}",
         "--log-file=/tmp/triton.log",
-        *([f"--tls-cert={TLS_DIR}/{TLS_CERT}", f"--tls-key={TLS_DIR}/{TLS_KEY}"]
-          if svc.spec.tls else []),
-    ]  # fmt: skip
+        *_tls_args(svc),
+    ]
+
+
+def _tls_args(svc: InferenceService) -> list[str]:
+    """spec.tls: the mounted Secret's certificate and key (pod_spec mounts it)."""
+    if svc.spec.tls is None:
+        return []
+    where = f"{SECRETS_ROOT}/{svc.spec.tls.secret_name}"
+    return [f"--tls-cert={where}/{TLS_CERT}", f"--tls-key={where}/{TLS_KEY}"]
 
 
 def pod_spec(svc: InferenceService) -> Obj:
@@ -140,7 +146,8 @@ def pod_spec(svc: InferenceService) -> Obj:
     if s.model.credentials_secret:
         container["envFrom"] = [{"secretRef": {"name": s.model.credentials_secret}}]
     if s.tls:  # the certificate and key alone, for the pod's group (fsGroup)
-        container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        where = f"{SECRETS_ROOT}/{s.tls.secret_name}"  # as every Secret gpufleet reads
+        container["volumeMounts"].append({"name": "tls", "mountPath": where, "readOnly": True})
         items = [{"key": k, "path": k} for k in (TLS_CERT, TLS_KEY)]
         secret = {"secretName": s.tls.secret_name, "items": items, "defaultMode": 0o440}
         volumes.append({"name": "tls", "secret": secret})

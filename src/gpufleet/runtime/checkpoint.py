@@ -44,13 +44,14 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from gpufleet import torchapi
-from gpufleet.errors import CheckpointError, CheckpointKeyError, CheckpointStorageError
-from gpufleet.runtime import checkpoint_io, choose, faults, integrity, sealed
+from gpufleet.errors import CheckpointError, CheckpointStorageError
+from gpufleet.runtime import checkpoint_io, choose, faults, integrity
 from gpufleet.runtime.checkpoint_io import model_fingerprint as model_fingerprint
 from gpufleet.runtime.checkpoint_io import storage_error
 from gpufleet.runtime.context import CHECKPOINT_DEFAULTS, node_id
 from gpufleet.runtime.distributed import broadcast_from_main, gather_to_main
 from gpufleet.runtime.integrity import MARKER
+from gpufleet.runtime.opening import SealedCopies
 from gpufleet.runtime.tier import DURABLE, FAST, Tier, is_local
 from gpufleet.runtime.tier import CheckpointRef as CheckpointRef
 
@@ -96,7 +97,6 @@ class Checkpointer:
             Tier(durable, name=DURABLE, identity=self.identity, log=self._log) if durable else None
         )
         self.root = self.fast.root
-        self._key_file = key_file  # the durable tier's key (read when a sealed copy is opened)
         self.keep = keep
         self.async_save = async_save
         self.every_steps = every_steps
@@ -112,6 +112,9 @@ class Checkpointer:
         # background thread, and collectives on one group must be issued in the same order on
         # every rank, which a thread racing the training loop cannot promise.
         self._pg = dist.new_group(backend="gloo") if self._distributed else None
+        # Sealed durable copies, opened for a resume with the job's key (key_file)
+        self._sealed = SealedCopies(self.root, self._node, key_file, self._rank,
+                                    self._local_rank, self._pg)  # fmt: skip
         self._pending: _Pending | None = None
         self._staging: Future[None] | None = None
         self._default_stager: Any | None = None  # DCP's DefaultStager (torch 2.9+)
@@ -152,50 +155,17 @@ class Checkpointer:
         if self._rank == 0:
             try:
                 found = choose.newest_usable(
-                    self.fast, self.durable, self.identity, self._log, incomplete, self._open
+                    self.fast, self.durable, self.identity, self._log, incomplete, self._sealed.open
                 )
-            except CheckpointError as exc:
-                found = exc  # every rank raises rank 0's verdict
+            except Exception as exc:  # every rank raises rank 0's verdict, or waits forever
+                found = exc if isinstance(exc, CheckpointError) else CheckpointError(
+                    f"choosing a checkpoint to resume from failed: {exc!r}")  # fmt: skip
         decided: CheckpointRef | CheckpointError | None = broadcast_from_main(found, self._pg)
         if isinstance(decided, CheckpointError):
             raise decided
-        if decided is not None and decided.sealed:
-            self._open_on_every_node(decided)
+        if decided is not None and decided.sealed and self.durable is not None:
+            self._sealed.open_on_every_node(decided, self.durable)
         return decided
-
-    def _open(
-        self, tier: Tier, ref: CheckpointRef, marker: dict[str, Any]
-    ) -> list[integrity.Mismatch]:
-        """Open the sealed ``ref`` on this node (choose.Opener): what does not verify. A job
-        with a key refuses a plaintext durable copy."""
-        if integrity.ENCRYPTION not in marker:
-            return sealed.refused_plaintext() if self._key_file else []
-        sealed.remove_opened(self.root, self._node)  # an earlier open's, never loaded
-        into, path = sealed.opened_dir(self.root, self._node, ref.path), tier.fs_path(ref.path)
-        try:
-            key = sealed.read_key(self._key_file)
-            return sealed.open_checkpoint(tier.fs, path, marker, key, into, tier.url(path))
-        except OSError as exc:  # the fast tier full (fatal), the store unreachable (a retry)
-            kind = CheckpointStorageError if storage_error(exc) else CheckpointError
-            raise kind(f"cannot open {tier.url(path)} into {into}: {exc}") from None
-
-    def _open_on_every_node(self, ref: CheckpointRef) -> None:
-        """Each other node's first rank opens the sealed ``ref`` too (rank 0 opened it on its
-        own node while choosing it): every node reads its own plaintext copy. Collective."""
-        error: tuple[bool, str] | None = None  # (a key error, what it says)
-        if self._local_rank == 0 and self._rank != 0 and self.durable is not None:
-            try:
-                marker = integrity.read_marker(self.durable.fs, self.durable.fs_path(ref.path))
-                problems = "; ".join(map(str, self._open(self.durable, ref, marker)))
-                error = (False, problems) if problems else None
-            except Exception as exc:  # every rank must hear it, or the others wait forever
-                error = (isinstance(exc, CheckpointKeyError), str(exc))
-        errors = [e for e in gather_to_main(error, self._pg) if e]
-        verdict = broadcast_from_main(errors[0] if errors else None, self._pg)
-        if verdict:
-            kind = CheckpointKeyError if verdict[0] else CheckpointError
-            raise kind(f"node {self._node} could not open the durable checkpoint of step "
-                       f"{ref.step} ({ref.path}): {verdict[1]}")  # fmt: skip
 
     def _incomplete_on_some_node(self) -> frozenset[str]:
         """The fast checkpoints some rank's view lacks a file of (every rank looks: a node's
@@ -372,13 +342,13 @@ class Checkpointer:
             dcp_load(state, storage_reader=self._reader(ref), process_group=self._pg)
         except BaseException:
             if ref.sealed and self._local_rank == 0:  # no plaintext left behind
-                sealed.remove_opened(self.root, self._node)
+                self._sealed.remove()
             raise
         if ref.sealed:
             if self._distributed:  # every rank has read its node's copy
                 dist.barrier(group=self._pg)
             if self._local_rank == 0:
-                sealed.remove_opened(self.root, self._node)
+                self._sealed.remove()
 
     def has_key(self, ref: CheckpointRef, key: str) -> bool:
         """Whether ``ref`` holds ``key`` (a flattened name, ``job.progress.step``): read from
@@ -393,6 +363,6 @@ class Checkpointer:
         """DCP's reader of a checkpoint on either tier (its URL says which storage), or of
         this node's opened copy of a sealed one."""
         if ref.sealed:
-            url = str(sealed.opened_dir(self.root, self._node, ref.path))
+            url = self._sealed.path(ref)
             return checkpoint_io.storage_reader(url, url, local=True)
         return checkpoint_io.storage_reader(ref.path, ref.path, local=is_local(ref.path))

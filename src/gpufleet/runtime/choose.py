@@ -53,8 +53,8 @@ def newest_usable(
             marker, problems = tier.check(ref)
             sealed = sealed_files(marker) is not None
             if not problems and (sealed or (opener is not None and tier is not fast)):
-                integrity.check_identity(identity, marker, root=tier.root, step=step)
-                problems = _opened(opener, tier, ref, marker)
+                opened = _opened(opener, tier, ref, marker)  # its HMAC before its identity
+                problems = opened if opened or sealed else problems  # None: still unverified
             if problems is None:
                 log(f"gpufleet: checkpoint step {step} ({ref.path}) predates checksums: "
                     "loading it unverified")  # fmt: skip

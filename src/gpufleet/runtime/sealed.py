@@ -101,7 +101,8 @@ def part(files: dict[str, dict[str, Any]], key: bytes | None) -> bytes:
 
 
 def _signed(marker: dict[str, Any]) -> bytes:
-    """What a marker's HMAC covers: all of it but the HMAC, as canonical JSON."""
+    """What a marker's HMAC covers: all of it but the HMAC, as canonical JSON (its
+    ``encryption`` a dict: sealed_files)."""
     sealed = {k: v for k, v in marker[ENCRYPTION].items() if k != "mac"}
     return json.dumps(
         {**marker, ENCRYPTION: sealed}, sort_keys=True, separators=(",", ":")
@@ -142,6 +143,8 @@ def open_checkpoint(
     it) into ``into``, its marker's HMAC first, each file checked against the marker's
     plaintext digest; what does not verify ([]: all does, else nothing is left in ``into``).
     CheckpointKeyError without the key it was sealed with."""
+    if sealed_files(marker) is None:  # not a dict, or no files: nothing to trust
+        return [Mismatch(MARKER, "an encryption record", "a malformed one")]
     want = str(marker[ENCRYPTION].get("key_id"))
     where = f"the durable checkpoint of step {marker.get('step')} ({url})"
     if key is None:
@@ -156,9 +159,13 @@ def open_checkpoint(
         return [files]
     shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True)
-    problems = [p for name, digest in files.items()
-                if (p := _open_file(fs, integrity.join(directory, name), into / name, digest,
-                                    key))]  # fmt: skip
+    try:
+        problems = [p for name, digest in files.items()
+                    if (p := _open_file(fs, integrity.join(directory, name), into / name,
+                                        digest, key))]  # fmt: skip
+    except BaseException:  # the store gone, the disk full: no plaintext left behind
+        shutil.rmtree(into, ignore_errors=True)
+        raise
     if problems:
         shutil.rmtree(into, ignore_errors=True)  # no plaintext of a copy that is set aside
     return problems
@@ -167,8 +174,8 @@ def open_checkpoint(
 def _files(marker: dict[str, Any], key: bytes) -> dict[str, dict[str, Any]] | Mismatch:
     """The marker's plaintext digests once its HMAC verifies and every name is a plain file
     name that both lists hold; else what is wrong with the marker."""
-    got = str(marker[ENCRYPTION].get("mac", ""))
-    if not hmac.compare_digest(got, encryption.mac(key, _signed(marker))):
+    got = str(marker[ENCRYPTION].get("mac", "")).encode("utf-8", "replace")
+    if not hmac.compare_digest(got, encryption.mac(key, _signed(marker)).encode()):
         return Mismatch(MARKER, "an HMAC under the job's key", "one that does not verify")
     files, sealed = marker.get("files"), marker[ENCRYPTION].get("files")
     if not (isinstance(files, dict) and isinstance(sealed, dict) and files.keys() == sealed.keys()
