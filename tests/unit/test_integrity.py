@@ -22,7 +22,7 @@ from gpufleet.runtime.integrity import (
     MARKER,
     Entry,
     Mismatch,
-    _name,
+    base_name,
     check_identity,
     file_digests,
     join,
@@ -280,10 +280,10 @@ def test_file_digests_record_every_file_but_the_marker_subdirectories_and_what_k
 
 def test_a_listing_entry_is_named_by_its_last_part_however_it_is_written() -> None:
     # Object stores list a prefix with or without a trailing slash, a local root without one.
-    assert _name("bucket/ckpt/step_000000001-abcdef/") == "step_000000001-abcdef"
-    assert _name("/ckpt/step_000000001-abcdef") == "step_000000001-abcdef"
-    assert _name("step_000000001-abcdef") == "step_000000001-abcdef"
-    assert _name("/ckpt/rank_X") == "rank_X"
+    assert base_name("bucket/ckpt/step_000000001-abcdef/") == "step_000000001-abcdef"
+    assert base_name("/ckpt/step_000000001-abcdef") == "step_000000001-abcdef"
+    assert base_name("step_000000001-abcdef") == "step_000000001-abcdef"
+    assert base_name("/ckpt/rank_X") == "rank_X"
     assert join("s3://bucket/ckpt/", "step") == "s3://bucket/ckpt/step"
     assert join("/ckpt", "step") == "/ckpt/step"
     assert join("/ckptX", "step") == "/ckptX/step"
