@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.devcluster.pki import Pki, issue, make_pki
+from gpufleet.devcluster.pki import Pki
 from gpufleet.errors import EXIT_BAD_INPUT
 from gpufleet.net import free_port
 from tests.support.cli import cli_env, gpufleet_cmd, run_cli
@@ -28,6 +28,7 @@ from tests.support.procs import poll_until, stop_processes
 from tests.support.prometheus import prometheus, query, static
 from tests.support.scrape import served_port
 from tests.support.specs import digits_job, write_spec
+from tests.support.tls import tls_pki
 
 pytestmark = [
     pytest.mark.slow,
@@ -42,10 +43,7 @@ SERVER_NAME = "metrics.gpufleet.test"  # the certificate's name, which scrapers 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """A CA, a serving certificate for SERVER_NAME and 127.0.0.1, and a client certificate."""
-    pki = make_pki(tmp_path_factory.mktemp("pki"))
-    issue(pki, "metrics", "gpufleet-metrics", server_names=[SERVER_NAME])
-    issue(pki, "prometheus", "prometheus")
-    return pki
+    return tls_pki(tmp_path_factory.mktemp("pki"), SERVER_NAME)
 
 
 def get(url: str, context: ssl.SSLContext | None = None) -> str:
@@ -56,7 +54,7 @@ def get(url: str, context: ssl.SSLContext | None = None) -> str:
 def client(pki: Pki, *, with_cert: bool) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=str(pki.ca))
     if with_cert:
-        context.load_cert_chain(str(pki.cert("prometheus")), str(pki.key("prometheus")))
+        context.load_cert_chain(str(pki.cert("client")), str(pki.key("client")))
     return context
 
 
@@ -77,7 +75,7 @@ def tls(pki: Pki, *, with_cert: bool) -> dict[str, Any]:
     """A Prometheus scrape job's HTTPS settings: the test CA, the certificate's name."""
     config = {"ca_file": str(pki.ca), "server_name": SERVER_NAME}
     if with_cert:
-        config |= {"cert_file": str(pki.cert("prometheus")), "key_file": str(pki.key("prometheus"))}
+        config |= {"cert_file": str(pki.cert("client")), "key_file": str(pki.key("client"))}
     return {"scheme": "https", "tls_config": config}
 
 
@@ -86,11 +84,11 @@ def test_prometheus_scrapes_the_exporter_with_mutual_tls_and_a_job_over_https(
 ) -> None:
     secret = workdir / ".gpufleet" / "secrets" / "metrics-tls"  # a kubernetes.io/tls Secret
     secret.mkdir(parents=True)
-    shutil.copy(pki.cert("metrics"), secret / "tls.crt")
-    shutil.copy(pki.key("metrics"), secret / "tls.key")
+    shutil.copy(pki.cert("server"), secret / "tls.crt")
+    shutil.copy(pki.key("server"), secret / "tls.key")
     exporter = subprocess.Popen(
         gpufleet_cmd("exporter", "--simulate", "2", "--port", "0", "--tls-cert",
-                     str(pki.cert("metrics")), "--tls-key", str(pki.key("metrics")),
+                     str(pki.cert("server")), "--tls-key", str(pki.key("server")),
                      "--tls-client-ca", str(pki.ca)),
         cwd=workdir, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -135,10 +133,10 @@ def test_prometheus_scrapes_the_exporter_with_mutual_tls_and_a_job_over_https(
 def test_certificate_options_that_cannot_work_are_one_error_and_exit_2(
     workdir: Path, pki: Pki
 ) -> None:
-    cert, key = str(pki.cert("metrics")), str(pki.key("metrics"))
+    cert, key = str(pki.cert("server")), str(pki.key("server"))
     cases = {
         ("--tls-cert", cert): "--tls-key: needed with --tls-cert",
-        ("--tls-cert", cert, "--tls-key", str(pki.key("prometheus"))): "cannot serve TLS",
+        ("--tls-cert", cert, "--tls-key", str(pki.key("client"))): "cannot serve TLS",
         ("--tls-cert", cert, "--tls-key", key, "--tls-client-ca", "/nope"): "--tls-client-ca",
         ("--tls-client-ca", str(pki.ca)): "needs --tls-cert and --tls-key",
     }

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from gpufleet.devcluster.pki import Pki, issue, make_pki
+from gpufleet.devcluster.pki import Pki
 from tests.support.oip import MODEL
+from tests.support.tls import tls_pki
 from tests.support.triton import Served, cli_serve
 
 pytestmark = pytest.mark.slow
@@ -31,10 +32,7 @@ pytest.importorskip("pytriton")
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """A CA, the server's certificate (localhost, 127.0.0.1) and a client's."""
-    pki = make_pki(tmp_path_factory.mktemp("pki"))
-    issue(pki, "server", "gpufleet-serve", server_names=["localhost"])
-    issue(pki, "client", "loadgen")
-    return pki
+    return tls_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")

@@ -15,18 +15,16 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from gpufleet.devcluster.pki import Pki, issue, make_pki
+from gpufleet.devcluster.pki import Pki
 from gpufleet.errors import UserInputError
 from gpufleet.observe.http import start_metrics_server
 from gpufleet.observe.tls import TlsFiles, checked_context, cli_files
+from tests.support.tls import tls_pki
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    pki = make_pki(tmp_path_factory.mktemp("pki"))
-    issue(pki, "server", "metrics", server_names=["localhost"])
-    issue(pki, "client", "prometheus")
-    return pki
+    return tls_pki(tmp_path_factory.mktemp("pki"))
 
 
 def error_of(call: object) -> tuple[str, str]:
