@@ -22,6 +22,22 @@ from gpufleet.spec import Spec, TrainingJob, load_spec, load_training_job
 RunRootOption = Annotated[
     Path, typer.Option(help="Where the local runs' directories (logs, checkpoints) live.")
 ]
+# A server's TLS options (`gpufleet exporter`, `gpufleet serve`): HTTPS only with a certificate,
+# mutual TLS with a client CA (observe/tls.py checks them together).
+TlsCertOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Serve HTTPS, and gRPC over TLS where it serves gRPC, with this PEM "
+        "certificate (a TLS Secret's tls.crt)."
+    ),
+]
+TlsKeyOption = Annotated[
+    str | None, typer.Option(help="The certificate's PEM key (tls.key); with --tls-cert.")
+]
+TlsClientCaOption = Annotated[
+    str | None,
+    typer.Option(help="Mutual TLS: serve only clients with a certificate this CA signed."),
+]
 
 
 class Output(StrEnum):

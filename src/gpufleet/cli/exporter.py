@@ -9,7 +9,13 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import fail, stop_on_signals
+from gpufleet.cli.common import (
+    TlsCertOption,
+    TlsClientCaOption,
+    TlsKeyOption,
+    fail,
+    stop_on_signals,
+)
 from gpufleet.console import err_console
 from gpufleet.errors import FieldError, MetricsPortError, UserInputError
 from gpufleet.extras import require
@@ -48,17 +54,9 @@ def exporter(
             "(Kubernetes API, needs list on pods; in-cluster service account or kubeconfig)."
         ),
     ] = False,
-    tls_cert: Annotated[
-        str | None,
-        typer.Option(help="Serve HTTPS with this PEM certificate (a TLS Secret's tls.crt)."),
-    ] = None,
-    tls_key: Annotated[
-        str | None, typer.Option(help="The certificate's PEM key (tls.key); with --tls-cert.")
-    ] = None,
-    tls_client_ca: Annotated[
-        str | None,
-        typer.Option(help="Mutual TLS: serve only clients with a certificate this CA signed."),
-    ] = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    tls_client_ca: TlsClientCaOption = None,
     simulate_failure: Annotated[
         list[str] | None,
         typer.Option(

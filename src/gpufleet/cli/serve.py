@@ -7,7 +7,13 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.cli.common import fail, stop_on_signals
+from gpufleet.cli.common import (
+    TlsCertOption,
+    TlsClientCaOption,
+    TlsKeyOption,
+    fail,
+    stop_on_signals,
+)
 from gpufleet.console import err_console
 from gpufleet.errors import FieldError, ServingError, UserInputError
 from gpufleet.observe.tls import checked_context, cli_files
@@ -131,17 +137,9 @@ def serve(
             "largest batch takes as JSON, at least 1 MiB; 64 MiB with variable dims)."
         ),
     ] = None,
-    tls_cert: Annotated[
-        str | None,
-        typer.Option(help="HTTPS and gRPC over TLS with this PEM certificate (tls.crt)."),
-    ] = None,
-    tls_key: Annotated[
-        str | None, typer.Option(help="The certificate's PEM key (tls.key); with --tls-cert.")
-    ] = None,
-    tls_client_ca: Annotated[
-        str | None,
-        typer.Option(help="Mutual TLS: serve only clients with a certificate this CA signed."),
-    ] = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    tls_client_ca: TlsClientCaOption = None,
 ) -> None:
     """Serve a model repository with Triton (PyTriton) until SIGTERM or Ctrl-C."""
     from gpufleet.serve.repository import describe
