@@ -56,6 +56,9 @@ declare -A PKGS=(
   [kuberay]=github.com/ray-project/kuberay/ray-operator
   # the tests' object store (issue 32): an S3 server with real S3 semantics on a directory
   [versitygw]=github.com/versity/versitygw/cmd/versitygw
+  # secrets sealed offline and unsealed in the cluster (issue 55): the controller and kubeseal
+  [sealed-secrets-controller]=github.com/bitnami/sealed-secrets/cmd/controller
+  [kubeseal]=github.com/bitnami/sealed-secrets/cmd/kubeseal
 )
 # name -> its Go module's directory, where it is not controlplane/ itself
 declare -A MODULES=(
@@ -76,6 +79,8 @@ declare -A MODULES=(
   [prometheus]=controlplane/prometheus
   [kuberay]=controlplane/kuberay
   [versitygw]=controlplane/versitygw
+  [sealed-secrets-controller]=controlplane/sealed-secrets
+  [kubeseal]=controlplane/sealed-secrets
 )
 # name -> the project's own Go source it is built from, where it has one
 declare -A SOURCES=([coredns]=controlplane/coredns/main.go)
@@ -92,7 +97,7 @@ fresh() {
 declare -A TAGS=([containerd]=no_btrfs [ctr]=no_btrfs [runc]="seccomp urfave_cli_no_docs"
                  [prometheus]="remove_all_sd enable_kubernetes_sd")
 declare -A CGO=([runc]=1 [containerd-shim-runc-v2]=0 [kube-router]=0 [prometheus-adapter]=0
-                [prometheus]=0 [versitygw]=0)
+                [prometheus]=0 [versitygw]=0 [sealed-secrets-controller]=0 [kubeseal]=0)
 declare -A VERSION_LDFLAGS=(
   [containerd]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
   [containerd-shim-runc-v2]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
@@ -102,12 +107,14 @@ declare -A VERSION_LDFLAGS=(
   [kube-router]="-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=v2.10.0"
   [prometheus]="-X github.com/prometheus/common/version.Version=3.16.0"
   [versitygw]="-X main.Version=v1.8.0"
+  [sealed-secrets-controller]="-X main.VERSION=v0.40.0"
+  [kubeseal]="-X main.VERSION=v0.40.0"
 )
 ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset
        training-operator mpi-operator trainer vc-webhook-manager vc-controller-manager vc-scheduler
        kuberay kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc
        cni-bridge cni-loopback cni-host-local cni-portmap coredns kube-router prometheus
-       prometheus-adapter versitygw pause)
+       prometheus-adapter versitygw sealed-secrets-controller kubeseal pause)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ORDER[@]}")
 
@@ -274,6 +281,19 @@ if [ ! -s "$out" ] || [ controlplane/volcano/go.sum -nt "$out" ] || [ controlpla
   dir=$(cd controlplane/volcano && go list -m -f '{{.Dir}}' volcano.sh/volcano)
   install -m 0644 "$dir/installer/volcano-development.yaml" "$out"
   echo "  volcano manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs"
+fi
+
+# Sealed Secrets': rendered from its module's own Helm chart (CRD, RBAC, Services, Deployment) as
+# `helm install sealed-secrets-controller -n kube-system` would: kubeseal's default names.
+out="$manifests/sealed-secrets.yaml"
+if [ ! -s "$out" ] || [ controlplane/sealed-secrets/go.sum -nt "$out" ] \
+    || [ controlplane/sealed-secrets/go.mod -nt "$out" ]; then
+  dir=$(cd controlplane/sealed-secrets && go list -m -f '{{.Dir}}' github.com/bitnami/sealed-secrets)
+  helm_bin=$(command -v helm || echo .tools/bin/helm)
+  "$helm_bin" template sealed-secrets-controller "$dir/helm/sealed-secrets" --namespace kube-system \
+    --include-crds >"$out.tmp"
+  mv "$out.tmp" "$out"
+  echo "  sealed-secrets manifests: $(grep -c '^kind: CustomResourceDefinition' "$out") CRDs"
 fi
 
 # CRDs of components not run here (Prometheus Operator, Volcano, KEDA, KServe), from their modules

@@ -12,7 +12,8 @@ import yaml
 from gpufleet.cli.common import fail
 from gpufleet.console import err_console
 from gpufleet.devcluster import LocalCluster, NodeSpec
-from gpufleet.devcluster.addons import KueueSettings
+from gpufleet.devcluster.addons import SEALED_SECRETS, KueueSettings
+from gpufleet.devcluster.build import KUBESEAL
 from gpufleet.devcluster.kubeconfig import check_merge_target, merge_kubeconfig
 from gpufleet.devcluster.nodes import pools_from_values
 from gpufleet.devcluster.platform import helm_command, platform_values, write_values
@@ -43,6 +44,14 @@ WithoutOption = Annotated[
     typer.Option(
         help="Leave a controller out (kueue, jobset, training-operator, mpi-operator, "
         "trainer, volcano; repeatable)."
+    ),
+]
+WithOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--with",
+        help="Run an optional controller too: sealed-secrets (Sealed Secrets' controller; "
+        "seal with kubeseal and the certificate `up` prints; root only; repeatable).",
     ),
 ]
 FairSharingOption = Annotated[
@@ -108,6 +117,7 @@ def up(
     gpus_per_node: GpusOption = NODE_DEFAULTS.gpus,
     gpu_product: ProductOption = NODE_DEFAULTS.gpu_product,
     without: WithoutOption = None,
+    with_: WithOption = None,
     kueue_fair_sharing: FairSharingOption = False,
     pods_ready_timeout: PodsReadyOption = None,
     pod_delay_ms: PodDelayOption = None,
@@ -130,8 +140,8 @@ def up(
         if kubeconfig is not None:
             check_merge_target(kubeconfig)
         kueue = KueueSettings(kueue_fair_sharing, _go_duration(pods_ready_timeout))
-        state = cluster.up(kinds, without=tuple(without or ()), kueue=kueue,
-                           pod_delay_ms=pod_delay_ms)  # fmt: skip
+        state = cluster.up(kinds, without=tuple(without or ()), with_=tuple(with_ or ()),
+                           kueue=kueue, pod_delay_ms=pod_delay_ms)  # fmt: skip
     except ClusterUpError as exc:
         err_console.print(f"cluster up failed: {exc}", markup=False)
         raise typer.Exit(EXIT_FAILED) from None
@@ -146,6 +156,7 @@ def up(
         f"API server {state.server}; {', '.join(described)}"
         f"\n  export KUBECONFIG={exported}"
         f"\n  {_platform(directory, real_nodes, image or [], without or [], values)}"
+        f"{_kubeseal(directory, Path(state.binaries), with_ or [])}"
         "\n  gpufleet cluster down   # when done",
         markup=False,
     )
@@ -162,6 +173,15 @@ def _platform(
     written = write_values(directory, platform_values(real_nodes=bool(real_nodes), images=names,
                                                       volcano=volcano))  # fmt: skip
     return f"{helm_command(written, values)}   # the platform chart, from the repository's root"
+
+
+def _kubeseal(directory: Path, binaries: Path, with_: list[str]) -> str:
+    """With Sealed Secrets: how to seal a Secret offline, with the controller's certificate."""
+    if SEALED_SECRETS.project not in with_:
+        return ""
+    cert = directory / f"{SEALED_SECRETS.name}.pem"
+    return (f"\n  {binaries / KUBESEAL} --cert {cert} -f secret.yaml -w sealed.yaml"
+            "   # seal a Secret offline; kubectl apply -f sealed.yaml")  # fmt: skip
 
 
 def _check(nodes: int, gpus: int, real_nodes: int, images: list[Path], metrics: bool) -> None:

@@ -114,6 +114,13 @@ class Api:
             return None
         return base64.b64decode(data["tls.crt"]), base64.b64decode(data["tls.key"])
 
+    def service_account_token(self, namespace: str, name: str, seconds: int) -> str:
+        """A token the API server issues for ServiceAccount ``name`` (TokenRequest), as the
+        kubelet gets a pod's."""
+        request = {"spec": {"audiences": [], "expirationSeconds": seconds}}
+        made = self.core().create_namespaced_service_account_token(name, namespace, request)
+        return str(made.status.token)
+
     def nodes_ready(self, count: int | list[str]) -> bool:
         """Whether at least ``count`` nodes report Ready, or every node named."""
         try:

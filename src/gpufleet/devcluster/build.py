@@ -14,8 +14,10 @@ from gpufleet.errors import FieldError, UserInputError
 
 REPO = Path(__file__).resolve().parents[3]  # a checkout: where .tools/ and scripts/ are
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
-# Every executable the build makes: the control plane, kwok, each controller's manager.
-COMPONENTS = (*CONTROL_PLANE, "kwok", *(a.name for a in addons.ADDONS))
+# Every executable the build makes: the control plane, kwok, each controller's manager, and
+# kubeseal (what seals a Secret with Sealed Secrets' certificate).
+KUBESEAL = "kubeseal"
+COMPONENTS = (*CONTROL_PLANE, "kwok", *(a.name for a in addons.ADDONS), KUBESEAL)
 # A CRD file of a project not run here (controlplane/crds.txt): present once the build ran.
 OTHER_CRDS_MARK = Path("crds") / "keda.sh_scaledobjects.yaml"
 

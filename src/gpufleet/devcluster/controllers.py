@@ -5,6 +5,7 @@ server, apply its own objects; and the CRDs of projects that do not run here."""
 from __future__ import annotations
 
 import shutil
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.devcluster import addons
-from gpufleet.devcluster.addons import Addon, Certs, Ready
+from gpufleet.devcluster.addons import LOOPBACK, Addon, Certs, Ready, sealed
 from gpufleet.devcluster.api import Api, wait
 from gpufleet.devcluster.components import Component, controller_runtime_manager
 from gpufleet.devcluster.pki import Pki, write_kubeconfig
@@ -69,8 +70,15 @@ class Controllers:
                               addon.name)  # fmt: skip
         argv = addons.argv(addon, self.binaries / addon.name, config, kc, p, self.directory,
                            self.pki.ca)  # fmt: skip
-        manager = self._manager(addon, argv, p, addons.environment(addon, self.directory, kc))
+        env = addons.environment(addon, self.directory, kc)
+        if addon.in_cluster:
+            argv, env = self._in_cluster(addon, argv, env)
+        manager = self._manager(addon, argv, p, env)
         self.processes.start(manager, self.timeout, restarts=ADDON_RESTARTS)
+        if addon.public_cert:
+            pem = urllib.request.urlopen(f"http://{LOOPBACK}:{p.health}{addon.public_cert}",
+                                         timeout=10).read()  # fmt: skip
+            (self.directory / f"{addon.name}.pem").write_bytes(pem)
         if addon.probe is not None:
             probe = addon.probe
             self._wait(lambda: self.api.dry_run(probe), f"{addon.name}'s webhooks")
@@ -78,6 +86,20 @@ class Controllers:
             own = addons.load_manifests(self.binaries / "manifests" / f"{addon.after_ready}.yaml")
             self.api.create_custom(own)
             self.log(f"  {len(own)} {addon.after_ready} applied")
+
+    def _in_cluster(
+        self, addon: Addon, argv: list[str], env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """What a manager that reads only the in-cluster configuration runs with: its
+        ServiceAccount's files (a token the API server issues) in a mount namespace of its
+        own, and a pod's environment instead of $KUBECONFIG."""
+        account = sealed.service_account_dir(addon, self.directory)
+        token = self.api.service_account_token(addon.namespace, addon.service_account,
+                                               sealed.TOKEN_SECONDS)  # fmt: skip
+        sealed.write_service_account(account, token, self.pki.ca.read_bytes(), addon.namespace)
+        env = {k: v for k, v in env.items() if k != "KUBECONFIG"}
+        env |= sealed.in_cluster_env(self.server, addon.namespace)
+        return sealed.in_cluster_argv(argv, account), env
 
     def _manager(
         self, addon: Addon, argv: list[str], ports: addons.Ports, env: dict[str, str]

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpufleet.devcluster import addons
 from gpufleet.devcluster.addons import Addon
+from gpufleet.devcluster.addons.sealed import may_unshare
 from gpufleet.devcluster.api import Api
 from gpufleet.devcluster.build import ensure_built
 from gpufleet.devcluster.components import (
@@ -48,21 +49,32 @@ LOOPBACK = "127.0.0.1"
 CLIENT_KUBECONFIGS = ("kube-controller-manager", "kube-scheduler", "kwok")
 
 
-def preflight(without: tuple[str, ...]) -> list[Addon]:
-    """The controllers to run, once ``without`` names only known projects and leaves no
-    controller without one it needs (UserInputError, exit 2, otherwise)."""
+def preflight(without: tuple[str, ...], with_: tuple[str, ...] = ()) -> list[Addon]:
+    """The controllers to run (the optional ones only when ``with_`` names them), once
+    ``without`` and ``with_`` name only known projects and leave no controller without one it
+    needs (UserInputError, exit 2, otherwise)."""
     unknown = sorted(set(without) - set(addons.PROJECTS))
     if unknown:
         raise UserInputError([FieldError("--without", (
             f"unknown controller {', '.join(unknown)}; "
             f"one of: {', '.join(addons.PROJECTS)}"))])  # fmt: skip
-    enabled = [a for a in addons.ADDONS if a.project not in without]
+    unknown = sorted(set(with_) - set(addons.OPTIONAL))
+    if unknown:
+        raise UserInputError([FieldError("--with", (
+            f"unknown optional controller {', '.join(unknown)}; "
+            f"one of: {', '.join(addons.OPTIONAL)}"))])  # fmt: skip
+    enabled = [a for a in addons.ADDONS
+               if a.project not in without and (not a.optional or a.project in with_)]  # fmt: skip
     for addon in enabled:
         lacking = [r for r in addon.requires if r in without]
         if lacking:
             raise UserInputError([FieldError("--without", (
                 f"{addon.name} needs {', '.join(lacking)}; leave {addon.name} out too "
                 f"(--without {addon.name})"))])  # fmt: skip
+        if addon.in_cluster and not may_unshare():
+            raise UserInputError([FieldError("--with", (
+                f"{addon.project} needs root: its controller reads only a pod's ServiceAccount "
+                "files, which it gets in a mount namespace of its own"))])  # fmt: skip
     return enabled
 
 
@@ -123,17 +135,19 @@ class LocalCluster:
         *,
         timeout: float = 120,
         without: tuple[str, ...] = (),
+        with_: tuple[str, ...] = (),
         kueue: addons.KueueSettings | None = None,
         pod_delay_ms: int | None = None,
     ) -> State:
         """Start every component in order, each once the one before is ready; create the nodes.
         ``nodes``: pools of kwok's fake nodes (``pod_delay_ms`` caps kwok's delays at each step
         of a pod's life), or kinds of node (kwok's, real ones) side by side. ``without`` names
-        controllers (addons.PROJECTS) to leave out, as on a cluster that lacks them;
+        controllers (addons.PROJECTS) to leave out, as on a cluster that lacks them, ``with_``
+        the optional ones to run (addons.OPTIONAL);
         ``kueue``: gpufleet's Kueue settings changed (fair sharing, the pods-ready timeout). A
         running cluster in the same directory is found and returned as it is."""
         kinds = node_kinds(nodes, pod_delay_ms)
-        enabled = preflight(without)
+        enabled = preflight(without, with_)
         require("cluster", "cryptography", "kubernetes")
         running = self.state_if_running()
         if running is not None:

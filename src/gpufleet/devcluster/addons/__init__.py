@@ -1,7 +1,8 @@
 """The controllers of the local control plane: Kueue, JobSet, the Kubeflow training-operator,
-the MPI operator, the Kubeflow Trainer, Volcano and KubeRay, installed from their own modules'
-manifests (rendered with kustomize by scripts/build-controlplane.sh) as a cluster would get
-them, their managers run as processes beside the API server.
+the MPI operator, the Kubeflow Trainer, Volcano, KubeRay and, when asked, Sealed Secrets,
+installed from their own modules' manifests (rendered with kustomize or their Helm charts by
+scripts/build-controlplane.sh) as a cluster would get them, their managers run as processes
+beside the API server (Sealed Secrets' in a mount namespace of its own: addons/sealed.py).
 
 What changes because the managers run beside the API server instead of in pods (what kwokctl
 does for its components), and nothing else:
@@ -57,6 +58,7 @@ from gpufleet.devcluster.addons.process import (
     prepare,
     write_certs,
 )
+from gpufleet.devcluster.addons.sealed import SEALED_SECRETS
 from gpufleet.devcluster.addons.volcano import (
     VOLCANO_ADMISSION,
     VOLCANO_CONTROLLERS,
@@ -66,10 +68,12 @@ from gpufleet.devcluster.addons.volcano import (
 # In start order: a controller's requirements before it.
 ADDONS = (
     KUEUE, JOBSET, TRAINING_OPERATOR, MPI_OPERATOR, TRAINER,
-    VOLCANO_ADMISSION, VOLCANO_CONTROLLERS, VOLCANO_SCHEDULER, KUBERAY,
+    VOLCANO_ADMISSION, VOLCANO_CONTROLLERS, VOLCANO_SCHEDULER, KUBERAY, SEALED_SECRETS,
 )  # fmt: skip
 # What `--without` names: a project of several processes (Volcano) is left out whole.
 PROJECTS = tuple(dict.fromkeys(a.project for a in ADDONS))
+# What `--with` names: the projects that run only when asked.
+OPTIONAL = tuple(dict.fromkeys(a.project for a in ADDONS if a.optional))
 
 __all__ = [
     "ADDONS",
@@ -82,7 +86,9 @@ __all__ = [
     "KUEUE_FAIR_SHARING",
     "LOOPBACK",
     "MPI_OPERATOR",
+    "OPTIONAL",
     "PROJECTS",
+    "SEALED_SECRETS",
     "TRAINER",
     "TRAINING_OPERATOR",
     "VOLCANO_ADMISSION",

@@ -83,6 +83,15 @@ class Addon:
     # Kinds of its manifests that run in a cluster as workloads and are replaced here by the
     # process (the Deployment always is): Volcano's certificate-making Job.
     skip_kinds: tuple[str, ...] = ()
+    # Off unless `cluster up --with <project>` asks (Sealed Secrets); the others run unless
+    # `--without` leaves them out.
+    optional: bool = False
+    # It reads only the in-cluster configuration (no kubeconfig flag): it runs in a mount
+    # namespace of its own with its ServiceAccount's files (addons/sealed.py).
+    in_cluster: bool = False
+    # A path on its health port that serves its public certificate, written to
+    # <cluster dir>/<name>.pem once it is ready (Sealed Secrets': what kubeseal seals with).
+    public_cert: str = ""
 
     def __post_init__(self) -> None:
         wrong = [
