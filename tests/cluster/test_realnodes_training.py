@@ -17,6 +17,7 @@ import pytest
 from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.errors import UserInputError
 from gpufleet.runtime.integrity import MARKER
+from tests.support import sealed as sealing
 from tests.support.devcluster import BoundPods, DevCluster, tenant_user
 from tests.support.procs import poll_until
 from tests.support.realnodes import (
@@ -234,18 +235,22 @@ def test_a_crash_mid_run_resumes_from_the_claims_checkpoint(
 def pod_s3(reallab: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
     """A real S3 server (versitygw) on the address the real nodes reach the host by (the
     bridge's), a bucket 'ckpt', and its credentials in a Secret of the tenant (never in the
-    job's spec)."""
+    job's spec), sealed offline with kubeseal and unsealed by the cluster's Sealed Secrets
+    controller: the sealed manifest holds none of them."""
     if not VERSITYGW.is_file():
         pytest.skip(f"versitygw not built at {VERSITYGW} (scripts/build-controlplane.sh)")
     with versitygw(tmp_path_factory.mktemp("s3"), host=HOST_IP) as server:
         server.bucket("ckpt")
-        reallab.core.create_namespaced_secret(
-            TENANT, {"metadata": {"name": "s3-ckpt"}, "stringData": server.env}
-        )
+        sealed = sealing.seal(reallab, TENANT, "s3-ckpt", server.env)
+        assert not any(v in json.dumps(sealed) for v in (server.access_key, server.secret_key))
+        sealing.apply(reallab, sealed)
         try:
+            assert sealing.unsealed(reallab, TENANT, "s3-ckpt") == server.env
             yield server
         finally:
-            reallab.core.delete_namespaced_secret("s3-ckpt", TENANT)
+            reallab.custom.delete_namespaced_custom_object(
+                sealing.GROUP, sealing.VERSION, TENANT, sealing.PLURAL, "s3-ckpt"
+            )
 
 
 def run_with_s3(cluster: DevCluster, name: str, checkpoint: dict[str, Any]) -> None:

@@ -6,10 +6,12 @@ tests/cluster/test_docs_local_cluster.py run)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -20,7 +22,13 @@ from tests.support.docpages import DOCS, Terminal, blocks, commands, groups
 from tests.support.paths import REPO
 
 README = REPO / "README.md"
-README_LINES = 150  # "a README that a newcomer reads in five minutes" (issue 51)
+README_LINES = 150
+SECRET_REFERENCES = (
+    "existingSecret",
+    "secretName",
+    "secret",
+    "tokenSecret",
+)  # "a README that a newcomer reads in five minutes" (issue 51)
 
 
 def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
@@ -118,7 +126,14 @@ def test_the_readmes_tour_runs_the_getting_started_pages_commands() -> None:
 
 def test_the_getting_started_pages_have_their_groups_in_order() -> None:
     assert groups(DOCS / "local.md") == ["tour"]
-    assert groups(DOCS / "local-cluster.md") == ["cluster", "platform", "job", "cancel", "down"]
+    assert groups(DOCS / "local-cluster.md") == [
+        "cluster",
+        "platform",
+        "sealed",
+        "job",
+        "cancel",
+        "down",
+    ]
 
 
 def test_a_run_mark_must_precede_a_bash_block(tmp_path: Path) -> None:
@@ -183,3 +198,23 @@ def test_the_readmes_frameworks_table_is_the_frameworks_pages_and_the_renderers(
         assert row[1].startswith("runs"), row  # every framework runs on this machine
         for target, cell in zip(header[2:], row[2:], strict=True):
             assert (cell == "refused") == (target not in targets), (row[0], target, cell)
+
+
+def test_the_security_pages_table_names_every_secret_the_charts_values_refer_to() -> None:
+    """docs/security.md, "Sealed secrets": each Secret reference of the chart's values schema
+    (existingSecret, secretName, secret, tokenSecret), by its value path, and nothing else."""
+    schema = json.loads((REPO / "deploy" / "helm" / "gpufleet" / "values.schema.json").read_text())
+    found: list[str] = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        for key, sub in node.get("properties", {}).items():
+            if key in SECRET_REFERENCES:
+                found.append(f"{path}{key}")
+            walk(sub, f"{path}{key}.")
+        if "items" in node:
+            walk(node["items"], f"{path[:-1]}[].")
+
+    walk(schema, "")
+    section = (DOCS / "security.md").read_text().split("### Sealed secrets", 1)[1]
+    table = re.findall(r"^\| `([^`]+)` \|", section.split("\n#", 1)[0], re.M)
+    assert len(found) >= 9 and sorted(table) == sorted(found), (table, found)
