@@ -13,7 +13,7 @@
 # Go's version and environment, its module's go.mod and go.sum, its own source, the C compiler
 # for cgo), and a new clone copies it from there instead of linking it again (2 of 2.3 minutes
 # of a warm `make test`'s set-up on 2 cores, measured).
-# Usage: scripts/build-controlplane.sh [NAME...]
+# Usage: [BINARIES_ONLY=1] scripts/build-controlplane.sh [NAME...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST="${DEST:-.tools/controlplane}"
@@ -59,6 +59,9 @@ declare -A PKGS=(
   # secrets sealed offline and unsealed in the cluster (issue 55): the controller and kubeseal
   [sealed-secrets-controller]=github.com/bitnami/sealed-secrets/cmd/controller
   [kubeseal]=github.com/bitnami/sealed-secrets/cmd/kubeseal
+  # the image's bill of materials (issue 55): syft (make image) and grype (make scan alone)
+  [syft]=github.com/anchore/syft/cmd/syft
+  [grype]=github.com/anchore/grype/cmd/grype
 )
 # name -> its Go module's directory, where it is not controlplane/ itself
 declare -A MODULES=(
@@ -81,6 +84,8 @@ declare -A MODULES=(
   [versitygw]=controlplane/versitygw
   [sealed-secrets-controller]=controlplane/sealed-secrets
   [kubeseal]=controlplane/sealed-secrets
+  [syft]=controlplane/sbom
+  [grype]=controlplane/sbom
 )
 # name -> the project's own Go source it is built from, where it has one
 declare -A SOURCES=([coredns]=controlplane/coredns/main.go)
@@ -97,7 +102,8 @@ fresh() {
 declare -A TAGS=([containerd]=no_btrfs [ctr]=no_btrfs [runc]="seccomp urfave_cli_no_docs"
                  [prometheus]="remove_all_sd enable_kubernetes_sd")
 declare -A CGO=([runc]=1 [containerd-shim-runc-v2]=0 [kube-router]=0 [prometheus-adapter]=0
-                [prometheus]=0 [versitygw]=0 [sealed-secrets-controller]=0 [kubeseal]=0)
+                [prometheus]=0 [versitygw]=0 [sealed-secrets-controller]=0 [kubeseal]=0
+                [syft]=0 [grype]=0)
 declare -A VERSION_LDFLAGS=(
   [containerd]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
   [containerd-shim-runc-v2]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
@@ -109,6 +115,8 @@ declare -A VERSION_LDFLAGS=(
   [versitygw]="-X main.Version=v1.8.0"
   [sealed-secrets-controller]="-X main.VERSION=v0.40.0"
   [kubeseal]="-X main.VERSION=v0.40.0"
+  [syft]="-X main.version=v1.57.2"
+  [grype]="-X main.version=v0.121.3"
 )
 ORDER=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue jobset
        training-operator mpi-operator trainer vc-webhook-manager vc-controller-manager vc-scheduler
@@ -215,6 +223,10 @@ for name in "${names[@]}"; do
   mkdir -p "$BUILD_CACHE" && rm -f "$BUILD_CACHE/$name"-????????????????
   cp "$out" "$copy.tmp" && mv "$copy.tmp" "$copy"
 done
+
+# BINARIES_ONLY=1: the components named and nothing else (scripts/build-image.sh builds syft
+# so, beside a full build of this script that `make test` runs at the same time).
+if [ "${BINARIES_ONLY:-}" = 1 ]; then exit 0; fi
 
 # kwok's own Stages (node and pod lifecycles), read from its module at the pinned version.
 stages="$DEST/kwok-stages"

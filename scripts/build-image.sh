@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 source scripts/image-lib.sh
 
 # What the image is made of: a change to any of these is a new key.
-INPUTS=(docker/Dockerfile docker/sshd_config .dockerignore pyproject.toml constraints.txt src
+INPUTS=(docker/Dockerfile docker/sshd_config docker/torch.lock docker/image.lock .dockerignore
+  pyproject.toml src
   scripts/build-horovod.sh patches/horovod examples/horovod_digits.py)
 
 # What the own flavor adds: the stand-in for a team's image, and the lines the team adds.
@@ -107,6 +108,39 @@ own_base() {
 }
 own_base_archive() { archive_path ownbase "$(own_base | cut -d- -f2)"; }
 
+# The SPDX and CycloneDX SBOMs of the image just built (syft, built from controlplane/sbom by
+# scripts/build-controlplane.sh, which `make test` runs beside this: its module's go.sum pins it
+# by hash; syft is not in that script's default list, so the two never build the same thing), written beside where its
+# archive goes, from the image's root file system (Debian's packages, every Python package with
+# its version and licence, Java archives); then the image is labelled with each file's sha256
+# (a configuration change: no layer is added, and the packages the SBOMs list are unchanged).
+# gpufleet's own images only: a team's own image (own) is the team's to describe.
+sbom() {
+  local flavor=$1 key=$2 image ctr mnt syft outputs=() labels=() format file
+  BINARIES_ONLY=1 bash scripts/build-controlplane.sh syft >&2
+  syft=.tools/controlplane/syft
+  image=$(image_name "$flavor" "$key")
+  for format in "${!SBOM_FORMATS[@]}"; do
+    outputs+=(-o "$format=$(sbom_path "$flavor" "$key" "${SBOM_FORMATS[$format]}").tmp")
+  done
+  ctr=$(buildah from --quiet "$image")
+  mnt=$(buildah mount "$ctr")
+  "$syft" scan "dir:$mnt" --source-name "$IMAGE_REPO" --source-version "$flavor-$key" -q \
+    "${outputs[@]}"
+  buildah umount "$ctr" >/dev/null
+  buildah rm "$ctr" >/dev/null
+  for format in "${!SBOM_FORMATS[@]}"; do
+    file=$(sbom_path "$flavor" "$key" "${SBOM_FORMATS[$format]}")
+    mv "$file.tmp" "$file"
+    ln -sfn "$(basename "$file")" "$IMAGE_CACHE/gpufleet-$flavor.${SBOM_FORMATS[$format]}"
+    labels+=("--label=$SBOM_LABEL.${SBOM_FORMATS[$format]%.json}.sha256=$(
+      sha256sum "$file" | cut -c1-64)")
+  done
+  mkdir -p "$IMAGE_CACHE/.label-context"
+  printf 'FROM %s\n' "$image" | buildah bud --quiet --isolation=chroot "${labels[@]}" \
+    -t "$image" -f - "$IMAGE_CACHE/.label-context" >/dev/null
+}
+
 # Write the archive next to its final name, then move it there and point the link at it. Layers
 # are zstd-compressed (containerd >= 1.5 reads them): as fast to write as gzip here and ~10%
 # smaller; uncompressed ones were slower to write and to import (benchmarks/results/image-build_*).
@@ -133,6 +167,9 @@ prune() {
   keep=$(basename "$(archive_path "$flavor" "$key")")
   for f in "$IMAGE_CACHE/gpufleet-$flavor"-*.tar "$IMAGE_CACHE/gpufleet-$flavor"-*.tar.tmp; do
     if [ -f "$f" ] && [ "$(basename "$f")" != "$keep" ]; then rm -f "$f"; fi
+  done
+  for f in "$IMAGE_CACHE/gpufleet-$flavor"-*.json "$IMAGE_CACHE/gpufleet-$flavor"-*.json.tmp; do
+    if [ -f "$f" ] && [[ "$(basename "$f")" != "gpufleet-$flavor-$key".* ]]; then rm -f "$f"; fi
   done
   buildah images --noheading --format '{{.Name}}:{{.Tag}}' --filter "reference=$IMAGE_REPO" |
     while read -r ref; do
@@ -167,12 +204,16 @@ report() {
   image=$(image_name "$flavor" "$key")
   echo "image: $image ($(buildah images --noheading --format '{{.Size}}' "$image"))"
   echo "archive: $(archive_path "$flavor" "$key") ($(du -h "$(archive_path "$flavor" "$key")" | cut -f1))"
+  if [ "$flavor" != own ]; then echo "sboms: $(sbom_path "$flavor" "$key" '{spdx,cdx}.json')"; fi
   echo "buildah storage: $(du -sh "$(buildah info --format '{{.store.GraphRoot}}')" | cut -f1)"
 }
 
 up_to_date() {
-  local flavor=$1 key=$2
+  local flavor=$1 key=$2 suffix
   [ -f "$(archive_path "$flavor" "$key")" ] || return 1
+  if [ "$flavor" != own ]; then
+    for suffix in "${SBOM_FORMATS[@]}"; do [ -f "$(sbom_path "$flavor" "$key" "$suffix")" ] || return 1; done
+  fi
   echo "up to date: $(archive_path "$flavor" "$key") ($(image_name "$flavor" "$key"))"
 }
 
@@ -193,6 +234,10 @@ main() {
   SECONDS=0
   build "$flavor" "$key"
   echo "build: ${SECONDS} s" && SECONDS=0
+  if [ "$flavor" != own ]; then
+    sbom "$flavor" "$key"
+    echo "sbom: ${SECONDS} s" && SECONDS=0
+  fi
   export_archive "$flavor" "$key"
   echo "export: ${SECONDS} s" && SECONDS=0
   prune "$flavor" "$key"

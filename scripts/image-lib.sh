@@ -17,6 +17,13 @@ image_name() { echo "$IMAGE_REPO:$1-$2"; }
 # The OCI archive of a flavor and key, outside the clone; <flavor>-latest names the newest.
 archive_path() { echo "$IMAGE_CACHE/gpufleet-$1-$2.tar"; }
 
+# The image's bills of materials beside its archive (scripts/build-image.sh, sbom): format
+# (syft's output name) -> the file's suffix; and the label of the image that holds each one's
+# sha256: <SBOM_LABEL>.<suffix>.sha256.
+declare -A SBOM_FORMATS=([spdx-json]=spdx.json [cyclonedx-json]=cdx.json)
+SBOM_LABEL=dev.gpufleet.sbom
+sbom_path() { echo "$IMAGE_CACHE/gpufleet-$1-$2.$3"; }
+
 # Install the Debian packages that are missing (as scripts/get-prometheus.sh does): CI starts
 # from a fresh machine.
 need_debs() {

@@ -84,18 +84,51 @@ def test_sshd_config_matches_the_mpijob_renderer() -> None:
 
 def test_layers_torch_then_dependencies_then_gpufleet() -> None:
     """A change in src/ rebuilds only small top layers: the runtime stage installs torch, then
-    gpufleet's other dependencies, then gpufleet's wheel, and copies no source tree or venv."""
+    gpufleet's other dependencies, then gpufleet's wheel, and copies no source tree or venv;
+    a change to the whole lock leaves torch's layer as it was."""
     final = runtime_stage()
 
     def first(op: str, pattern: str) -> int:
         return next(i for i, (o, v) in enumerate(final) if o == op and re.search(pattern, v))
 
-    torch = first("RUN", r"pip install .* torch$")
-    deps = first("RUN", r"pip install .*-r ")
+    torch = first("RUN", r"pip install .*-r /opt/gpufleet/torch\.lock$")
+    deps = first("RUN", r"pip install .*-r /opt/gpufleet/image\.lock$")
     gpufleet = first("RUN", r"pip install .*--no-deps .*gpufleet")
-    assert torch < first("COPY", r"^pyproject.toml ") < deps < gpufleet
+    assert first("COPY", r"^docker/torch\.lock ") < torch < first("COPY", r"^docker/image\.lock ")
+    assert first("COPY", r"^docker/image\.lock ") < deps < gpufleet
     copies = [v for o, v in final if o == "COPY"]
     assert not [c for c in copies if re.search(r"(^|\s)(src|\.|/opt/venv)(/|\s|$)", c)], copies
+
+
+def test_every_package_from_an_index_is_installed_by_its_hash() -> None:
+    """Each pip download and install of the runtime stage reads a lock with --require-hashes
+    (but gpufleet's own wheel, built in the image's first stage); every requirement of the
+    locks is pinned with its hashes, torch's lock is the whole lock's part at the same
+    versions, and the locks keep constraints.txt's pins (scripts/lock-image.sh writes them)."""
+    runs = [v for o, v in runtime_stage() if o == "RUN" and "pip " in v]
+    calls = [c for v in runs for c in re.split(r"&&", v) if re.search(r"pip (install|download)", c)]
+    from_index = [c for c in calls if "gpufleet-*.whl" not in c]
+    assert len(from_index) == 4 and all("--require-hashes" in c and " -r " in c
+                                        for c in from_index), from_index  # fmt: skip
+    image, torch = lock("image.lock"), lock("torch.lock")
+    assert "torch" in torch and len(image) > 100
+    assert {name: image.get(name) for name in torch} == torch
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$",
+                           (REPO / "constraints.txt").read_text(), re.M))  # fmt: skip
+    kept = {name.lower(): v for name, v in pins.items() if name.lower() in image}
+    assert kept.get("torch") and all(image[n] == v for n, v in kept.items()), kept
+
+
+def lock(name: str) -> dict[str, str]:
+    """A lock's packages and versions; each must carry at least one sha256."""
+    text = (REPO / "docker" / name).read_text()
+    entries = re.split(r"\n(?=\S)", text.strip())
+    found = {}
+    for entry in entries:
+        head = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==(\S+)", entry)
+        assert head and re.search(r"--hash=sha256:[0-9a-f]{64}", entry), entry[:200]
+        found[head.group(1).lower()] = head.group(2)
+    return found
 
 
 def test_caches_are_on_the_pods_writable_mounts() -> None:
