@@ -24,7 +24,7 @@ grype=.tools/controlplane/grype
 export GRYPE_DB_AUTO_UPDATE=false GRYPE_CHECK_FOR_APP_UPDATE=false
 if ! status=$("$grype" db status 2>&1); then
   echo "scan: no usable vulnerability database${GRYPE_DB_CACHE_DIR:+ in $GRYPE_DB_CACHE_DIR}:" >&2
-  echo "$status" | sed 's/^/  /' >&2
+  echo "$status" | sed 's/\x1b\[[0-9;]*m//g; s/^/  /' >&2
   echo "  on a machine that reaches grype.anchore.io: $grype db update, then copy its" \
     "cache directory here (GRYPE_DB_CACHE_DIR), or $grype db import <archive>" >&2
   exit 2
