@@ -97,9 +97,13 @@ def assert_rdma_policy_binds(objects: list[dict[str, Any]]) -> None:
     """The rdma tenants' ValidatingAdmissionPolicy exists, fails closed, and its binding
     denies in every tenant's namespace (tests/cluster/test_devcluster_design.py proves what it
     refuses on a real API server)."""
-    (policy,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
-    (binding,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
-    assert policy["metadata"]["name"] == RDMA_POLICY  # what doctor looks for
+    (policy,) = [
+        o
+        for o in objects
+        if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == RDMA_POLICY
+    ]  # what doctor looks for
+    (binding,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                  and o["spec"]["policyName"] == RDMA_POLICY]  # fmt: skip
     assert policy["spec"]["failurePolicy"] == "Fail"
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
@@ -230,6 +234,8 @@ BAD_VALUES = [
     ("mirror without a source", _mirror("", "backup"), "storage.mirror.source.path: required"),
     ("mirror onto itself", _mirror("ckpt/jobs", "ckpt/jobs/"),
      "storage.mirror.destination.path: the same bucket and path"),
+    ("a priority the cluster lacks", _set(["tenants", 1, "priorityClasses"], ["urgent"]),
+     'tenants[1].priorityClasses[0]: "urgent" is not one of kueue.priorityClasses'),
     ("local NVMe kept by mistake", _set(["storage", "localNvme", "reclaimPolicy"], "Recycle"),
      "/storage/localNvme/reclaimPolicy"),
 ]  # fmt: skip
@@ -265,3 +271,25 @@ def test_the_charts_rdma_device_is_the_specs_default() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["rdma"]["resourceName"] == DEFAULT_RDMA_RESOURCE
     assert all(not t.get("rdma") for t in values["tenants"])  # opt-in
+
+
+def test_each_tenants_priorities_are_the_tenant_policys_parameters_in_its_namespace() -> None:
+    """templates/tenant-policy.yaml: one policy for every tenant namespace, its parameters the
+    ConfigMap of the namespace admitted to (a tenant's Role cannot change ConfigMaps), each
+    holding that tenant's priorityClasses ("": any); a missing one denies."""
+    objects = template(CHART / "ci" / "lab-3node-a30-values.yaml")
+    params = {
+        o["metadata"]["namespace"]: o["data"]["priorityClasses"]
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpufleet-tenant-policy"
+    }
+    assert params == {"research": "", "product": "normal"}
+    (binding,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                  and o["spec"]["policyName"] == "gpufleet-tenant-policy"]  # fmt: skip
+    assert binding["spec"]["paramRef"] == {"name": "gpufleet-tenant-policy",
+                                           "parameterNotFoundAction": "Deny"}  # fmt: skip
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector == [{"key": LABEL_TENANT, "operator": "Exists"}]
+    roles = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "gpufleet-user"]
+    assert roles and not any("configmaps" in r.get("resources", []) for o in roles
+                             for r in o["rules"])  # fmt: skip

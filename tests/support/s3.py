@@ -47,6 +47,7 @@ class S3:
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     data: Path | None = None  # versitygw: the directory holding the buckets
     log: Path | None = None
+    iam: Path | None = None  # versitygw: its own accounts' directory (--iam-dir), if any
 
     @property
     def env(self) -> dict[str, str]:
@@ -84,6 +85,20 @@ class S3:
         self.client().create_bucket(Bucket=name)
         return f"s3://{name}"
 
+    def account(self, access_key: str, role: str = "userplus") -> S3:
+        """A new account of this server (versitygw's admin API, with --iam-dir): its own
+        credentials, which reach only its own buckets ("userplus" may create them)."""
+        assert self.iam is not None, "accounts need versitygw(..., iam=True)"
+        secret_key = secrets.token_hex(20)
+        made = subprocess.run(
+            [str(VERSITYGW), "admin", "--access", self.access_key, "--secret", self.secret_key,
+             "--endpoint-url", self.endpoint, "create-user", "--access", access_key,
+             "--secret", secret_key, "--role", role],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        return S3(endpoint=self.endpoint, access_key=access_key, secret_key=secret_key)
+
     def stop(self) -> None:
         """The server goes away (an outage); ``start()`` brings it back on the same port."""
         if self.proc is not None:
@@ -96,7 +111,7 @@ class S3:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [str(VERSITYGW), "--port", address, "--health", "/health", "--quiet",
-                 "posix", str(self.data)],
+                 *(["--iam-dir", str(self.iam)] if self.iam else []), "posix", str(self.data)],
                 env={**os.environ, "ROOT_ACCESS_KEY_ID": self.access_key,
                      "ROOT_SECRET_ACCESS_KEY": self.secret_key},
                 stdout=out, stderr=subprocess.STDOUT,
@@ -114,16 +129,20 @@ def _healthy(url: str) -> bool:
 
 
 @contextmanager
-def versitygw(directory: Path, host: str = "127.0.0.1") -> Iterator[S3]:
-    """versitygw on ``host`` serving the buckets of ``directory``/s3; stopped on exit."""
+def versitygw(directory: Path, host: str = "127.0.0.1", iam: bool = False) -> Iterator[S3]:
+    """versitygw on ``host`` serving the buckets of ``directory``/s3 (with ``iam``, accounts
+    of its own in ``directory``/iam: S3.account); stopped on exit."""
     data = directory / "s3"
     data.mkdir(parents=True, exist_ok=True)
+    if iam:
+        (directory / "iam").mkdir(exist_ok=True)
     server = S3(
         endpoint=f"http://{host}:{free_port()}",
         access_key=f"gpufleet-{secrets.token_hex(4)}",
         secret_key=secrets.token_hex(20),
         data=data,
         log=directory / "versitygw.log",
+        iam=directory / "iam" if iam else None,
     )
     server.start()
     try:
