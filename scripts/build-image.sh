@@ -136,6 +136,10 @@ sbom() {
     labels+=("--label=$SBOM_LABEL.${SBOM_FORMATS[$format]%.json}.sha256=$(
       sha256sum "$file" | cut -c1-64)")
   done
+  # The unlabelled image keeps a tag of its own (-content): the build steps' images, the layer
+  # cache of the next build, are its ancestors, which prune keeps (the labelled image adds no
+  # layer, so they are not the labelled one's).
+  buildah tag "$image" "$image-content"
   mkdir -p "$IMAGE_CACHE/.label-context"
   printf 'FROM %s\n' "$image" | buildah bud --quiet --isolation=chroot "${labels[@]}" \
     -t "$image" -f - "$IMAGE_CACHE/.label-context" >/dev/null
@@ -174,7 +178,8 @@ prune() {
   buildah images --noheading --format '{{.Name}}:{{.Tag}}' --filter "reference=$IMAGE_REPO" |
     while read -r ref; do
       case $ref in
-        "$IMAGE_REPO:$flavor-$key" | "$IMAGE_REPO:$flavor-$key-build") ;;
+        "$IMAGE_REPO:$flavor-$key" | "$IMAGE_REPO:$flavor-$key-build" | \
+          "$IMAGE_REPO:$flavor-$key-content") ;;
         "$IMAGE_REPO:$flavor-"*) buildah rmi "$ref" >/dev/null || echo "prune: kept $ref (in use)" ;;
       esac
     done

@@ -29,4 +29,8 @@ if ! status=$("$grype" db status 2>&1); then
     "cache directory here (GRYPE_DB_CACHE_DIR), or $grype db import <archive>" >&2
   exit 2
 fi
-"$grype" "sbom:$sbom" --fail-on "${FAIL_ON:-high}"
+# grype exits 2 on a finding at or above --fail-on: 1 here, 2 stays "nothing to scan with"
+status=0
+"$grype" "sbom:$sbom" --fail-on "${FAIL_ON:-high}" || status=$?
+if [ "$status" = 2 ]; then exit 1; fi
+exit "$status"

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import replace
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +22,22 @@ import pytest
 from gpufleet.devcluster.realnodes.configs import KUBELET_PORT
 from gpufleet.devcluster.realnodes.network import HOST_IP
 from gpufleet.devcluster.state import State
+from gpufleet.kube import KUEUE_QUEUE_LABEL
 from gpufleet.render.podspec import RDZV_PORT
 from gpufleet.runtime.metrics import STEP
 from tests.support import attacks
-from tests.support.attacks import Row, attempt
+from tests.support.attacks import Row, attempt, priority_job
 from tests.support.devcluster import CLUSTER_POLL_S, DevCluster
+from tests.support.devlab import KUEUE
 from tests.support.paths import REPO
 from tests.support.probes import OPEN, REFUSED, enforced_for, namespace, probe
 from tests.support.procs import poll_until
-from tests.support.realnodes import CLAIM, TENANT, pod_log, real_job, running_pod, submit
+from tests.support.realnodes import TENANT, pod_log, real_job, running_pod, submit
 from tests.support.s3 import VERSITYGW, versitygw
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
               pytest.mark.timeout(600)]  # fmt: skip
-ATTACKER = "product"  # the lab's other tenant, its group's member "mallory"
+ATTACKER, USER = attacks.ATTACKER, attacks.USER
 MONITORING = "monitoring"  # the chart's networkPolicy.monitoringNamespace
 OUTSIDE = "netpol-outside"  # no network policy at all
 METRICS_PORT = 9411
@@ -43,21 +46,9 @@ NAME = "victim"
 
 
 @pytest.fixture(scope="module")
-def matrix(reallab: DevCluster) -> Iterator[list[Row]]:
-    """The rows the tests below add; written as the matrix once all have run."""
-    rows: list[Row] = []
-    yield rows
-    from kubernetes import client
-
-    version = client.VersionApi(reallab.api).get_code().git_version
-    # the victim's pod names are the run's own: the table stays the same from run to run
-    stable = [replace(r, message=re.sub(rf"{NAME}-(\d)-[a-z0-9]{{5}}", rf"{NAME}-\1-…", r.message))
-              for r in rows]  # fmt: skip
-    attacks.write_table(stable, MATRIX, [
-        "Made by tests/cluster/test_realnodes_attacks.py on `gpufleet cluster up --real-nodes 2`",
-        f"(Kubernetes {version} built here, kube-router's network policies, the chart with its",
-        f"lab values): tenant A is `{ATTACKER}`, tenant B `{TENANT}`.",
-    ])  # fmt: skip
+def matrix() -> list[Row]:
+    """The rows the tests below add (the last one writes them)."""
+    return []
 
 
 @pytest.fixture(scope="module")
@@ -101,196 +92,126 @@ def test_bs_own_pods_and_monitoring_reach_what_they_must(
 def test_as_pods_reach_none_of_bs_ports_nor_the_platforms(
     reallab: DevCluster, victim: dict[str, Any], matrix: list[Row]
 ) -> None:
-    """From A's pod (and from a namespace with no policy): B's rendezvous and metrics ports
-    (open to B's own pods, above), each node's kubelet, etcd on the API server's host, and the
-    API server itself without a token."""
+    """From A's pod: B's rendezvous and metrics ports (open to B's own pods, above), each
+    node's kubelet, etcd on the API server's host, and the API server itself without a token;
+    from a namespace with no policy: B's ports again, and a kubelet, which answers there (so
+    it was A's egress policy that refused A's pod) and refuses on its own."""
     address = victim["status"]["podIP"]
     state = State.read(reallab.dir)
     assert state is not None
-    etcd = [HOST_IP, state.ports["etcd"]]
-    api = f"https://{HOST_IP}:{state.ports['kube-apiserver']}/api/v1/namespaces/{TENANT}/secrets"
-    nodes = {n.metadata.name: next(a.address for a in n.status.addresses if a.type == "InternalIP")
-             for n in reallab.core.list_node().items}  # fmt: skip
-    kubelets = {name: f"https://{ip}:{KUBELET_PORT}/pods" for name, ip in nodes.items()}
-    want = {"connect": [[address, RDZV_PORT], [address, METRICS_PORT], etcd,
-                        *([ip, KUBELET_PORT] for ip in nodes.values())],
-            "fetch": [api, *kubelets.values()]}  # fmt: skip
-    seen = probe(reallab, ATTACKER, "intruder", want)
-    rows: list[Row] = []
-    for port, what in ((RDZV_PORT, "rendezvous (c10d store)"), (METRICS_PORT, "metrics")):
-        met = seen[f"{address}:{port}"]
-        rows.append(Row(f"A's pod connects to B's pod 0 {what} port {port}", attacks.NETPOL,
-                          attacks.NETPOL if met != OPEN else "", f"connection: {met}"))  # fmt: skip
-    for name, ip in nodes.items():
-        met, answer = seen[f"{ip}:{KUBELET_PORT}"], seen[kubelets[name]]
-        by = attacks.NETPOL if met != OPEN else (attacks.KUBELET if answer[:3] == "401" else "")
-        said = f"connection: {met}; GET /pods: {answer}"
-        rows.append(
-            Row(
-                f"A's pod calls node {name}'s kubelet API ({ip}:{KUBELET_PORT})",
-                attacks.NETPOL,
-                by,
-                said,
-            )
-        )
-    met = seen[f"{HOST_IP}:{state.ports['etcd']}"]
-    rows.append(Row(f"A's pod connects to etcd (its port, on the API server's host {HOST_IP})",
-                      "etcd on 127.0.0.1 only", "etcd on 127.0.0.1 only" if met == REFUSED else "",
-                      f"connection: {met}"))  # fmt: skip
-    answer = seen[api]  # anonymous: the API server takes it as system:anonymous, which RBAC
-    anonymous = answer[:3] == "403" and "system:anonymous" in answer  # grants nothing here
+    targets = Targets(address, state.ports["etcd"], state.ports["kube-apiserver"], {
+        n.metadata.name: next(a.address for a in n.status.addresses if a.type == "InternalIP")
+        for n in reallab.core.list_node().items})  # fmt: skip
+    rows = network_rows(targets, probe(reallab, ATTACKER, "intruder", targets.want()), "A's pod")
+    namespace(reallab, OUTSIDE)
+    name = sorted(targets.nodes)[0]
+    outside = {"connect": targets.want()["connect"][:2], "fetch": [targets.kubelet(name)]}
+    seen = probe(reallab, OUTSIDE, "outsider", outside)
+    where = "a pod of a namespace without policies"
+    rows += network_rows(Targets(address, 0, 0, {}), seen, where)
+    answer = seen[targets.kubelet(name)]
     rows.append(
         Row(
-            "A's pod lists B's Secrets on the API server with no token",
-            attacks.RBAC,
-            attacks.RBAC if anonymous else "",
-            f"GET: {attacks.message_of(answer)}",
+            f"{where} calls node {name}'s kubelet API",
+            attacks.KUBELET,
+            attacks.KUBELET if answer[:3] == "401" else "",
+            f"GET /pods: {answer}",
         )
     )
-    # From a namespace without policies: B's own ingress policy still refuses it; the kubelet
-    # is reachable there, so above it was A's egress policy that refused, and here the
-    # kubelet's own authentication does.
-    namespace(reallab, OUTSIDE)
-    name, ip = sorted(nodes.items())[0]
-    seen = probe(reallab, OUTSIDE, "outsider", {"connect": want["connect"][:1],
-                                                "fetch": [kubelets[name]]})  # fmt: skip
-    met = seen[f"{address}:{RDZV_PORT}"]
-    rows.append(Row("a pod of a namespace without policies connects to B's rendezvous port",
-                    attacks.NETPOL, attacks.NETPOL if met != OPEN else "",
-                    f"connection: {met}"))  # fmt: skip
-    answer = seen[kubelets[name]]
-    rows.append(Row(f"a pod of a namespace without policies calls node {name}'s kubelet API",
-                    attacks.KUBELET, attacks.KUBELET if answer[:3] == "401" else "",
-                    f"GET /pods: {answer}"))  # fmt: skip
     matrix += rows
     assert all(r.held for r in rows), [r for r in rows if not r.held]
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What A's pod tries to reach: B's pod 0, etcd's and the API server's ports on the host,
+    the nodes' kubelets (0 and {}: not tried)."""
+
+    address: str
+    etcd: int
+    api: int
+    nodes: dict[str, str]
+
+    def kubelet(self, node: str) -> str:
+        return f"https://{self.nodes[node]}:{KUBELET_PORT}/pods"
+
+    @property
+    def secrets(self) -> str:
+        return f"https://{HOST_IP}:{self.api}/api/v1/namespaces/{TENANT}/secrets"
+
+    def want(self) -> dict[str, Any]:
+        """The probe's request."""
+        return {"connect": [[self.address, RDZV_PORT], [self.address, METRICS_PORT],
+                            [HOST_IP, self.etcd], *([ip, KUBELET_PORT] for ip in
+                                                    self.nodes.values())],
+                "fetch": [self.secrets, *map(self.kubelet, self.nodes)]}  # fmt: skip
+
+
+def network_rows(targets: Targets, seen: dict[str, Any], who: str) -> list[Row]:
+    """The rows of what a probe met, for the targets it tried."""
+    netpol = lambda met: attacks.NETPOL if met != OPEN else ""  # noqa: E731
+    rows = [Row(f"{who} connects to B's pod 0 {what} port {port}", attacks.NETPOL,
+                netpol(seen[f"{targets.address}:{port}"]),
+                f"connection: {seen[f'{targets.address}:{port}']}")
+            for port, what in ((RDZV_PORT, "rendezvous"), (METRICS_PORT, "metrics"))]  # fmt: skip
+    for name, ip in targets.nodes.items():
+        met, answer = seen[f"{ip}:{KUBELET_PORT}"], seen[targets.kubelet(name)]
+        rows.append(
+            Row(
+                f"{who} calls node {name}'s kubelet API ({ip}:{KUBELET_PORT})",
+                attacks.NETPOL,
+                netpol(met),
+                f"connection: {met}; GET /pods: {answer}",
+            )
+        )
+    if targets.etcd:
+        met, loopback = seen[f"{HOST_IP}:{targets.etcd}"], "etcd on 127.0.0.1 only"
+        rows.append(
+            Row(
+                f"{who} connects to etcd (its port, on the API server's host {HOST_IP})",
+                loopback,
+                loopback if met == REFUSED else "",
+                f"connection: {met}",
+            )
+        )
+    if targets.api:  # anonymous: the API server takes it as system:anonymous, granted nothing
+        answer = seen[targets.secrets]
+        anonymous = answer[:3] == "403" and "system:anonymous" in answer
+        rows.append(
+            Row(
+                f"{who} lists B's Secrets on the API server with no token",
+                attacks.RBAC,
+                attacks.RBAC if anonymous else "",
+                attacks.message_of(answer),
+            )
+        )
+    return rows
 
 
 def test_as_user_reads_and_changes_nothing_of_bs_nor_the_platforms(
     reallab: DevCluster, victim: dict[str, Any], matrix: list[Row]
 ) -> None:
-    """A's user, with the chart's RoleBinding of A's group: RBAC refuses B's objects, A's own
-    namespace's guards, and the platform's; and the chart's policy the priorities and volumes
-    A may not take. Each create is a dry run: one that got through would leave nothing."""
+    """A's user, with the chart's RoleBinding of A's group (tests/support/attacks.py,
+    user_attacks); an account A's admin allowed claims; A's pods' escapes from restricted
+    (privileged is refused first by the API server's own flag); and a control: A's job at its
+    own priority passes the policy."""
     from kubernetes import client
 
-    api = attacks.impersonating(reallab, "mallory", ATTACKER)
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    custom, rbac = client.CustomObjectsApi(api), client.RbacAuthorizationV1Api(api)
-    pod_0 = victim["metadata"]["name"]
-    exec_path = f"/api/v1/namespaces/{TENANT}/pods/{pod_0}/exec"
-    kueue = ("kueue.x-k8s.io", "v1beta2")
-    rows = [attempt(*a) for a in (
-        ("A's user lists B's pods", attacks.RBAC, lambda: core.list_namespaced_pod(TENANT)),
-        ("A's user reads B's pod 0's log", attacks.RBAC,
-         lambda: core.read_namespaced_pod_log(pod_0, TENANT)),
-        ("A's user execs into B's pod 0", attacks.RBAC,
-         lambda: attacks.raw(api, "POST", exec_path, [("command", "id"), ("stdout", "true")])),
-        ("A's user creates a pod in B", attacks.RBAC,
-         lambda: core.create_namespaced_pod(TENANT, attacks.pod("intruder"), dry_run="All")),
-        ("A's user lists B's Secrets", attacks.RBAC, lambda: core.list_namespaced_secret(TENANT)),
-        ("A's user lists B's ConfigMaps", attacks.RBAC,
-         lambda: core.list_namespaced_config_map(TENANT)),
-        ("A's user lists B's claims", attacks.RBAC,
-         lambda: core.list_namespaced_persistent_volume_claim(TENANT)),
-        ("A's user lists B's Jobs", attacks.RBAC, lambda: batch.list_namespaced_job(TENANT)),
-        ("A's user lists B's Kueue Workloads", attacks.RBAC,
-         lambda: custom.list_namespaced_custom_object(*kueue, TENANT, "workloads")),
-        ("A's user reads Sealed Secrets' private keys (kube-system)", attacks.RBAC,
-         lambda: core.list_namespaced_secret("kube-system")),
-        ("A's user makes a LocalQueue in A pointing to B's ClusterQueue", attacks.RBAC,
-         lambda: custom.create_namespaced_custom_object(*kueue, ATTACKER, "localqueues", {
-             "apiVersion": "/".join(kueue), "kind": "LocalQueue",
-             "metadata": {"name": "borrowed"}, "spec": {"clusterQueue": TENANT}},
-             dry_run="All")),
-        ("A's user raises A's ClusterQueue's quota", attacks.RBAC,
-         lambda: custom.patch_cluster_custom_object(*kueue, "clusterqueues", ATTACKER,
-                                                    {"spec": {"cohort": "mine"}})),
-        ("A's user binds itself cluster-admin in A", attacks.RBAC,
-         lambda: rbac.create_namespaced_role_binding(ATTACKER, {
-             "metadata": {"name": "mine"}, "subjects": [
-                 {"kind": "User", "name": "mallory", "apiGroup": "rbac.authorization.k8s.io"}],
-             "roleRef": {"kind": "ClusterRole", "name": "cluster-admin",
-                         "apiGroup": "rbac.authorization.k8s.io"}}, dry_run="All")),
-        ("A's user relabels A's namespace Pod Security privileged", attacks.RBAC,
-         lambda: core.patch_namespace(ATTACKER, {"metadata": {"labels": {
-             "pod-security.kubernetes.io/enforce": "privileged"}}})),
-        ("A's user submits a Job with WorkloadPriorityClass high (preempts B)", attacks.VAP,
-         lambda: batch.create_namespaced_job(ATTACKER, priority_job("high"), dry_run="All")),
-        ("A's user claims B's volume by name (spec.volumeName)", attacks.RBAC,
-         lambda: core.create_namespaced_persistent_volume_claim(ATTACKER, claim_of(
-             reallab), dry_run="All")),
-    )]  # fmt: skip
-    rows.append(claim_by_a_granted_account(reallab))
-    pss = attacks.POD_SECURITY_LAYER  # and privileged: the API server's own flag, before it
+    api = attacks.impersonating(reallab, USER, ATTACKER)
+    rows = [attempt(*a) for a in attacks.user_attacks(reallab, api, victim["metadata"]["name"])]
+    rows.append(attacks.claim_by_a_granted_account(reallab))
+    core, pss = client.CoreV1Api(api), attacks.POD_SECURITY_LAYER
     rows += [attempt(f"A's pod asks for {escape}",
                      attacks.NO_PRIVILEGED if "privileged" in escape else pss,
                      lambda c=change: core.create_namespaced_pod(  # type: ignore[misc]
-                         ATTACKER, attacks.pod("escape", c), dry_run="All"))
+                         ATTACKER, attacks.pod("escape", c), dry_run=attacks.DRY_RUN))
              for escape, change in attacks.POD_ESCAPES.items()]  # fmt: skip
-    allowed = attempt("control: A's user submits a Job with its own priority normal", "",
-                      lambda: batch.create_namespaced_job(ATTACKER, priority_job("normal"),
-                                                          dry_run="All"))  # fmt: skip
+    allowed = attempt("control: A's job at its own priority", "",
+                      lambda: client.BatchV1Api(api).create_namespaced_job(
+                          ATTACKER, priority_job("normal"), dry_run=attacks.DRY_RUN))  # fmt: skip
     assert allowed.refused_by == "", allowed  # the policy refuses what it must, not everything
     matrix += rows
     assert all(r.held for r in rows), [r for r in rows if not r.held]
-
-
-def priority_job(priority: str) -> dict[str, Any]:
-    """A suspended Job of A's queue with Kueue's priority-class label ``priority``."""
-    template = attacks.pod("p")
-    template["spec"]["restartPolicy"] = "Never"
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"p-{priority}",
-            "labels": {"kueue.x-k8s.io/queue-name": ATTACKER,
-                       "kueue.x-k8s.io/priority-class": priority}},
-            "spec": {"suspend": True, "template": {"spec": template["spec"]}}}  # fmt: skip
-
-
-def claim_by_a_granted_account(cluster: DevCluster) -> Row:
-    """Where A's admin lets an account of A make claims (RBAC allows it), the chart's policy
-    still refuses one that names B's volume."""
-    from kubernetes import client
-
-    account = "claimer"
-    grant = {"apiGroup": "rbac.authorization.k8s.io"}
-    rbac = client.RbacAuthorizationV1Api(cluster.api)
-    cluster.core.create_namespaced_service_account(ATTACKER, {"metadata": {"name": account}})
-    rbac.create_namespaced_role(
-        ATTACKER,
-        {
-            "metadata": {"name": account},
-            "rules": [
-                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["create"]}
-            ],
-        },
-    )
-    rbac.create_namespaced_role_binding(
-        ATTACKER,
-        {
-            "metadata": {"name": account},
-            "roleRef": {**grant, "kind": "Role", "name": account},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ATTACKER}],
-        },
-    )
-    try:
-        api = attacks.impersonating(cluster, f"system:serviceaccount:{ATTACKER}:{account}",
-                                    f"system:serviceaccounts:{ATTACKER}")  # fmt: skip
-        return attempt("an account of A that may make claims names B's volume", attacks.VAP,
-                       lambda: client.CoreV1Api(api).create_namespaced_persistent_volume_claim(
-                           ATTACKER, claim_of(cluster), dry_run="All"))  # fmt: skip
-    finally:
-        rbac.delete_namespaced_role_binding(account, ATTACKER)
-        rbac.delete_namespaced_role(account, ATTACKER)
-        cluster.core.delete_namespaced_service_account(account, ATTACKER)
-
-
-def claim_of(cluster: DevCluster) -> dict[str, Any]:
-    """A claim in A that names the volume bound to B's checkpoint claim."""
-    volume = cluster.core.read_namespaced_persistent_volume_claim(CLAIM, TENANT).spec.volume_name
-    assert volume, f"{CLAIM} is bound"
-    return {"metadata": {"name": "taken"}, "spec": {
-        "accessModes": ["ReadWriteMany"], "volumeName": volume,
-        "resources": {"requests": {"storage": "1Gi"}}}}  # fmt: skip
 
 
 def test_a_queue_of_as_pointing_to_bs_clusterqueue_admits_nothing(
@@ -298,30 +219,66 @@ def test_a_queue_of_as_pointing_to_bs_clusterqueue_admits_nothing(
 ) -> None:
     """Made by an admin's mistake (A's user may not make one, above): Kueue still admits none
     of A's jobs to B's ClusterQueue, whose namespaceSelector names B's namespace alone."""
-    from kubernetes import client
-
-    kueue = ("kueue.x-k8s.io", "v1beta2")
-    reallab.custom.create_namespaced_custom_object(*kueue, ATTACKER, "localqueues", {
-        "apiVersion": "/".join(kueue), "kind": "LocalQueue", "metadata": {"name": "borrowed"},
+    reallab.custom.create_namespaced_custom_object(*KUEUE, ATTACKER, "localqueues", {
+        "apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": "borrowed"},
         "spec": {"clusterQueue": TENANT}})  # fmt: skip
-    batch = client.BatchV1Api(attacks.impersonating(reallab, "mallory", ATTACKER))
     job = priority_job("normal")
-    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "borrowed"
+    job["metadata"]["labels"][KUEUE_QUEUE_LABEL] = "borrowed"
     try:
-        batch.create_namespaced_job(ATTACKER, job)
-        held = poll_until(lambda: inadmissible(reallab, job["metadata"]["name"]),
-                          what="Kueue's verdict on the job", timeout=60)  # fmt: skip
-        admitted = reallab.custom.get_namespaced_custom_object(*kueue, ATTACKER, "workloads",
-                                                               held["name"])  # fmt: skip
-        reserved = admitted.get("status", {}).get("admission")
-        row = Row("A's job in a LocalQueue of A pointing to B's ClusterQueue", attacks.KUEUE,
-                  attacks.KUEUE if reserved is None else "", held["message"])  # fmt: skip
+        with users_job(reallab, job):
+            held = poll_until(lambda: inadmissible(reallab, job["metadata"]["name"]),
+                              what="Kueue's verdict on the job", timeout=60)  # fmt: skip
+            admitted = reallab.custom.get_namespaced_custom_object(
+                *KUEUE, ATTACKER, "workloads", held["name"]
+            )
+            kueue = attacks.KUEUE_LAYER
+            row = Row("A's job in a LocalQueue of A pointing to B's ClusterQueue", kueue,
+                      "" if admitted.get("status", {}).get("admission") else kueue,
+                      held["message"])  # fmt: skip
     finally:
-        path = f"/apis/batch/v1/namespaces/{ATTACKER}/jobs/{job['metadata']['name']}"
-        attacks.raw(reallab.api, "DELETE", path, [("propagationPolicy", "Background")])
-        reallab.custom.delete_namespaced_custom_object(*kueue, ATTACKER, "localqueues", "borrowed")
+        reallab.custom.delete_namespaced_custom_object(*KUEUE, ATTACKER, "localqueues", "borrowed")
     matrix.append(row)
     assert row.held, row
+
+
+def test_a_job_whose_pods_name_a_higher_priority_gets_no_workload(
+    reallab: DevCluster, matrix: list[Row]
+) -> None:
+    """No priority label, but its pods' PriorityClass system-cluster-critical, which Kueue would
+    take as the Workload's priority (any job kind): the policy refuses that Workload to Kueue
+    (its log says so), so the job is never admitted and preempts nothing."""
+    job = priority_job("", pod_priority="system-cluster-critical")
+    name = job["metadata"]["name"]
+    log = reallab.dir / "logs" / "kueue.log"
+    with users_job(reallab, job):
+        line = poll_until(lambda: next((x for x in log.read_text().splitlines()
+                                        if f"job-{name}-" in x and "tenant-policy" in x), None),
+                          what="Kueue's Workload refused", timeout=60)  # fmt: skip
+        made = [
+            w
+            for w in reallab.workloads(ATTACKER)
+            if name in [o["name"] for o in w["metadata"].get("ownerReferences", [])]
+        ]
+    refused = re.search(r"ValidatingAdmissionPolicy[^\\\"]*denied request: [^\\\"]*", line)
+    row = Row("A's job whose pods name PriorityClass system-cluster-critical (preempts B)",
+              attacks.VAP, attacks.VAP if refused and not made else "",
+              refused.group(0) if refused else line[-240:])  # fmt: skip
+    matrix.append(row)
+    assert row.held, row
+
+
+@contextmanager
+def users_job(cluster: DevCluster, job: dict[str, Any]) -> Iterator[None]:
+    """``job`` made by A's user in A, deleted with its pods after."""
+    from kubernetes import client
+
+    api = attacks.impersonating(cluster, USER, ATTACKER)
+    client.BatchV1Api(api).create_namespaced_job(ATTACKER, job)
+    try:
+        yield
+    finally:
+        path = f"/apis/batch/v1/namespaces/{ATTACKER}/jobs/{job['metadata']['name']}"
+        attacks.raw(cluster.api, "DELETE", path, [("propagationPolicy", "Background")])
 
 
 def inadmissible(cluster: DevCluster, job: str) -> dict[str, str] | None:
@@ -367,5 +324,21 @@ def test_as_credentials_open_none_of_bs_checkpoints(tmp_path: Path, matrix: list
     assert all(r.held for r in rows), [r for r in rows if not r.held]
 
 
-def test_every_attack_of_the_matrix_is_refused_where_expected(matrix: list[Row]) -> None:
-    assert len(matrix) >= 25 and all(r.held for r in matrix), [r for r in matrix if not r.held]
+def test_every_attack_of_the_matrix_is_refused_where_expected(
+    reallab: DevCluster, matrix: list[Row]
+) -> None:
+    """The matrix, written when every test above has added its rows (a run of some of them
+    leaves the file as it was), and every row held."""
+    from kubernetes import client
+
+    assert len(matrix) >= 25, f"{len(matrix)} rows: a test above failed or was not run"
+    version = client.VersionApi(reallab.api).get_code().git_version
+    # the victim's pod names are the run's own: the table stays the same from run to run
+    pod_name = re.compile(rf"{NAME}-(\d)-[a-z0-9]{{5}}")
+    stable = [replace(r, message=pod_name.sub(rf"{NAME}-\1-…", r.message)) for r in matrix]
+    attacks.write_table(stable, MATRIX, [
+        "Made by tests/cluster/test_realnodes_attacks.py on `gpufleet cluster up --real-nodes 2`",
+        f"(Kubernetes {version} built here, kube-router's network policies, the chart with its",
+        f"lab values): tenant A is `{ATTACKER}`, tenant B `{TENANT}`.",
+    ])  # fmt: skip
+    assert all(r.held for r in matrix), [r for r in matrix if not r.held]

@@ -14,6 +14,7 @@ from dockerfile_parse import DockerfileParser
 from gpufleet.render.mpijob import SSH_DIR, SSH_PORT, SSHD_CONFIG
 from gpufleet.render.podspec import RUN_DIR, UID, WorkerPod, pod_spec
 from gpufleet.spec import validate_training_job
+from tests.support.imagelock import locked, normalized
 from tests.support.paths import REPO
 from tests.support.specs import cluster_job
 
@@ -110,25 +111,13 @@ def test_every_package_from_an_index_is_installed_by_its_hash() -> None:
     from_index = [c for c in calls if "gpufleet-*.whl" not in c]
     assert len(from_index) == 4 and all("--require-hashes" in c and " -r " in c
                                         for c in from_index), from_index  # fmt: skip
-    image, torch = lock("image.lock"), lock("torch.lock")
+    image, torch = locked("image.lock"), locked("torch.lock")
     assert "torch" in torch and len(image) > 100
     assert {name: image.get(name) for name in torch} == torch
     pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$",
                            (REPO / "constraints.txt").read_text(), re.M))  # fmt: skip
-    kept = {name.lower(): v for name, v in pins.items() if name.lower() in image}
+    kept = {normalized(name): v for name, v in pins.items() if normalized(name) in image}
     assert kept.get("torch") and all(image[n] == v for n, v in kept.items()), kept
-
-
-def lock(name: str) -> dict[str, str]:
-    """A lock's packages and versions; each must carry at least one sha256."""
-    text = (REPO / "docker" / name).read_text()
-    entries = re.split(r"\n(?=\S)", text.strip())
-    found = {}
-    for entry in entries:
-        head = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==(\S+)", entry)
-        assert head and re.search(r"--hash=sha256:[0-9a-f]{64}", entry), entry[:200]
-        found[head.group(1).lower()] = head.group(2)
-    return found
 
 
 def test_caches_are_on_the_pods_writable_mounts() -> None:
@@ -165,3 +154,22 @@ def test_the_image_key_covers_what_the_dockerfile_copies() -> None:
         source = source.rstrip("/")
         assert any(source == i or source.startswith(i + "/") for i in inputs), source
         assert any(source == a or source.startswith(a + "/") for a in allowed), source
+
+
+def test_the_lock_holds_every_dependency_of_the_extras_the_image_has() -> None:
+    """The image installs no dependency but the lock's (gpufleet's wheel with --no-deps; pip
+    check fails the build on one missing): pyproject.toml's dependencies, and those of the
+    extras scripts/lock-image.sh names, are all in it."""
+    import tomllib
+
+    script = (REPO / "scripts" / "lock-image.sh").read_text()
+    found = re.search(r'^EXTRAS="([^"]+)"', script, re.M)
+    assert found, "EXTRAS=... in scripts/lock-image.sh"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [
+        *project["dependencies"],
+        *(r for extra in found.group(1).split() for r in project["optional-dependencies"][extra]),
+    ]
+    names = {normalized(re.match(r"[A-Za-z0-9_.-]+", r).group(0)) for r in wanted}  # type: ignore[union-attr]
+    image = locked()
+    assert len(names) > 20 and not names - set(image), sorted(names - set(image))

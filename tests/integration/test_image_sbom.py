@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.imagelock import locked, normalized
 from tests.support.paths import REPO
 from tests.support.realnodes import project_image
 
@@ -52,16 +53,6 @@ def pypi(purls: list[str]) -> dict[str, set[str]]:
         if m:
             versions.setdefault(normalized(m.group(1)), set()).add(m.group(2))
     return versions
-
-
-def normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def locked() -> dict[str, str]:
-    text = (REPO / "docker" / "image.lock").read_text()
-    return {normalized(n): v for n, v in re.findall(r"^([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==(\S+)",
-                                                   text, re.M)}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

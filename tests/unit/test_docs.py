@@ -22,13 +22,9 @@ from tests.support.docpages import DOCS, Terminal, blocks, commands, groups
 from tests.support.paths import REPO
 
 README = REPO / "README.md"
-README_LINES = 150
-SECRET_REFERENCES = (
-    "existingSecret",
-    "secretName",
-    "secret",
-    "tokenSecret",
-)  # "a README that a newcomer reads in five minutes" (issue 51)
+README_LINES = 150  # "a README that a newcomer reads in five minutes" (issue 51)
+# The keys of the chart's values schema that name a Secret (docs/security.md, "Sealed secrets").
+SECRET_REFERENCES = ("existingSecret", "secretName", "secret", "tokenSecret")
 
 
 def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ from gpufleet.devcluster.api import Api, wait
 from gpufleet.devcluster.components import Component, controller_runtime_manager
 from gpufleet.devcluster.pki import Pki, write_kubeconfig
 from gpufleet.devcluster.processes import Processes
+from gpufleet.errors import ClusterUpError
 
 # How often a controller's manager is started again when it exits before it is ready.
 ADDON_RESTARTS = 3
@@ -76,9 +77,12 @@ class Controllers:
         manager = self._manager(addon, argv, p, env)
         self.processes.start(manager, self.timeout, restarts=ADDON_RESTARTS)
         if addon.public_cert:
-            pem = urllib.request.urlopen(f"http://{LOOPBACK}:{p.health}{addon.public_cert}",
-                                         timeout=10).read()  # fmt: skip
-            (self.directory / f"{addon.name}.pem").write_bytes(pem)
+            url = f"http://{LOOPBACK}:{p.health}{addon.public_cert}"
+            try:
+                with urllib.request.urlopen(url, timeout=10) as answer:
+                    (self.directory / f"{addon.name}.pem").write_bytes(answer.read())
+            except OSError as exc:
+                raise ClusterUpError(f"{addon.name}: no certificate at {url}: {exc}") from None
         if addon.probe is not None:
             probe = addon.probe
             self._wait(lambda: self.api.dry_run(probe), f"{addon.name}'s webhooks")

@@ -22,7 +22,7 @@ from typing import Any
 
 from gpufleet.devcluster import addons
 from gpufleet.devcluster.addons import Addon
-from gpufleet.devcluster.addons.sealed import may_unshare
+from gpufleet.devcluster.addons.sealed import may_unshare, service_account_dir
 from gpufleet.devcluster.api import Api
 from gpufleet.devcluster.build import ensure_built
 from gpufleet.devcluster.components import (
@@ -239,6 +239,8 @@ class LocalCluster:
         host.undo(self.dir, None if quiet else self.log)
         state.remove(self.dir)
         shutil.rmtree(self.dir / "etcd-data", ignore_errors=True)
+        for addon in (a for a in addons.ADDONS if a.in_cluster):  # their tokens
+            shutil.rmtree(service_account_dir(addon, self.dir), ignore_errors=True)
         return stopped
 
     def status(self) -> dict[str, str]:
