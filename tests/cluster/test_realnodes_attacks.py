@@ -30,7 +30,14 @@ from tests.support.attacks import Row, attempt, priority_job
 from tests.support.devcluster import CLUSTER_POLL_S, DevCluster
 from tests.support.devlab import KUEUE
 from tests.support.paths import REPO
-from tests.support.probes import OPEN, REFUSED, enforced_for, namespace, probe
+from tests.support.probes import (
+    OPEN,
+    REFUSED,
+    enforced_for,
+    namespace,
+    probe,
+    probe_once_enforced,
+)
 from tests.support.procs import poll_until
 from tests.support.realnodes import TENANT, pod_log, real_job, running_pod, submit
 from tests.support.s3 import VERSITYGW, versitygw
@@ -102,7 +109,8 @@ def test_as_pods_reach_none_of_bs_ports_nor_the_platforms(
     targets = Targets(address, state.ports["etcd"], state.ports["kube-apiserver"], {
         n.metadata.name: next(a.address for a in n.status.addresses if a.type == "InternalIP")
         for n in reallab.core.list_node().items})  # fmt: skip
-    rows = network_rows(targets, probe(reallab, ATTACKER, "intruder", targets.want()), "A's pod")
+    seen = probe_once_enforced(reallab, ATTACKER, "intruder", targets.want())
+    rows = network_rows(targets, seen, "A's pod")
     namespace(reallab, OUTSIDE)
     name = sorted(targets.nodes)[0]
     outside = {"connect": targets.want()["connect"][:2], "fetch": [targets.kubelet(name)]}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from typing import Any
 
 from gpufleet.devcluster.nodes import GPU_TAINT
@@ -13,7 +14,7 @@ from gpufleet.devcluster.realnodes.network import netns_name
 from gpufleet.render.podspec import CONTAINER_SECURITY, POD_SECURITY
 from tests.support.devcluster import CLUSTER_POLL_S, DevCluster
 from tests.support.procs import poll_until
-from tests.support.realnodes import TENANT, pod_log, project_image
+from tests.support.realnodes import pod_log, project_image
 
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 GPU_NODES = {**GPU_TAINT, "operator": "Exists"}  # every real node is a GPU node
@@ -24,7 +25,8 @@ OPEN, REFUSED, SILENT = "open", "refused", "silent"
 # What a probe pod runs: for each (host, port) what it met (OPEN ends the attempts at once);
 # with "fetch", each URL's HTTP status over TLS without a client certificate or token (or what
 # failed); with "scrape", the metrics body's gpufleet_ lines; with "resolve", each name's
-# address or "". The attempts run side by side.
+# address or "". The attempts run side by side; with "rounds", all of it again each second,
+# each round a line that starts with its time ("at").
 PROBE = """
 import json, socket, ssl, sys, time, urllib.error, urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -52,20 +54,25 @@ def fetch(url):
         return f"{exc.code} {exc.read()[:300].decode(errors='replace')}"
     except OSError as exc:
         return f"error {exc}"
-with ThreadPoolExecutor(16) as pool:
-    connect = list(pool.map(attempt, want.get("connect", [])))
-    fetched = list(pool.map(fetch, want.get("fetch", [])))
-out = {f"{h}:{p}": met for (h, p), met in zip(want.get("connect", []), connect)}
-out |= dict(zip(want.get("fetch", []), fetched))
-if want.get("scrape"):
-    body = urllib.request.urlopen(want["scrape"], timeout=5).read().decode()
-    out["scraped"] = [l for l in body.splitlines() if l.startswith("gpufleet_")]
-for name in want.get("resolve", []):
-    try:
-        out[name] = socket.gethostbyname(name)
-    except OSError:
-        out[name] = ""
-print(json.dumps(out))
+def measure():
+    out = {"at": time.time()}
+    with ThreadPoolExecutor(16) as pool:
+        connect = list(pool.map(attempt, want.get("connect", [])))
+        fetched = list(pool.map(fetch, want.get("fetch", [])))
+    out |= {f"{h}:{p}": met for (h, p), met in zip(want.get("connect", []), connect)}
+    out |= dict(zip(want.get("fetch", []), fetched))
+    if want.get("scrape"):
+        body = urllib.request.urlopen(want["scrape"], timeout=5).read().decode()
+        out["scraped"] = [l for l in body.splitlines() if l.startswith("gpufleet_")]
+    for name in want.get("resolve", []):
+        try:
+            out[name] = socket.gethostbyname(name)
+        except OSError:
+            out[name] = ""
+    print(json.dumps(out), flush=True)
+for _ in range(want.get("rounds", 1)):
+    measure()
+    time.sleep(1)
 """
 
 
@@ -82,6 +89,43 @@ def namespace(cluster: DevCluster, name: str) -> None:
 def probe(cluster: DevCluster, where: str, name: str, want: dict[str, Any]) -> dict[str, Any]:
     """Run the probe in a pod ``name`` of namespace ``where`` (Pod Security restricted as the
     renderers make it, the project's image, no ServiceAccount token); its verdicts."""
+    start(cluster, where, name, want)
+    try:
+        poll_until(lambda: phase(cluster, where, name) in ("Succeeded", "Failed"),
+                   what=f"probe {where}/{name}", timeout=180, interval=CLUSTER_POLL_S)  # fmt: skip
+        said = pod_log(cluster, name, namespace=where)
+        assert phase(cluster, where, name) == "Succeeded", said
+        return dict(json.loads(said.strip().splitlines()[-1]))
+    finally:
+        cluster.core.delete_namespaced_pod(name, where, grace_period_seconds=0)
+
+
+def probe_once_enforced(
+    cluster: DevCluster, where: str, name: str, want: dict[str, Any]
+) -> dict[str, Any]:
+    """The probe's verdicts from its first round after its own egress policies are in place
+    (kube-router installs a new pod's rules a moment after it starts: a round before them
+    would measure no policy at all)."""
+    start(cluster, where, name, {**want, "rounds": 90})
+    try:
+        pod = poll_until(lambda: running(cluster, where, name), what=f"probe {where}/{name}",
+                         timeout=180, interval=CLUSTER_POLL_S)  # fmt: skip
+        poll_until(lambda: enforced_for(cluster, pod, "from"), what=f"{name}'s policies",
+                   timeout=60)  # fmt: skip
+        since = time.time()
+
+        def after() -> dict[str, Any] | None:
+            lines = pod_log(cluster, name, namespace=where).strip().splitlines()
+            rounds = [json.loads(line) for line in lines if line.startswith("{")]
+            return next((dict(r) for r in rounds if r["at"] > since), None)
+
+        return poll_until(after, what=f"a round of {name} after its policies", timeout=60)
+    finally:
+        cluster.core.delete_namespaced_pod(name, where, grace_period_seconds=0)
+
+
+def start(cluster: DevCluster, where: str, name: str, want: dict[str, Any]) -> None:
+    """The probe pod, created."""
     container = {
         "name": "probe", "image": project_image()[0], "imagePullPolicy": "Never",
         "command": ["python", "-c", PROBE, json.dumps(want)],
@@ -94,25 +138,24 @@ def probe(cluster: DevCluster, where: str, name: str, want: dict[str, Any]) -> d
         "securityContext": POD_SECURITY, "automountServiceAccountToken": False,
     }}  # fmt: skip
     cluster.core.create_namespaced_pod(where, pod)
-    try:
-        poll_until(lambda: phase(cluster, where, name) in ("Succeeded", "Failed"),
-                   what=f"probe {where}/{name}", timeout=180, interval=CLUSTER_POLL_S)  # fmt: skip
-        said = pod_log(cluster, name, namespace=where)
-        assert phase(cluster, where, name) == "Succeeded", said
-        return dict(json.loads(said.strip().splitlines()[-1]))
-    finally:
-        cluster.core.delete_namespaced_pod(name, where, grace_period_seconds=0)
+
+
+def running(cluster: DevCluster, where: str, name: str) -> dict[str, Any] | None:
+    """The pod, once Running (as a dict, as the API returns it)."""
+    pod = cluster.as_dict(cluster.core.read_namespaced_pod(name, where))
+    return dict(pod) if pod["status"].get("phase") == "Running" else None
 
 
 def phase(cluster: DevCluster, where: str, name: str) -> str:
     return str(cluster.core.read_namespaced_pod(name, where).status.phase)
 
 
-def enforced_for(cluster: DevCluster, pod: dict[str, Any]) -> bool:
-    """Whether kube-router on the pod's node has the pod's own firewall chain (its policies
-    are in place from then on)."""
+def enforced_for(cluster: DevCluster, pod: dict[str, Any], way: str = "destined to") -> bool:
+    """Whether kube-router on the pod's node has the pod's own firewall rules for traffic
+    ``way`` ("destined to" it, its ingress; "from" it, its egress): its policies are in place
+    from then on."""
     rules = subprocess.run(["ip", "netns", "exec", netns_name(pod["spec"]["nodeName"]),
                             "iptables-save", "-t", "filter"], capture_output=True, text=True,
                            check=False).stdout  # fmt: skip
-    name = pod["metadata"]["name"]
-    return f"destined to POD name:{name} namespace: {TENANT}" in rules
+    meta = pod["metadata"]
+    return f"{way} POD name:{meta['name']} namespace: {meta['namespace']}" in rules
