@@ -22,8 +22,8 @@ import yaml
 
 from gpufleet.cluster.doctor.requirements import CONTROLLERS as DOCTOR_CONTROLLERS
 from gpufleet.cluster.doctor.requirements import TARGET_NEEDS
-from gpufleet.devcluster.addons import PROJECTS
-from gpufleet.devcluster.build import COMPONENTS, CONTROL_PLANE
+from gpufleet.devcluster.addons import ADDONS, PROJECTS
+from gpufleet.devcluster.build import CONTROL_PLANE
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY, exit_with
 from gpufleet.devcluster.platform import VALUES_FILE
 from gpufleet.devcluster.state import State
@@ -50,7 +50,8 @@ def test_up_is_ready_secured_and_found_again(devcluster: DevCluster) -> None:
     assert yaml.safe_load(written.read_text()) == {"volcano": {"enabled": True}}
     assert f"-f {written} --wait" in devcluster.up.stderr
     status = run_cli("cluster", "status", "--dir", str(devcluster.dir), cwd=devcluster.root)
-    assert status.returncode == 0 and status.stdout.count(": running") == len(COMPONENTS)
+    running = [*CONTROL_PLANE, "kwok", *(a.name for a in ADDONS if not a.optional)]
+    assert status.returncode == 0 and status.stdout.count(": running") == len(running)
     assert {"kueue: running", "jobset: running"} <= set(status.stdout.splitlines())
     again = run_cli("cluster", "up", "--dir", str(devcluster.dir), cwd=devcluster.root)
     assert again.returncode == 0 and "already running" in again.stderr
