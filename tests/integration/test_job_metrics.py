@@ -51,6 +51,7 @@ def test_running_job_exposes_progress_throughput_and_checkpoints(workdir: Path) 
                                    alive=proc)  # fmt: skip
         later = steps_by_rank(samples)
         assert samples["gpufleet_job_restarts"][0][1] == 0
+        assert {v for _, v in samples["gpufleet_job_world_size"]} == {2}  # each rank says 2
         # One scrape reads each rank's files as they are: its samples counter may still be one
         # step behind its step gauge (seen once in a fresh-clone run: 13 steps' samples, step 7+7).
         counted = sum(v for _, v in samples["gpufleet_job_samples_total"])

@@ -243,8 +243,8 @@ def test_a_global_batch_this_world_cannot_split_is_refused(tmp_path: Path) -> No
 def test_a_checkpoint_from_before_the_global_batch_resumes_exactly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Checkpoints written before progress kept the global batch (no such key) still load:
-    the position reads as steps of batch_size x their world size."""
+    """Checkpoints written before progress kept the global batch and the shards (no such
+    keys) still load: the position reads as steps of batch_size x their world size."""
     from gpufleet.runtime.checkpoint import Checkpointer
     from gpufleet.runtime.trainer import _JobState
 
@@ -253,7 +253,7 @@ def test_a_checkpoint_from_before_the_global_batch_resumes_exactly(
 
     def old_format(self: _JobState) -> dict[str, Any]:
         state = new_format(self)
-        del state["progress"]["global_batch"]
+        del state["progress"]["global_batch"], state["progress"]["shards"]
         return state
 
     monkeypatch.setattr(_JobState, "state_dict", old_format)
@@ -263,6 +263,7 @@ def test_a_checkpoint_from_before_the_global_batch_resumes_exactly(
     ckpts = Checkpointer(str(tmp_path / "b" / "ckpt"), log=lambda _m: None)
     (ref,) = [r for r in ckpts.complete() if r.step == 5]
     assert not ckpts.has_key(ref, "job.progress.global_batch")
+    assert not ckpts.has_key(ref, "job.progress.shards")
     resumed = trainer(tmp_path / "b", ParallelismSettings()).fit()
     assert resumed.resumed_from == 5 and resumed.metrics["global_batch"] == 16
     assert resumed.state_digest == straight.state_digest

@@ -138,7 +138,8 @@ def job_state(of: Held) -> JobState:
 def test_a_job_without_a_scheduler_saves_an_empty_scheduler_state() -> None:
     saved = job_state(held(0, 0.1)).state_dict()
     assert saved["scheduler"] == {}
-    assert saved["progress"] == {"step": 0, "epoch": 0, "batch_in_epoch": 0, "global_batch": 0}
+    assert saved["progress"] == {"step": 0, "epoch": 0, "batch_in_epoch": 0, "global_batch": 0,
+                                 "shards": 0}  # fmt: skip
 
 
 def test_loading_a_job_state_puts_the_saved_weights_into_the_model() -> None:
@@ -211,7 +212,9 @@ def test_unsplittable_cuts_a_longer_list_after_twelve_world_sizes() -> None:
 
 
 def test_resized_note_tells_what_a_resume_at_another_world_size_does() -> None:
-    note = resized_note(CheckpointRef(30, "/ckpt/step_30", world_size=4), 2, 16)
+    note = resized_note(
+        CheckpointRef(30, "/ckpt/step_30", world_size=4), 2, Progress(global_batch=16)
+    )
     assert note == (
         "gpufleet: checkpoint written by 4 processes, resuming with 2: model and optimizer "
         "resharded; the global batch stays 16 (8 per worker) and no sample is skipped or "

@@ -52,7 +52,7 @@ def job_context(
         hang_timeout=s.hang_timeout,
         output_hang_timeout=s.hang_timeout if s.command and explicit else 0.0,
         on_non_finite=s.on_non_finite,
-        parallelism=s.parallelism.settings(),
+        parallelism=s.parallelism.settings(s.nodes * s.procs_per_node),
         workload=s.workload.model_dump(by_alias=True) if s.workload else {},
         metrics_dir=metrics_dir if s.metrics.port else None,
         framework=s.framework,

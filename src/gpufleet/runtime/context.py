@@ -136,6 +136,9 @@ class ParallelismSettings:
     mixed_precision: str = "fp32"  # bf16: bf16 compute (and FSDP params), fp32 reduction
     activation_checkpointing: bool = False  # recompute each block's activations in backward
     gradient_accumulation: int = 1  # micro-batches per step and worker (splits the batch)
+    # Bit-exact at every world size dividing it: the virtual shards per step (a power of two),
+    # each reduced in a fixed order (gpufleet.runtime.exact); 0: off.
+    exact_shards: int = 0
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -147,6 +150,15 @@ class ParallelismSettings:
         if self.gradient_accumulation < 1:
             raise ValueError(f"gradient_accumulation must be >= 1, got "
                              f"{self.gradient_accumulation}")  # fmt: skip
+        if self.exact_shards:
+            self._check_exact()
+
+    def _check_exact(self) -> None:
+        if self.exact_shards < 0 or self.exact_shards & (self.exact_shards - 1):
+            raise ValueError(f"exact_shards must be a power of two, got {self.exact_shards}")
+        if self.strategy != "ddp" or self.gradient_accumulation != 1:
+            raise ValueError("exact_shards needs strategy ddp and no gradient_accumulation: "
+                             "each shard is a micro-batch")  # fmt: skip
 
     def to_json(self) -> dict[str, object]:
         """The settings as JSON-able data (the worker environment carries it)."""

@@ -27,6 +27,7 @@ LAST_CHECKPOINT_STEP = "gpufleet_job_last_checkpoint_step"
 SAMPLES = "gpufleet_job_samples"  # a Counter: exposed as SAMPLES + "_total"
 RESTARTS = "gpufleet_job_restarts"
 HANG_TIMEOUT = "gpufleet_job_hang_timeout_seconds"
+WORLD_SIZE = "gpufleet_job_world_size"  # workers of the current attempt: it changes on a resize
 LAST_PROGRESS = "gpufleet_job_last_progress_timestamp_seconds"
 # Written only when it happens (a worker that never resumed or hung has no such series), by
 # a process that then ends: a multiprocess "mostrecent" gauge outlives it, so the next
@@ -91,6 +92,8 @@ class JobMetrics:
             LAST_CHECKPOINT_STEP, "Step of the last committed checkpoint.", "max"
         )
         self.restarts.set(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+        self.world_size = gauge(WORLD_SIZE, "Workers of the job's current attempt (torchrun's).")
+        self.world_size.set(int(os.environ.get("WORLD_SIZE", "1")))
 
     def _throughput(self, reg: Any, by_rank: list[str]) -> None:
         """The counters and histograms: steps, samples, data waits, step and checkpoint times."""

@@ -9,7 +9,7 @@ activation checkpointing that keeps parameter names, so checkpoints load either 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from gpufleet import torchapi
 from gpufleet.errors import JobConfigError
 from gpufleet.runtime.context import ParallelismSettings
 from gpufleet.runtime.distributed import DistInfo, ensure_process_group
+from gpufleet.runtime.exact import ExactReducer, exact_step
 
 
 def default_blocks(model: nn.Module) -> list[nn.Module]:
@@ -49,11 +50,13 @@ def _has_params(module: nn.Module) -> bool:
 @dataclass
 class Parallel:
     """A model made parallel: ``module`` is what the step function calls (the DDP wrapper, or
-    the model itself sharded in place by FSDP2)."""
+    the model itself sharded in place by FSDP2); ``exact``: the order-fixed reduction of
+    settings.exact_shards (DDP's communication hook when there are several workers)."""
 
     module: nn.Module
     settings: ParallelismSettings
     device: torch.device
+    exact: ExactReducer | None = None
 
     @property
     def fsdp(self) -> bool:
@@ -79,6 +82,31 @@ class Parallel:
                 yield
         else:
             yield
+
+    def gradients(
+        self,
+        batches: list[Any],
+        loss_of: Callable[[Any, bool], torch.Tensor],
+        *,
+        seed: int,
+        step: int,
+    ) -> torch.Tensor:
+        """Forward and backward of this rank's micro-batches of ``step`` (``loss_of(batch,
+        last)``), leaving each parameter's gradient of the whole step; returns the mean loss.
+        In exact mode the micro-batches are the rank's shards (gpufleet.runtime.exact)."""
+        if self.exact is not None:
+            return exact_step(self.exact, batches, seed=seed, step=step, loss_of=loss_of,
+                              micro_batch=self.micro_batch)  # fmt: skip
+        micro, total = len(batches), None
+        for i, batch in enumerate(batches):
+            with self.micro_batch(last=i == micro - 1):
+                loss = loss_of(batch, i == micro - 1)
+                # Mean over micro-batches, as one batch of their size would have it.
+                (loss / micro if micro > 1 else loss).backward()  # type: ignore[no-untyped-call]
+            part = loss.detach() / micro if micro > 1 else loss.detach()
+            total = part if total is None else total + part
+        assert total is not None  # at least one micro-batch per step
+        return total
 
 
 def make_parallel(
@@ -107,10 +135,19 @@ def make_parallel(
             _fully_shard(model, optimizer, settings, info, chosen), settings, info.device
         )
     module: nn.Module = model
+    exact = None
+    if settings.exact_shards:
+        exact = ExactReducer(model, settings.exact_shards, info.world_size, info.rank)
+        if info.device.type == "cpu":
+            # A CPU matrix product's last bits depend on how many threads split it (measured:
+            # 2 threads and 1 differ), so every world size computes a shard on one thread.
+            torch.set_num_threads(1)
     if info.world_size > 1:
         ids = [info.local_rank] if info.device.type == "cuda" else None
         module = DistributedDataParallel(model, device_ids=ids)
-    return Parallel(module, settings, info.device)
+        if exact is not None:
+            exact.register(module)
+    return Parallel(module, settings, info.device, exact)
 
 
 def _fully_shard(

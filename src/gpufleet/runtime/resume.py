@@ -28,6 +28,14 @@ class Progress:
     epoch: int = 0
     batch_in_epoch: int = 0  # steps (global batches) done in this epoch
     global_batch: int = 0  # samples per step over all ranks, fixed by the first run
+    shards: int = 0  # exact mode's shards per step (gpufleet.runtime.exact), fixed so too
+
+    def settle(self, first_batch: int, exact_shards: int) -> None:
+        """After a load: ``first_batch`` (the writer's world size times the batch size) for a
+        checkpoint written before the global batch was kept; exact mode as the job asks
+        (``exact_shards``), in the checkpoint's own shards when it has some."""
+        self.global_batch = self.global_batch or first_batch
+        self.shards = (self.shards or exact_shards) if exact_shards else 0
 
     def advance(self, steps_per_epoch: int) -> None:
         """One step done; a new epoch after ``steps_per_epoch`` of them."""
@@ -55,8 +63,8 @@ class JobState(Stateful):
         self.t = trainer
         # False when resuming at a world size the checkpoint has no RNG state for this rank.
         self.with_rng = True
-        # False for a checkpoint written before progress had a global batch.
-        self.with_global_batch = True
+        # The keys of progress a checkpoint written before they existed lacks.
+        self.absent: list[str] = []
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimizer, scheduler, progress and (``with_rng``) this rank's RNG states."""
@@ -68,8 +76,8 @@ class JobState(Stateful):
             "scheduler": t.scheduler.state_dict() if t.scheduler else {},
             "progress": dict(t.progress.__dict__),
         }
-        if not self.with_global_batch:
-            del state["progress"]["global_batch"]
+        for key in self.absent:
+            del state["progress"][key]
         if self.with_rng:
             # Each rank's generators differ (seeded by rank), so each rank keeps its own key;
             # a shared key would be deduplicated by DCP and saved by one rank only.
@@ -87,7 +95,7 @@ class JobState(Stateful):
         )
         if t.scheduler is not None:
             t.scheduler.load_state_dict(state_dict["scheduler"])
-        t.progress = Progress(**{"global_batch": 0, **state_dict["progress"]})
+        t.progress = Progress(**state_dict["progress"])  # an absent key: its default, 0
         if self.with_rng:
             restore_rng(state_dict[f"rng_rank{t.info.rank}"])
 
@@ -115,6 +123,17 @@ def unsplittable(global_batch: int, world: int, micro: int, ref: CheckpointRef |
     ).replace("micro-batchs", "micro-batches")
 
 
+def unshardable(shards: int, world: int, ref: CheckpointRef | None) -> str:
+    """Why ``world`` workers cannot train exactly with ``shards`` per step, and what could."""
+    written = f" of step {ref.step}" if ref else ""
+    fits = [n for n in range(1, shards + 1) if shards % n == 0]
+    return (
+        f"the checkpoint{written} trains exactly across world sizes with {shards} shards per "
+        f"step (spec.parallelism.shards), which {_plural(world, 'worker')} cannot split "
+        f"evenly: resume with a world size among {', '.join(map(str, fits))}"
+    )
+
+
 def global_batch_loader(
     data: Dataset[Any],
     *,
@@ -125,12 +144,18 @@ def global_batch_loader(
     batch_size: int,
     shuffle: bool,
     seed: int,
+    shards: int = 0,
     ref: CheckpointRef | None = None,
 ) -> tuple[GlobalBatchSampler, DataLoader[Any]]:
     """Cut ``data`` into steps of ``global_batch`` samples over ``world`` ranks of ``micro``
-    micro-batches each: this rank's sampler and loader. Raises ReshardError when the world
-    cannot split the batch of ``ref`` (the checkpoint resumed), JobConfigError when one global
-    batch (``batch_size`` per worker) is more than the data."""
+    micro-batches each (exact mode, ``shards`` > 0: shards / world, one shard each): this rank's
+    sampler and loader. Raises ReshardError when the world cannot split the batch (or the
+    shards) of ``ref`` (the checkpoint resumed), JobConfigError when one global batch
+    (``batch_size`` per worker) is more than the data."""
+    if shards:
+        if shards % world:
+            raise ReshardError(unshardable(shards, world, ref))
+        micro = shards // world
     if global_batch % (world * micro):
         raise ReshardError(unsplittable(global_batch, world, micro, ref))
     size = len(data)  # type: ignore[arg-type]  # a map-style data set
@@ -159,13 +184,18 @@ def global_batch_loader(
     return sampler, loader
 
 
-def resized_note(ref: CheckpointRef, world: int, global_batch: int) -> str:
+def resized_note(ref: CheckpointRef, world: int, progress: Progress) -> str:
     """What a resume of ``ref`` at ``world`` ranks, another world size than its writer's,
     does to the batch, the samples and the weights."""
+    batch = progress.global_batch
+    weights = (
+        f"in {progress.shards} shards per step, summed in a fixed order: weights equal an "
+        "uninterrupted run's bit for bit"
+        if progress.shards
+        else "weights match an uninterrupted run up to reduction order, not bit for bit"
+    )
     return (
         f"gpufleet: checkpoint written by {ref.world_size} processes, resuming with "
-        f"{world}: model and optimizer resharded; the global batch "
-        f"stays {global_batch} ({global_batch // world} per worker) and no sample "
-        "is skipped or repeated; weights match an uninterrupted run up to reduction "
-        "order, not bit for bit"
+        f"{world}: model and optimizer resharded; the global batch stays {batch} "
+        f"({batch // world} per worker) and no sample is skipped or repeated; {weights}"
     )

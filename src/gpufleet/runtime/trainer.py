@@ -61,11 +61,10 @@ class Trainer:
     checkpointed, so a run interrupted anywhere ends with the same weights, bit for bit, as an
     uninterrupted one. Exactness needs deterministic data (``num_workers=0`` loaders here).
 
-    A resume at another world size keeps the checkpoint's global batch (``batch_size`` times
-    the world size of the first run) and its position in global samples: DCP reshards model
-    and optimizer state, every step trains on the same samples as before, none is skipped or
-    seen twice. The weights then match an uninterrupted run only up to floating-point
-    reduction order (and per-rank RNG draws, such as dropout, differ): close, not bit-exact.
+    A resume at another world size keeps the checkpoint's global batch and its position in
+    global samples (gpufleet.runtime.resume): none is skipped or seen twice. The weights match
+    an uninterrupted run's up to reduction order, or bit for bit in exact mode
+    (``exact_shards``, gpufleet.runtime.exact).
 
     ``parallelism`` defaults to the job's (spec.parallelism); ``blocks`` are the modules FSDP
     shards and activation checkpointing recomputes one by one (default:
@@ -103,14 +102,17 @@ class Trainer:
         self.parallel = make_parallel(self.model, optimizer, self.settings, self.info, blocks)
         self.scheduler = scheduler
         self.step_fn = step_fn
-        self.progress = Progress(global_batch=config.batch_size * self.info.world_size)
+        self.progress = Progress(
+            global_batch=config.batch_size * self.info.world_size,
+            shards=self.settings.exact_shards,
+        )
         self.nonfinite = NonFinitePolicy(
             on_non_finite=self.context.on_non_finite,
             device=self.info.device,
             world_size=self.info.world_size,
         )
         self._log = log or self._print
-        self._use_global_batch(self.progress.global_batch, None)
+        self._use_global_batch(None)
         self.checkpointer = self._checkpointer(type(model).__name__, fingerprint)
         self.guard = PreemptionGuard(control_group())
         self.metrics = JobMetrics.from_env(
@@ -155,19 +157,23 @@ class Trainer:
         place)."""
         return self.parallel.module
 
-    def _use_global_batch(self, global_batch: int, ref: CheckpointRef | None) -> None:
-        """Cut the data into steps of ``global_batch`` samples over this world size."""
+    def _use_global_batch(self, ref: CheckpointRef | None) -> None:
+        """Cut the data into steps of the global batch over this world size, in micro-batches
+        (exact mode: this rank's shards)."""
         self.sampler, self.loader = global_batch_loader(
             self.data,
-            global_batch=global_batch,
+            global_batch=self.progress.global_batch,
             world=self.info.world_size,
             rank=self.info.rank,
             micro=self.settings.gradient_accumulation,
+            shards=self.progress.shards,
             batch_size=self.config.batch_size,
             shuffle=self.config.shuffle,
             seed=self.config.seed,
             ref=ref,
         )
+        if self.parallel.exact is not None:
+            self.parallel.exact.use(self.progress.shards)
 
     def _print(self, msg: str) -> None:
         print(msg, file=sys.stderr if msg.startswith("gpufleet:") else sys.stdout, flush=True)
@@ -183,7 +189,10 @@ class Trainer:
         ref = self.checkpointer.latest()
         if ref is not None:
             self._resume(ref, state)
-        self._open_sample_log()
+        if self.context.sample_log is not None:  # every rank under rank 0's attempt id
+            self._samples = open_for_rank(
+                self.context.sample_log, self.info.rank, self.info.world_size
+            )
         self.guard.install()
         self.watchdog.start()
         self._last_ckpt = ref.path if ref else None
@@ -221,7 +230,7 @@ class Trainer:
         """Steps from the sampler's position to the end of its epoch, a stop, or a rollback
         (the sampler then starts again at the checkpoint's position). Returns (preempted,
         done, the time the next step's clock starts)."""
-        micro, batches = self.settings.gradient_accumulation, []
+        micro, batches = self.sampler.rank_batch // self.sampler.micro, []  # per step
         for batch in self.loader:
             batches.append(batch)
             if len(batches) < micro:
@@ -267,33 +276,24 @@ class Trainer:
         job: JobState = state["job"]
         resized = ref.world_size not in (None, self.info.world_size)
         job.with_rng = not resized or self.info.rank < (ref.world_size or 0)
-        job.with_global_batch = self.checkpointer.has_key(ref, "job.progress.global_batch")
+        keys = ("global_batch", "shards")  # those an older checkpoint lacks
+        job.absent = [k for k in keys if not self.checkpointer.has_key(ref, f"job.progress.{k}")]
         try:
             self.checkpointer.load(ref, state)
         finally:
-            job.with_rng = job.with_global_batch = True
-        if not self.progress.global_batch:  # written before the global batch was kept
-            self.progress.global_batch = self.config.batch_size * (
-                ref.world_size or self.info.world_size
-            )
-        if self.progress.global_batch != self.sampler.global_batch:
-            self._use_global_batch(self.progress.global_batch, ref)
+            job.with_rng, job.absent = True, []
+        self.progress.settle(self.config.batch_size * (ref.world_size or self.info.world_size),
+                             self.settings.exact_shards)  # fmt: skip
+        self._use_global_batch(ref)
         return resized
 
     def _resume(self, ref: CheckpointRef, state: dict[str, Any]) -> None:
         """Load ``ref`` at the start of fit(), and say so (and how, after a resize)."""
         if self._load(ref, state):
-            self._log_main(resized_note(ref, self.info.world_size, self.progress.global_batch))
+            self._log_main(resized_note(ref, self.info.world_size, self.progress))
         self._log_main(f"gpufleet: resumed from step {ref.step} ({ref.path}, {ref.tier} tier)")
         if self.metrics is not None:
             self.metrics.record_resume(ref.step)
-
-    def _open_sample_log(self) -> None:
-        """GPUFLEET_SAMPLE_LOG: every rank of this attempt logs under rank 0's attempt id."""
-        if self.context.sample_log is not None:
-            self._samples = open_for_rank(
-                self.context.sample_log, self.info.rank, self.info.world_size
-            )
 
     def _log_samples(self) -> None:
         ids = self.sampler.take()
@@ -329,22 +329,13 @@ class Trainer:
         return preempted
 
     def _train_step(self, batches: list[Any]) -> torch.Tensor:
-        """One optimizer step over this rank's micro-batches; returns their mean loss."""
-        module, micro = self.parallel.module, len(batches)
-        module.train()
+        """One optimizer step over this rank's micro-batches (shards in exact mode); returns
+        their mean loss."""
+        self.parallel.module.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total: torch.Tensor | None = None
-        for i, batch in enumerate(batches):
-            with self.parallel.micro_batch(last=i == micro - 1):
-                with self.parallel.compute():
-                    loss = self.step_fn(module, to_device(batch, self.info.device))
-                if i == micro - 1 and faults.nan_fires("batch", self.progress.step + 1):
-                    loss = loss * float("nan")  # the ``nan@batch=N`` fault
-                # Mean over micro-batches, as one batch of their size would have it.
-                (loss / micro if micro > 1 else loss).backward()  # type: ignore[no-untyped-call]
-            part = loss.detach() / micro if micro > 1 else loss.detach()
-            total = part if total is None else total + part
-        assert total is not None  # at least one micro-batch per step
+        total = self.parallel.gradients(
+            batches, self._loss, seed=self.config.seed, step=self.progress.step + 1
+        )
         self.nonfinite.record(self.progress.step + 1, total)
         # An async checkpoint may still be copying the weights and optimizer state: fence here,
         # so staging overlaps forward and backward but never sees a half-updated model.
@@ -353,6 +344,14 @@ class Trainer:
         if self.scheduler is not None:
             self.scheduler.step()
         return total
+
+    def _loss(self, batch: Any, last: bool) -> torch.Tensor:
+        """A micro-batch's loss; the ``nan@batch=N`` fault poisons a step's last."""
+        with self.parallel.compute():
+            loss = self.step_fn(self.parallel.module, to_device(batch, self.info.device))
+        if last and faults.nan_fires("batch", self.progress.step + 1):
+            loss = loss * float("nan")
+        return loss
 
     def _poison(self) -> None:
         """The ``nan`` fault: a NaN in this rank's weights (tests of the non-finite check)."""
@@ -369,6 +368,8 @@ class Trainer:
 
     def _result(self, resumed_from: int | None) -> TrainResult:
         loss, seconds = self._last_loss, self._step_seconds
+        held = {f"{k}_bytes": float(v) for k, v in state_bytes(self.model, self.optimizer).items()}
+        exact = self.parallel.exact.costs(len(seconds)) if self.parallel.exact else {}
         return TrainResult(
             steps=self.progress.step,
             final_loss=self.reporter.mean(loss) if loss is not None else None,
@@ -381,10 +382,8 @@ class Trainer:
             metrics={
                 "global_batch": float(self.progress.global_batch),
                 # This rank's share (rank 0 writes the result): 1/world of DDP's under FSDP.
-                **{
-                    f"{k}_bytes": float(v)
-                    for k, v in state_bytes(self.model, self.optimizer).items()
-                },
+                **held,
+                **exact,
             },
         )
 

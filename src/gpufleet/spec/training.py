@@ -20,6 +20,7 @@ from gpufleet.spec.resources import Rdma, Resources, Topology, Volume
 from gpufleet.spec.training_rules import (
     FRAMEWORK_HELP,
     Framework,
+    exact_problems,
     framework_problems,
     parallelism_problems,
 )
@@ -73,13 +74,35 @@ class Parallelism(SpecModel):
         ),
     )
 
-    def settings(self) -> ParallelismSettings:
-        """These fields as the runtime's settings."""
+    exact_across_world_sizes: bool = Field(
+        default=False,
+        description=(
+            "Bit-exact at any world size: every world size that divides spec.parallelism.shards "
+            "trains to the same weights, bit for bit, also across a resize (each shard's "
+            "gradient on its own, summed in one fixed order; dropout seeded by step and shard). "
+            "Needs strategy ddp; costs a gather instead of an all-reduce (docs/parallelism.md)."
+        ),
+    )
+    shards: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_BATCH,
+        description=(
+            "With exactAcrossWorldSizes: the virtual shards of each step's global batch, a "
+            "power of two; default the largest world size, spec.nodes x spec.procsPerNode."
+        ),
+    )
+
+    def settings(self, largest_world: int) -> ParallelismSettings:
+        """These fields as the runtime's settings, for a job of at most ``largest_world``
+        workers (the default number of shards)."""
+        exact = (self.shards or largest_world) if self.exact_across_world_sizes else 0
         return ParallelismSettings(
             strategy=self.strategy,
             mixed_precision=self.mixed_precision,
             activation_checkpointing=self.activation_checkpointing,
             gradient_accumulation=self.gradient_accumulation,
+            exact_shards=exact,
         )
 
 
@@ -311,6 +334,7 @@ class TrainingJobSpec(CrossFieldModel):
         elif has_command and has_workload:
             problems.append((("workload",), "exclusive with spec.command: set one of them"))
         problems += parallelism_problems(data, has_command)
+        problems += exact_problems(data)
         problems += framework_problems(data)
         nodes = raw_int(data, "nodes", default=1, minimum=1)
         low = raw_int(data, "minNodes", default=0, minimum=1)

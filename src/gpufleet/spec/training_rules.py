@@ -134,3 +134,57 @@ def _checkpoint_problems(data: dict[str, Any], label: str) -> list[Problem]:
                          f"torch.distributed.checkpoint's; {label} saves "
                          "synchronously"))  # fmt: skip
     return problems
+
+
+def exact_problems(data: dict[str, Any]) -> list[Problem]:
+    """spec.parallelism.exactAcrossWorldSizes: DDP without accumulation (each shard is a
+    micro-batch), and shards a power of two that every world size of the job (minNodes..nodes
+    nodes x procsPerNode) divides and that cuts the first run's global batch evenly; shards
+    only with the mode."""
+    raw = data.get("parallelism")
+    if not isinstance(raw, dict):
+        return []
+    where = ("parallelism", "shards")
+    if raw.get("exactAcrossWorldSizes") is not True:
+        if raw.get("shards") is not None:
+            return [(where, "applies only with spec.parallelism.exactAcrossWorldSizes: true")]
+        return []
+    problems: list[Problem] = []
+    if raw.get("strategy", "ddp") != "ddp":
+        problems.append((("parallelism", "strategy"), f"is {raw['strategy']}: "
+                         "exactAcrossWorldSizes needs ddp (FSDP reduce-scatters in an order "
+                         "the world size decides)"))  # fmt: skip
+    if raw_int(data, "parallelism", "gradientAccumulation", default=1) not in (1, None):
+        problems.append((("parallelism", "gradientAccumulation"), "must be 1 with "
+                         "exactAcrossWorldSizes: each shard is a micro-batch already"))  # fmt: skip
+    nodes = raw_int(data, "nodes", default=1, minimum=1)
+    low = raw_int(data, "minNodes", default=nodes or 1, minimum=1) or 1
+    procs = raw_int(data, "procsPerNode", default=1, minimum=1)
+    shards = raw_int(data, *where, default=(nodes or 0) * (procs or 0), minimum=1)
+    if not (nodes and procs and shards):
+        return problems  # a field's own error says what is wrong
+    said = "is" if "shards" in raw else f"defaults to nodes x procsPerNode ({nodes} x {procs}) ="
+    if shards & (shards - 1):
+        return [*problems, (where, f"{said} {shards}, not a power of two: set a power of two "
+                            "that every world size of the job divides")]  # fmt: skip
+    apart = [n * procs for n in range(low, nodes + 1) if shards % (n * procs)]
+    if apart:
+        problems.append((where, f"{said} {shards}, which a world size of the job does not "
+                         f"divide ({', '.join(map(str, apart))} workers): every node count in "
+                         "minNodes..nodes times procsPerNode must divide it"))  # fmt: skip
+    return problems + _exact_batch_problems(data, shards, low * procs)  # the strictest
+
+
+def _exact_batch_problems(data: dict[str, Any], shards: int, world: int) -> list[Problem]:
+    """The first run's global batch (batchSize x its workers, at least ``world``) must cut into
+    ``shards``."""
+    workload = data.get("workload")
+    if not isinstance(workload, dict) or workload.get("name") not in WORKLOAD_KINDS:
+        return []
+    default = WORKLOAD_KINDS[workload["name"]].model_fields["batch_size"].default
+    batch = raw_int(data, "workload", "batchSize", default=default, minimum=1)
+    if batch and (batch * world) % shards:
+        return [(("workload", "batchSize"), f"is {batch}: {world} workers' global batch of "
+                 f"{batch * world} does not cut into {shards} equal shards "
+                 "(spec.parallelism.shards)")]  # fmt: skip
+    return []
