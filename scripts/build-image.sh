@@ -239,14 +239,16 @@ main() {
   SECONDS=0
   build "$flavor" "$key"
   echo "build: ${SECONDS} s" && SECONDS=0
+  # The other builds go before this one's archive is written: both archives at once (3.5 GB
+  # each) is what a tight disk cannot hold.
+  prune "$flavor" "$key"
+  echo "prune: ${SECONDS} s" && SECONDS=0
   if [ "$flavor" != own ]; then
     sbom "$flavor" "$key"
     echo "sbom: ${SECONDS} s" && SECONDS=0
   fi
   export_archive "$flavor" "$key"
-  echo "export: ${SECONDS} s" && SECONDS=0
-  prune "$flavor" "$key"
-  echo "prune: ${SECONDS} s"
+  echo "export: ${SECONDS} s"
   report "$flavor" "$key"
 }
 

@@ -15,11 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gpufleet.cluster.imagecheck import DOC
+from gpufleet.devcluster.realnodes.images import chain_id
 from gpufleet.runtime.integrity import MARKER
 from tests.support.cli import run_cli
 from tests.support.devcluster import DevCluster
 from tests.support.ownimage import (
     OwnImages,
+    diff_ids_in,
     local_digest_in,
     node_ctr,
     node_images,
@@ -46,6 +48,17 @@ def loaded(reallab: DevCluster) -> Iterator[OwnImages]:
     yield images
 
 
+@pytest.fixture
+def submitted(reallab: DevCluster) -> Iterator[list[str]]:
+    """The jobs a test submits, cancelled after it whatever its outcome: a failed test's pods
+    would hold the nodes from the tests after it (seen: pods of an image that could not start
+    kept the next module's jobs to one node)."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        reallab.cancel(name, TENANT)
+
+
 def has_image(cluster: DevCluster, node: str, image: str) -> bool:
     """Whether the node's status lists ``image`` (by its name, with or without a registry)."""
     names = [n for i in cluster.core.read_node(node).status.images or [] for n in i.names or []]
@@ -53,7 +66,7 @@ def has_image(cluster: DevCluster, node: str, image: str) -> bool:
 
 
 def test_digits_on_a_teams_image_with_another_torch_ends_with_that_torchs_local_weights(
-    reallab: DevCluster, loaded: OwnImages
+    reallab: DevCluster, loaded: OwnImages, submitted: list[str]
 ) -> None:
     work = reallab.root / "own-local"
     floor = torch_in(loaded.with_gpufleet, work)
@@ -61,6 +74,7 @@ def test_digits_on_a_teams_image_with_another_torch_ends_with_that_torchs_local_
 
     assert floor.split("+")[0] != torch.__version__.split("+")[0], "the same torch as the suite's"
     name = "digits-own-2x1"
+    submitted.append(name)
     # A node that an earlier test cut off (node loss, partition) must be Ready again, or the
     # scheduler puts both pods on the other one (seen once, after the node-loss test).
     nodes = [n.metadata.name for n in reallab.core.list_node().items
@@ -92,9 +106,10 @@ def test_digits_on_a_teams_image_with_another_torch_ends_with_that_torchs_local_
 
 
 def test_an_image_without_gpufleet_fails_in_one_line_that_names_the_fix(
-    reallab: DevCluster, loaded: OwnImages
+    reallab: DevCluster, loaded: OwnImages, submitted: list[str]
 ) -> None:
     name = "digits-no-gpufleet"
+    submitted.append(name)
     doc = real_job(name, 2, 1)
     doc["spec"]["image"] = loaded.without
     submit = reallab.gpufleet("submit", str(write_spec(reallab.root, doc, f"{name}.yaml")))
@@ -151,3 +166,31 @@ def test_a_new_build_replaces_its_older_one_on_every_node_and_other_images_stay(
             gone = set(node_images(reallab.dir, node)) - before[node]
             if gone:
                 node_ctr(reallab.dir, node, "images", "remove", "--sync", *gone)
+
+
+def test_an_image_whose_layers_were_lost_is_imported_again(reallab: DevCluster) -> None:
+    """An import that failed part way (the disk full) leaves an image's record without its
+    unpacked layers, their compressed copies discarded: the next `cluster load` imports it
+    again instead of taking the record for the image (every later job of a team's image
+    failed to start so: "failed to extract layer ... not found")."""
+    name, node = "localhost/gpufleet-test:lost-layers", "real-a30-node-0"
+    archive = tiny_archive(name, "lost", reallab.root / "lost")
+    top = chain_id(diff_ids_in(archive))
+
+    def load() -> None:
+        done = run_cli("cluster", "load", str(archive), "--dir", str(reallab.dir),
+                       cwd=reallab.root, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    try:
+        load()
+        node_ctr(reallab.dir, node, "snapshots", "info", top)  # unpacked
+        node_ctr(reallab.dir, node, "snapshots", "remove", top)  # lost; the record stays
+        assert name in node_images(reallab.dir, node)
+        with pytest.raises(subprocess.CalledProcessError):
+            node_ctr(reallab.dir, node, "snapshots", "info", top)
+        load()
+        node_ctr(reallab.dir, node, "snapshots", "info", top)  # unpacked again
+    finally:
+        for each in ("real-a30-node-0", "real-a30-node-1"):
+            node_ctr(reallab.dir, each, "images", "remove", "--sync", name)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -106,3 +108,17 @@ def node_ctr(state_dir: Path, node: str, *args: str) -> str:
 def node_images(state_dir: Path, node: str) -> list[str]:
     """The names in real node ``node``'s image store."""
     return node_ctr(state_dir, node, "images", "list", "--quiet").split()
+
+
+def diff_ids_in(archive: Path) -> list[str]:
+    """The layers' uncompressed digests of the one image in an OCI archive (its config's)."""
+    with tarfile.open(archive) as tar:
+
+        def blob(digest: str) -> Any:
+            member = tar.extractfile(f"blobs/sha256/{digest.split(':', 1)[1]}")
+            assert member is not None, digest
+            return json.loads(member.read())
+
+        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        manifest = blob(index["manifests"][0]["digest"])
+        return list(blob(manifest["config"]["digest"])["rootfs"]["diff_ids"])

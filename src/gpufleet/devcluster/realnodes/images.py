@@ -30,6 +30,16 @@ def stable_name(name: str) -> str | None:
     return match["stable"] if match else None
 
 
+def chain_id(diff_ids: list[str]) -> str:
+    """The OCI chain ID of a stack of layers (their uncompressed digests, bottom first), which
+    names the snapshot of the top one: ChainID(L0) = DiffID(L0), ChainID(L0..Ln) =
+    sha256(ChainID(L0..Ln-1) + " " + DiffID(Ln)) (the image spec's config.md)."""
+    chain = diff_ids[0]
+    for diff in diff_ids[1:]:
+        chain = "sha256:" + hashlib.sha256(f"{chain} {diff}".encode()).hexdigest()
+    return chain
+
+
 def image_cache() -> Path:
     """$GPUFLEET_IMAGE_CACHE, else ~/.cache/gpufleet/images (scripts/build-image.sh's too)."""
     default = Path.home() / ".cache" / "gpufleet" / "images"

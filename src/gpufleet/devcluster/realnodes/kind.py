@@ -8,7 +8,6 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,11 +212,13 @@ def _cni_bin(ctx: NodeContext) -> Path:
 
 def import_all(binaries: Path, nodes: list[RealNode], archives: list[Path],
                log: Callable[[str], None]) -> None:  # fmt: skip
-    """The archives' images into every node, side by side; then, if any was imported, the
-    nodes' layers stored once (images.share_files)."""
+    """The archives' images into every node, one node after the other; then, if any was
+    imported, the nodes' layers stored once (images.share_files). Not side by side: an import
+    holds the archive's compressed layers in the node's store until they are unpacked (3.5 GB
+    for the project's image): one node at a time holds them once, where the disk is tight,
+    and one disk gains little from two writers."""
     started = time.monotonic()
-    with ThreadPoolExecutor(len(nodes)) as pool:
-        imported = list(pool.map(lambda node: _import(binaries, node, archives), nodes))
+    imported = [_import(binaries, node, archives) for node in nodes]
     log(f"  images imported ({time.monotonic() - started:.1f} s)")
     if any(imported):
         layers = [d for node in nodes for d in node.layer_dirs(binaries)]

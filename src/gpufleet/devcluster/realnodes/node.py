@@ -146,14 +146,15 @@ class RealNode:
 
     def import_image(self, binaries: Path, archive: Path) -> bool:
         """Import an OCI archive into the node's containerd (the kubelet's namespace, k8s.io),
-        unless every image it names is there already (containerd's store outlives the
-        cluster: a warm ``up`` imports nothing); then name each build of the project's image by
-        its stable name too (images.stable_name). Images are pinned: with no registry, one the
-        kubelet removed (image garbage collection, disk pressure) could not be pulled again.
-        Returns whether it imported."""
+        unless every image it names is there already, unpacked (containerd's store outlives
+        the cluster: a warm ``up`` imports nothing); then name each build of the project's
+        image by its stable name too (images.stable_name). Images are pinned: with no
+        registry, one the kubelet removed (image garbage collection, disk pressure) could not
+        be pulled again. Returns whether it imported."""
         ctr = self._ctr(binaries)
         names = images.names_in(archive)
-        imported = not set(names) <= set(_listed(ctr))
+        listed = set(_listed(ctr))
+        imported = not all(n in listed and _unpacked(ctr, n) for n in names)
         if imported:
             # Layers are discarded once unpacked (the snapshots are what runs): one copy a node.
             _run(*ctr, "images", "import", "--local", "--discard-unpacked-layers", "--label",
@@ -228,9 +229,29 @@ def _config_digest(ctr: list[str], name: str) -> str:
     rows = subprocess.run([*ctr, "images", "list", f"name=={name}"], capture_output=True,
                           text=True, check=False).stdout.splitlines()[1:]  # fmt: skip
     manifest = rows[0].split()[2] if rows else ""
-    got = subprocess.run([*ctr, "content", "get", manifest], capture_output=True, text=True,
-                         check=False)  # fmt: skip
     try:
-        return str(json.loads(got.stdout)["config"]["digest"])
+        return str(json.loads(_content(ctr, manifest))["config"]["digest"])
     except (ValueError, KeyError):
         return ""
+
+
+def _content(ctr: list[str], digest: str) -> str:
+    return subprocess.run([*ctr, "content", "get", digest], capture_output=True, text=True,
+                          check=False).stdout  # fmt: skip
+
+
+def _unpacked(ctr: list[str], name: str) -> bool:
+    """Whether image ``name``'s layers are unpacked in the node's snapshotter: the snapshot
+    of its top layer's chain ID exists (a snapshot is made on its parent only). An import that
+    failed part way (the disk full) leaves the image's record without its layers, and their
+    compressed copies discarded: no container of it could start again (seen: every later run
+    of a team's image failed with "failed to extract layer ... not found")."""
+    try:
+        diff_ids = json.loads(_content(ctr, _config_digest(ctr, name)))["rootfs"]["diff_ids"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    if not diff_ids:
+        return False
+    top = images.chain_id(diff_ids)
+    info = subprocess.run([*ctr, "snapshots", "info", top], capture_output=True, check=False)
+    return info.returncode == 0
