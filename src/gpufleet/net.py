@@ -24,6 +24,11 @@ QUIET_FLOOR = 10000
 # program's free_ports() meanwhile took one of them (Kueue's metrics port, in a `make test`
 # whose other worker ran local jobs).
 CLUSTER_SPAN = 6000
+# The control-plane ports this process handed out: a later call never hands out one again. A
+# cluster's parts choose their ports at different moments (the plan at once, then Prometheus,
+# CoreDNS) and bind them later still: Prometheus once took the port planned for Volcano's
+# scheduler, which then failed to start ("address already in use").
+_HANDED_OUT: set[int] = set()
 
 
 def quiet_ports(*, cluster: bool = False) -> range:
@@ -44,7 +49,8 @@ def free_ports(count: int, *, cluster: bool = False) -> list[int]:
     from quiet_ports(): a control plane starts its listeners one by one over a minute, and a
     port the kernel may hand out could meanwhile become the local end of some program's
     connection; from the kernel's own when that range is too small. ``cluster``: for a control
-    plane's listeners, from quiet ports no other caller takes."""
+    plane's listeners, from quiet ports no other caller takes, none this process handed out
+    before."""
     quiet = quiet_ports(cluster=cluster)
     candidates = random.sample(quiet, len(quiet)) if len(quiet) >= 8 * count else []
     sockets: list[socket.socket] = []
@@ -52,6 +58,8 @@ def free_ports(count: int, *, cluster: bool = False) -> list[int]:
         for port in [*candidates, *[0] * count]:
             if len(sockets) == count:
                 break
+            if cluster and port in _HANDED_OUT:
+                continue
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
                 s.bind(("127.0.0.1", port))
@@ -59,7 +67,10 @@ def free_ports(count: int, *, cluster: bool = False) -> list[int]:
                 s.close()
                 continue
             sockets.append(s)
-        return [int(s.getsockname()[1]) for s in sockets]
+        chosen = [int(s.getsockname()[1]) for s in sockets]
+        if cluster:
+            _HANDED_OUT.update(chosen)
+        return chosen
     finally:
         for s in sockets:
             s.close()
