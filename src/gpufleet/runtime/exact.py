@@ -86,6 +86,7 @@ class ExactReducer:
 
     def __init__(self, model: nn.Module, shards: int, world: int, rank: int) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self._grad_bytes = sum(p.numel() * p.element_size() for p in self.params)
         self.world, self.rank = world, rank
         self.shards, self.per_rank = shards, shards // world  # checked by use()
         self._sums: dict[int, PairwiseSum] = {}
@@ -115,8 +116,9 @@ class ExactReducer:
             grad = p.grad if p.grad is not None else torch.zeros_like(p)
             self._sums.setdefault(id(p), PairwiseSum()).push(grad)
             p.grad = None
-        held = sum(len(self._sums[id(p)]) * p.numel() * p.element_size() for p in self.params)
-        self.peak_tree_bytes = max(self.peak_tree_bytes, held)
+        if self.params:  # every parameter's tree holds as many partial sums as the first's
+            held = len(self._sums[id(self.params[0])]) * self._grad_bytes
+            self.peak_tree_bytes = max(self.peak_tree_bytes, held)
 
     def costs(self, steps: int) -> dict[str, float]:
         """What the mode cost per step, for the job's result."""
