@@ -32,6 +32,13 @@ KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # should) share a domain of.
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+# Kueue's elastic jobs (WorkloadSlices): a Job that carries it may change its parallelism while
+# admitted; set at creation only (Kueue's webhook refuses adding or removing it).
+KUEUE_ELASTIC_JOB = "kueue.x-k8s.io/elastic-job"
+# On an elastic Job: its node range "MIN:MAX" (spec.minNodes:spec.nodes), which the elastic
+# controller keeps its size in, and the resizes it made (a JSON list: from, to, cause, at).
+ANNOTATION_NODE_RANGE = "gpufleet.dev/node-range"
+ANNOTATION_RESIZES = "gpufleet.dev/resizes"
 # Multus: the secondary networks a pod is attached to (NetworkAttachmentDefinitions).
 MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
 # The label of namespaces whose pods may add IPC_LOCK (RDMA): the chart's rdma tenants.

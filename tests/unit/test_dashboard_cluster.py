@@ -4,6 +4,7 @@ in time order and its pods' logs."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from starlette.testclient import TestClient
 
 from gpufleet.dashboard.app import create_app
 from gpufleet.dashboard.sources import ClusterSource
-from gpufleet.kube import METRICS_PORT_NAME
+from gpufleet.kube import ANNOTATION_NODE_RANGE, ANNOTATION_RESIZES, METRICS_PORT_NAME
 from tests.support.scenarios import kube_of
 from tests.unit.test_fleet_jobs import NOW, SCENARIOS, fleet_kube
 from tests.unit.test_job_progress import pod_text
@@ -85,3 +86,26 @@ def test_a_running_jobs_progress_is_read_once_per_refresh_for_every_viewer(
         assert (row.step, row.steps) == (40, 100)
     proxied = kube.called("connect_get_namespaced_pod_proxy_with_path")
     assert len(proxied) == reads * len(kube.pods())
+
+
+def test_an_elastic_jobs_page_shows_its_size_and_its_resizes(tmp_path: Path) -> None:
+    """The size in its node range beside the phase; each resize, with its cause, in the
+    timeline at its time (gpufleet.cluster.elastic records them on the Job)."""
+    kube = kube_of("unschedulable")
+    (job,) = [o for o in kube.objects.values() if o["kind"] == "Job"]
+    resize = {
+        "from": 1,
+        "to": 2,
+        "cause": "quota freed in cohort lab",
+        "at": "2020-01-01T00:00:00Z",
+    }
+    job["metadata"]["annotations"] = {ANNOTATION_NODE_RANGE: "1:2",
+                                      ANNOTATION_RESIZES: json.dumps([resize])}  # fmt: skip
+    job["spec"]["parallelism"] = 2
+    app = TestClient(create_app(tmp_path, ClusterSource(kube.cluster("team-a"))),
+                     base_url="http://127.0.0.1:8465")  # fmt: skip
+    page = app.get("/jobs/team-a/digits").text
+    assert '<span id="size">size 2 of 1–2 nodes</span>' in page
+    timeline = page.split('id="timeline"')[1]
+    (row,) = [r for r in timeline.split("<tr><td>")[1:] if "Resized" in r]
+    assert row.startswith("2020-01-01T00:00:00Z") and "grew 1→2 at 00:00:00Z" in row, row

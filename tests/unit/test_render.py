@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.errors import UserInputError
+from gpufleet.kube import ANNOTATION_NODE_RANGE, KUEUE_ELASTIC_JOB
 from gpufleet.render import FRAMEWORK_TARGETS, TARGETS, check_restricted, pod_specs_in, render
 from gpufleet.render.checks import TRAINJOB_GRACE_PERIOD
 from gpufleet.spec import validate_training_job
@@ -310,3 +311,17 @@ def test_an_elastic_node_range_renders_where_the_engine_has_one(target: str) -> 
     fixed = render(validate_training_job(cluster_job(nodes=4, minNodes=4)), target)
     assert all("--nnodes=4" in c["command"] for o in fixed for c in containers_of(o).values())
     assert "elasticPolicy" not in fixed[0].get("spec", {})
+    assert all(KUEUE_ELASTIC_JOB not in o["metadata"].get("annotations", {}) for o in objects)
+
+
+def test_a_queued_node_range_is_one_of_kueues_elastic_jobs() -> None:
+    """With spec.queue, the range is Kueue's to admit: the Job carries the elastic annotation
+    from its creation (Kueue gates its pods then) and its range for gpufleet's elastic
+    controller, at spec.nodes until the controller sets the size that fits."""
+    objects = render(validate_training_job(cluster_job(nodes=4, minNodes=2, queue="q")), "job")
+    assert_valid(objects)
+    indexed = objects[-1]
+    assert indexed["metadata"]["annotations"] == {KUEUE_ELASTIC_JOB: "true",
+                                                  ANNOTATION_NODE_RANGE: "2:4"}  # fmt: skip
+    assert indexed["spec"]["parallelism"] == indexed["spec"]["completions"] == 4
+    assert indexed["spec"]["suspend"] is True

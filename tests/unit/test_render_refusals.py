@@ -140,3 +140,23 @@ def test_targets_without_an_elastic_range_refuse_min_nodes(target: str) -> None:
     errors = {e.path: e.message for e in info.value.errors}
     assert errors["spec.minNodes"].startswith(f"target {target} has no elastic node range")
     assert info.value.exit_code == EXIT_BAD_INPUT
+
+
+@pytest.mark.parametrize(
+    ("target", "extra", "path", "start"),
+    [
+        ("jobset", {}, "spec.minNodes", "Kueue resizes no jobset (its elastic jobs"),
+        ("pytorchjob", {}, "spec.minNodes", "Kueue resizes no pytorchjob"),
+        ("job", {"topology": {"level": "kubernetes.io/hostname"}}, "spec.topology",
+         "Kueue refuses a topology request on an elastic job"),
+    ],
+)  # fmt: skip
+def test_a_queued_node_range_is_kueues_elastic_batch_job_alone(
+    target: str, extra: dict[str, object], path: str, start: str
+) -> None:
+    job = validate_training_job(cluster_job(nodes=2, minNodes=1, queue="research", **extra))
+    with pytest.raises(UserInputError) as info:
+        render(job, target)
+    errors = {e.path: e.message for e in info.value.errors}
+    assert errors[path].startswith(start), errors
+    assert info.value.exit_code == EXIT_BAD_INPUT

@@ -112,6 +112,9 @@ def jobs(
     )  # fmt: skip
     notes("Waiting:", [(f"{r.namespace}/{r.name}" if spread else r.name, r.reason)
                        for r in rows if r.reason])  # fmt: skip
+    notes("Elastic:", [(f"{r.namespace}/{r.name}" if spread else r.name,
+                        "; ".join([f"size {r.size}", *r.resizes[-1:]]))
+                       for r in rows if r.size])  # fmt: skip
 
 
 def connect_or_local(

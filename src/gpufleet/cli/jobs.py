@@ -63,6 +63,8 @@ def status(
         print_json(result.as_dict())
     else:
         print(result.line())
+        for resize in getattr(result, "resizes", [])[:-1]:  # the last is in the line
+            print(f"  {resize}")
         for state in getattr(result, "pod_states", []) if pods else []:
             print(f"  {state.line()}")
 

@@ -11,6 +11,7 @@ from gpufleet.cli.checkpoints import checkpoints
 from gpufleet.cli.common import fail, internal_error
 from gpufleet.cli.dashboard import dashboard
 from gpufleet.cli.doctor import doctor
+from gpufleet.cli.elastic import elastic_controller
 from gpufleet.cli.exporter import exporter
 from gpufleet.cli.local_cluster import local_cluster
 from gpufleet.cli.render import render_cmd
@@ -35,6 +36,7 @@ app.command()(serve)
 app.add_typer(bench, name="bench")
 app.add_typer(checkpoints, name="checkpoints")
 app.add_typer(local_cluster, name="cluster")
+app.command(name="elastic-controller")(elastic_controller)
 for command in (
     jobs.submit,
     jobs.status,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufleet.cluster.fleet import Fleet, status_of
 from gpufleet.cluster.kinds import WORKLOADS, Kind
@@ -43,6 +43,8 @@ class JobRow:
     steps: int | None = None
     eta_seconds: float | None = None
     line: str = ""  # gpufleet status's line
+    size: str | None = None  # an elastic job's size in its node range
+    resizes: list[str] = field(default_factory=list)  # its resizes, oldest first
 
     def as_dict(self) -> Obj:
         as_json: Obj = camel_json(self)
@@ -113,6 +115,8 @@ def row_of(
         age_seconds=(now - started).total_seconds() if started else None,
         reason=status.reasons[0] if status.reasons and status.phase in WAITING else None,
         line=status.line(),
+        size=status.size,
+        resizes=status.resizes,
     )
     numbers = progress_numbers(by_rank(metrics)) if metrics else None
     if numbers is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.cluster.imagecheck import image_problems
 from gpufleet.cluster.phases import job_phase
+from gpufleet.cluster.resizes import resize_lines, size_text
 from gpufleet.kube import KUEUE_QUEUE_LABEL, Obj
 
 # Phases of a job whose ranks serve the progress status reads (gpufleet.cluster.progress).
@@ -86,14 +87,19 @@ class JobStatus:
     reasons: list[str] = field(default_factory=list)
     pod_states: list[PodState] = field(default_factory=list)
     progress: str | None = None  # a running job's, from its ranks' metrics (cluster.progress)
+    size: str | None = None  # an elastic job's: "1 of 1–2 nodes" (cluster.resizes)
+    resizes: list[str] = field(default_factory=list)  # its resizes, oldest first
 
     def line(self) -> str:
-        """One line: ``name (Kind): Phase, pods 1/2 Running; progress; reason; reason``."""
+        """One line: ``name (Kind): Phase, pods 1/2 Running; progress; reason; reason``; an
+        elastic job's size and its last resize after the pods."""
         total = sum(self.pods.values())
         text = f"{self.name} ({self.kind}): {self.phase}"
         if total:
             text += f", pods {self.pods.get('Running', 0)}/{total} Running"
-        return "; ".join([text, *([self.progress] if self.progress else []), *self.reasons])
+        elastic = [f"size {self.size}", *self.resizes[-1:]] if self.size else []
+        return "; ".join([text, *elastic, *([self.progress] if self.progress else []),
+                          *self.reasons])  # fmt: skip
 
     def as_dict(self) -> Obj:
         return {
@@ -103,6 +109,8 @@ class JobStatus:
             "pods": self.pods,
             "reasons": self.reasons,
             "progress": self.progress,
+            "size": self.size,
+            "resizes": self.resizes,
             "line": self.line(),
             "podStates": [p.as_dict() for p in self.pod_states],
         }
@@ -179,7 +187,7 @@ def kueue_reasons(
 
 
 # Kueue's preemption message names the preemptor's queue by its cohort path: ".../<cq>".
-_PREEMPTOR = re.compile(r"preemptor path: (\S*?)/?([^/;\s]+)(?:;|$)")
+PREEMPTOR = re.compile(r"preemptor path: (\S*?)/?([^/;\s]+)(?:;|$)")
 
 
 def _eviction(conditions: dict[str, Obj], requeue: Obj, *, stopping: bool = False) -> list[str]:
@@ -190,7 +198,7 @@ def _eviction(conditions: dict[str, Obj], requeue: Obj, *, stopping: bool = Fals
     preempted = conditions.get("Preempted") or {}
     if preempted.get("status") == "True":
         message = preempted.get("message", "")
-        match = _PREEMPTOR.search(message)
+        match = PREEMPTOR.search(message)
         by = f" by a workload of ClusterQueue {match.group(2)}" if match else f": {message}"
         return [f"Kueue: preempted ({preempted.get('reason', '')}){by}{then}"]
     evicted = conditions.get("Evicted") or {}
@@ -313,6 +321,8 @@ def summarize(
         phase=phase or "Pending",
         pods=dict(sorted(counts.items())),
         pod_states=sorted((PodState.of(p) for p in pods), key=lambda p: p.name),
+        size=size_text(job),
+        resizes=resize_lines(job),
     )
     if phase in ENDED:
         if message:

@@ -13,6 +13,7 @@ from gpufleet.cluster.access import as_dict, items
 from gpufleet.cluster.apierrors import api_errors, server_message, status_code, to_cluster_error
 from gpufleet.cluster.client import Cluster
 from gpufleet.cluster.kinds import WORKLOADS
+from gpufleet.cluster.resizes import describe, resizes
 from gpufleet.cluster.status import ENDED, JobStatus
 from gpufleet.dashboard.curves import Curves
 from gpufleet.dashboard.history import entry, history_page
@@ -68,6 +69,12 @@ def _conditions(obj: Obj | None, what: str) -> list[Moment]:
             for c in ((obj or {}).get("status") or {}).get("conditions") or []]  # fmt: skip
 
 
+def _resizes(job: Obj) -> list[Moment]:
+    """An elastic Job's resizes (gpufleet.cluster.elastic keeps them on it) as moments."""
+    return [Moment(str(r.get("at") or ""), "Job", "Resized", str(r.get("cause") or ""),
+                   describe(r)) for r in resizes(job)]  # fmt: skip
+
+
 def job_page(
     cluster: Cluster, name: str, logs: bool = True, readable: tuple[str, ...] = ()
 ) -> JobPage | None:
@@ -84,6 +91,7 @@ def job_page(
     )
     workload = cluster.owned_by(WORKLOADS, job)
     page.timeline = _conditions(job, job.get("kind", "Job")) + _conditions(workload, "Workload")
+    page.timeline += _resizes(job)
     page.timeline += [m for p in pods for m in _conditions(p, f"Pod {p['metadata']['name']}")]
     page.timeline += _events(cluster, {name, *page.ranks, *([workload["metadata"]["name"]]
                                                             if workload else [])})  # fmt: skip

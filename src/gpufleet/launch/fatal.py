@@ -71,6 +71,14 @@ def no_restart_after_fatal(run_dir: Path, *, preempted: bool = False) -> Iterato
                 self._remaining_restarts = 0
             return result
 
+        def _initialize_workers(self, worker_group: WorkerGroup) -> None:
+            # A group that starts again after a membership change (a node joined: an elastic
+            # job grew) was stopped by its own agent's SIGTERM, and its workers may have taken
+            # a preemption checkpoint on it: that is no preemption of this pod.
+            if preempted:
+                files.preempted.unlink(missing_ok=True)
+            super()._initialize_workers(worker_group)
+
     names = vars(launcher_api)  # the module's globals, where launch_agent looks the class up
     original = names["LocalElasticAgent"]
     names["LocalElasticAgent"] = Agent

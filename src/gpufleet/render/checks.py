@@ -86,10 +86,7 @@ def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldErr
         errors += _trainjob_errors(job)
     if s.topology is not None:
         errors += _topology_errors(job, target)
-    if s.min_nodes is not None and s.min_nodes != s.nodes and target in NOT_ELASTIC:
-        errors.append(FieldError("spec.minNodes", f"target {target} has no elastic node range "
-                                 f"({NOT_ELASTIC[target]}): remove spec.minNodes, or use target "
-                                 "job, jobset or pytorchjob"))  # fmt: skip
+    errors += _range_errors(job, target)
     gpu = s.resources.gpu
     if gpu and gpu % s.procs_per_node:
         errors.append(
@@ -99,6 +96,26 @@ def cluster_errors(job: TrainingJob, target: str | None = None) -> list[FieldErr
             )
         )
     return errors
+
+
+def _range_errors(job: TrainingJob, target: str | None) -> list[FieldError]:
+    """A node range (spec.minNodes) where the target has none, or where Kueue would have to
+    resize a kind it does not (its elastic jobs are batch Jobs without a topology request)."""
+    s = job.spec
+    if s.min_nodes is None or s.min_nodes == s.nodes:
+        return []
+    if target in NOT_ELASTIC:
+        return [FieldError("spec.minNodes", f"target {target} has no elastic node range "
+                           f"({NOT_ELASTIC[target]}): remove spec.minNodes, or use target "
+                           "job, jobset or pytorchjob")]  # fmt: skip
+    if s.queue and target != "job":
+        return [FieldError("spec.minNodes", f"Kueue resizes no {target} (its elastic jobs, "
+                           "WorkloadSlices, are batch Jobs): with spec.queue, use target job, "
+                           "or remove spec.minNodes")]  # fmt: skip
+    if s.queue and s.topology is not None:
+        return [FieldError("spec.topology", "Kueue refuses a topology request on an elastic "
+                           "job (spec.minNodes with spec.queue): remove one of them")]  # fmt: skip
+    return []
 
 
 # Targets whose controller fixes the number of pods for the job's life.

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from gpufleet.kube import LABEL_JOB, LABEL_ROLE, ROLE_WORKER, Obj
+from gpufleet.kube import (
+    ANNOTATION_NODE_RANGE,
+    KUEUE_ELASTIC_JOB,
+    LABEL_JOB,
+    LABEL_ROLE,
+    ROLE_WORKER,
+    Obj,
+)
 from gpufleet.render.checks import require_cluster_ready
 from gpufleet.render.jobparts import indexed_job_spec, queued_labels, tf_workers
 from gpufleet.render.meta import labels, metadata
-from gpufleet.render.podspec import RDZV_PORT, WorkerPod, pod_spec
+from gpufleet.render.podspec import RDZV_PORT, WorkerPod, nnodes, pod_spec
 from gpufleet.spec import TrainingJob
 
 
@@ -17,6 +24,9 @@ def render_indexed_job(job: TrainingJob) -> list[Obj]:
     Worker crashes restart inside the pod (torchrun --max-restarts); a failed pod is retried up
     to ``spec.maxRestarts`` times (backoffLimit), and neither a preemption ("preempted" exit
     code after its checkpoint) nor a disruption (node drain, Kueue preemption) counts.
+
+    Queued with a node range (spec.minNodes), it is one of Kueue's elastic jobs: rendered at
+    spec.nodes, resized within the range by gpufleet's elastic controller (``elastic``).
     """
     require_cluster_ready(job, "job")
     name = job.metadata.name
@@ -43,4 +53,15 @@ def render_indexed_job(job: TrainingJob) -> list[Obj]:
         "metadata": metadata(job, queued_labels(job)),
         "spec": spec,
     }
+    if elastic(job):
+        indexed["metadata"]["annotations"] = {
+            KUEUE_ELASTIC_JOB: "true",
+            ANNOTATION_NODE_RANGE: nnodes(job),
+        }
     return [service, indexed]
+
+
+def elastic(job: TrainingJob) -> bool:
+    """Whether ``job`` is one of Kueue's elastic jobs: queued, with a node range."""
+    low = job.spec.min_nodes
+    return bool(job.spec.queue) and low is not None and low != job.spec.nodes

@@ -205,7 +205,9 @@ class TrainingJobSpec(CrossFieldModel):
         description=(
             "Elastic: the job goes on with as few as this many nodes (torchrun --nnodes "
             "minNodes:nodes), resuming on the new world size from its checkpoint. Targets job, "
-            "jobset and pytorchjob (elasticPolicy); `gpufleet run` starts spec.nodes agents."
+            "jobset and pytorchjob (elasticPolicy); `gpufleet run` starts spec.nodes agents. "
+            "With spec.queue (target job): one of Kueue's elastic jobs, grown into free quota "
+            "and readmitted at the size that fits by the chart's elastic controller."
         ),
     )
     procs_per_node: int = Field(

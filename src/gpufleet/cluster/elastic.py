@@ -1,0 +1,286 @@
+"""The elastic controller's decisions: which elastic Job to resize, to what, and why.
+
+Kueue (v0.19, ElasticJobsViaWorkloadSlices, Beta, on by default) admits a change of size that
+someone else makes to a Job carrying ``kueue.x-k8s.io/elastic-job``: a larger parallelism is a
+new slice admitted for the difference; a smaller one gives quota back at once. Nothing in Kueue
+grows a job when quota frees (kueue#9891), and a preemption evicts the whole Workload, which
+then waits to be admitted again at the size it last had. gpufleet's controller closes both:
+
+- **grow**: a running job below ``spec.nodes`` grows to the largest size the free quota of its
+  ClusterQueue (and what it may borrow in its cohort) holds, once no slice of it is pending;
+- **readmit smaller**: a job that waits, suspended (never admitted, or evicted), at a size that
+  does not fit is set to the largest size that does, at least ``spec.minNodes``, so that Kueue
+  admits it at once instead of after the whole size frees.
+
+Only free quota counts: a scale-up that Kueue could not admit at once would leave a pending
+slice, and Kueue 0.19.2 lets pods run without quota when the old slice is evicted meanwhile
+(fixed after it, kueue#15661). The quota math is Kueue's for a flat cohort (pkg/cache:
+a ClusterQueue's own unused guaranteed quota plus the cohort's unused lendable quota, capped by
+its borrowingLimit). Pure functions over the API's objects; the loop is ``elastic_loop``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from gpufleet.cluster.queues import quantity
+from gpufleet.cluster.resizes import KEPT_RESIZES, node_range, resizes
+from gpufleet.cluster.status import PREEMPTOR
+from gpufleet.kube import (
+    ANNOTATION_NODE_RANGE,
+    ANNOTATION_RESIZES,
+    KUEUE_ELASTIC_JOB,
+    KUEUE_QUEUE_LABEL,
+    Obj,
+)
+
+
+@dataclass(frozen=True)
+class Resize:
+    """One decision: set the Job's parallelism (and completions) from ``old`` to ``new``."""
+
+    namespace: str
+    name: str
+    old: int
+    new: int
+    cause: str
+
+
+@dataclass(frozen=True)
+class ElasticJob:
+    """An elastic Job as the controller reads it."""
+
+    obj: Obj
+    namespace: str
+    name: str
+    size: int
+    low: int
+    high: int
+    queue: str
+    per_pod: dict[str, Decimal]
+
+    @property
+    def uid(self) -> str:
+        return str(self.obj["metadata"].get("uid", ""))
+
+
+def _true(conditions: Iterable[Obj], kind: str) -> Obj | None:
+    return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"),
+                None)  # fmt: skip
+
+
+def _conditions(obj: Obj) -> list[Obj]:
+    return list((obj.get("status") or {}).get("conditions") or [])
+
+
+def pod_requests(template: Obj) -> dict[str, Decimal]:
+    """What Kueue counts for one pod of ``template``: its containers' requests summed (limits
+    where a request is missing, as Kubernetes defaults them), and one ``pods``."""
+    total: dict[str, Decimal] = {"pods": Decimal(1)}
+    for container in (template.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in asked.items():
+            total[name] = total.get(name, Decimal(0)) + quantity(value)
+    return total
+
+
+def elastic_job(job: Obj) -> ElasticJob | None:
+    """``job`` (a batch/v1 Job) as an elastic job, or None: not elastic, finished, queue-less or
+    with a node range that is not ``MIN:MAX``."""
+    meta, spec = job["metadata"], job.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    span = node_range(annotations.get(ANNOTATION_NODE_RANGE, ""))
+    queue = (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+    done = any(_true(_conditions(job), kind) for kind in ("Complete", "Failed"))
+    if annotations.get(KUEUE_ELASTIC_JOB) != "true" or span is None or not queue or done:
+        return None
+    return ElasticJob(obj=job, namespace=meta["namespace"], name=meta["name"],
+                      size=int(spec.get("parallelism") or 0), low=span[0], high=span[1],
+                      queue=queue, per_pod=pod_requests(spec.get("template") or {}))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Quota:
+    """One resource of one flavor of a ClusterQueue: its limits and what it holds."""
+
+    nominal: Decimal
+    borrowing_limit: Decimal | None
+    lending_limit: Decimal | None
+    used: Decimal
+
+    @property
+    def guaranteed(self) -> Decimal:
+        """What only this queue may use: nominal less what it may lend."""
+        if self.lending_limit is None:
+            return Decimal(0)
+        return max(Decimal(0), self.nominal - self.lending_limit)
+
+    @property
+    def lendable(self) -> Decimal:
+        return self.nominal - self.guaranteed
+
+
+def quotas(cluster_queue: Obj) -> dict[tuple[str, str], Quota]:
+    """(flavor, resource) -> Quota of a ClusterQueue; usage is its reserved quota
+    (status.flavorsReservation: admitted workloads and those holding a reservation)."""
+    status = cluster_queue.get("status") or {}
+    reserved = {(f["name"], r["name"]): quantity(r.get("total", "0"))
+                for f in status.get("flavorsReservation") or status.get("flavorsUsage") or []
+                for r in f.get("resources") or []}  # fmt: skip
+    out = {}
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                key = (flavor["name"], res["name"])
+                borrow, lend = res.get("borrowingLimit"), res.get("lendingLimit")
+                out[key] = Quota(
+                    nominal=quantity(res.get("nominalQuota", "0")),
+                    borrowing_limit=None if borrow is None else quantity(borrow),
+                    lending_limit=None if lend is None else quantity(lend),
+                    used=reserved.get(key, Decimal(0)))  # fmt: skip
+    return out
+
+
+def flavor_order(cluster_queue: Obj) -> list[str]:
+    """The ClusterQueue's flavors in the order Kueue tries them."""
+    return [f["name"] for g in (cluster_queue.get("spec") or {}).get("resourceGroups") or []
+            for f in g.get("flavors") or []]  # fmt: skip
+
+
+def available(name: str, key: tuple[str, str], cluster_queues: dict[str, Obj]) -> Decimal:
+    """How much of ``key`` (flavor, resource) a workload of ClusterQueue ``name`` could be
+    admitted with now: its own unused guaranteed quota, plus the cohort's unused lendable
+    quota (every member's lendable part, less what members use beyond their guaranteed
+    part), at most what its borrowingLimit leaves; without a cohort, nominal less used."""
+    own = quotas(cluster_queues[name]).get(key)
+    if own is None:
+        return Decimal(0)
+    cohort = (cluster_queues[name].get("spec") or {}).get("cohortName")
+    if not cohort:
+        return max(Decimal(0), own.nominal - own.used)
+    members = [quotas(q).get(key) for q in cluster_queues.values()
+               if (q.get("spec") or {}).get("cohortName") == cohort]  # fmt: skip
+    pool = sum((m.lendable for m in members if m), Decimal(0))
+    pooled = sum((max(Decimal(0), m.used - m.guaranteed) for m in members if m), Decimal(0))
+    free = max(Decimal(0), own.guaranteed - own.used) + max(Decimal(0), pool - pooled)
+    if own.borrowing_limit is not None:
+        free = min(free, own.nominal + own.borrowing_limit - own.used)
+    return max(Decimal(0), free)
+
+
+def pods_that_fit(job: ElasticJob, cq: str, flavor: str, cluster_queues: dict[str, Obj]) -> int:
+    """How many more pods of ``job`` the free quota of ``flavor`` holds (every resource the
+    ClusterQueue covers; one it does not cover, Kueue does not admit)."""
+    covered = {r for (f, r) in quotas(cluster_queues[cq]) if f == flavor}
+    fits = []
+    for resource, each in job.per_pod.items():
+        if each <= 0:
+            continue
+        if resource not in covered:
+            if resource == "pods":
+                continue  # a queue that does not count pods
+            return 0
+        fits.append(int(available(cq, (flavor, resource), cluster_queues) // each))
+    return min(fits, default=0)
+
+
+def _workloads_of(job: ElasticJob, workloads: list[Obj]) -> list[Obj]:
+    """The job's Workloads that are not finished (its slices)."""
+    return [w for w in workloads
+            if any(o.get("uid") == job.uid for o in w["metadata"].get("ownerReferences") or [])
+            and not _true(_conditions(w), "Finished")]  # fmt: skip
+
+
+def _admitted_flavor(workload: Obj) -> str | None:
+    assignments = ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments")
+    flavors = (assignments or [{}])[0].get("flavors") or {}
+    return next(iter(flavors.values()), None)
+
+
+def cohort_cause(cq: str, cluster_queues: dict[str, Obj]) -> str:
+    cohort = (cluster_queues[cq].get("spec") or {}).get("cohortName")
+    return f"quota freed in cohort {cohort}" if cohort else f"quota freed in {cq}"
+
+
+def eviction_cause(workloads: list[Obj]) -> str:
+    """Why the job waits at a size that does not fit: the newest preemption's preemptor
+    (``reclaimed by product``, Kueue's reclaimWithinCohort; ``preempted by ...``), another
+    eviction's reason, or none (never admitted)."""
+    stops = [
+        c
+        for w in workloads
+        for c in _conditions(w)
+        if c.get("type") in ("Preempted", "Evicted") and c.get("status") == "True"
+    ]
+    if not stops:
+        return "admitted at the size that fits"
+    last = max(stops, key=lambda c: (c.get("lastTransitionTime") or "", c["type"] == "Preempted"))
+    message = last.get("message") or ""
+    preemptor = PREEMPTOR.search(message)
+    if preemptor and "reclamation" in message:
+        return f"reclaimed by {preemptor.group(2)}"
+    if preemptor:
+        return f"preempted by {preemptor.group(2)}"
+    return f"evicted ({last.get('reason') or 'by Kueue'})"
+
+
+def decide(job: ElasticJob, workloads: list[Obj], local_queues: dict[tuple[str, str], Obj],
+           cluster_queues: dict[str, Obj]) -> Resize | None:  # fmt: skip
+    """The resize ``job`` needs now, or None."""
+    lq = local_queues.get((job.namespace, job.queue))
+    cq = ((lq or {}).get("spec") or {}).get("clusterQueue")
+    if cq not in cluster_queues:
+        return None
+    mine = _workloads_of(job, workloads)
+    admitted = [w for w in mine if _true(_conditions(w), "Admitted")]
+    suspended = bool((job.obj.get("spec") or {}).get("suspend"))
+    if admitted and not suspended and len(admitted) == len(mine) and job.size < job.high:
+        flavor = _admitted_flavor(admitted[-1])
+        more = pods_that_fit(job, cq, flavor, cluster_queues) if flavor else 0
+        new = min(job.high, job.size + more)
+        if new > job.size:
+            return Resize(job.namespace, job.name, job.size, new, cohort_cause(cq, cluster_queues))
+    if suspended and not admitted and mine:
+        fit = max((pods_that_fit(job, cq, f, cluster_queues) for f in flavor_order(
+            cluster_queues[cq])), default=0)  # fmt: skip
+        new = min(job.size, fit)
+        if job.low <= new < job.size:
+            return Resize(job.namespace, job.name, job.size, new, eviction_cause(mine))
+    return None
+
+
+def plan(jobs: list[Obj], workloads: list[Obj], local_queues: list[Obj],
+         cluster_queues: list[Obj]) -> list[Resize]:  # fmt: skip
+    """Every resize the elastic Jobs among ``jobs`` need now. Quota taken by one resize is
+    not seen by the next until Kueue admits it: one grow per ClusterQueue's cohort a round."""
+    lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q for q in local_queues}
+    cqs = {q["metadata"]["name"]: q for q in cluster_queues}
+    out: list[Resize] = []
+    busy: set[str] = set()
+    for job in sorted(filter(None, map(elastic_job, jobs)),
+                      key=lambda j: j.obj["metadata"].get("creationTimestamp") or ""):  # fmt: skip
+        resize = decide(job, workloads, lqs, cqs)
+        if resize is None:
+            continue
+        cq = str(lqs[(job.namespace, job.queue)]["spec"]["clusterQueue"])
+        pool = str((cqs[cq].get("spec") or {}).get("cohortName") or cq)
+        if resize.new > resize.old and pool in busy:
+            continue
+        busy.add(pool)
+        out.append(resize)
+    return out
+
+
+def patch(resize: Resize, job: Obj, now: dt.datetime) -> Obj:
+    """The merge patch of the Job for ``resize``: parallelism and completions together (an
+    elastic Indexed Job changes both or neither), and the resize appended to its history."""
+    entry = {"from": resize.old, "to": resize.new, "cause": resize.cause,
+             "at": now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
+    history = [*resizes(job), entry][-KEPT_RESIZES:]
+    return {"metadata": {"annotations": {ANNOTATION_RESIZES: json.dumps(history)}},
+            "spec": {"parallelism": resize.new, "completions": resize.new}}  # fmt: skip
