@@ -30,7 +30,7 @@ from tests.support.realnodes import CHAOS_FULL  # noqa: E402
 
 TESTS = [
     f"tests/cluster/test_realnodes_{case}.py"
-    for case in ("nodeloss", "preemption", "partition", "autoscaling", "device")
+    for case in ("nodeloss", "preemption", "partition", "autoscaling", "device", "elastic")
 ]
 # What each recorded number is, for the report (in the order shown).
 MEANING = {
@@ -53,6 +53,10 @@ MEANING = {
     "load_to_second_ready_s": "LoadGen's pod created to the second Triton replica Ready (s)",
     "load_end_to_one_replica_s": "load stopped to one replica left (scaleDownDelay 30 s) (s)",
     "runs": "LoadGen Offline runs, none with a failed request",
+    "freed_to_first_step_at_2_s": "elastic: the other job cancelled (quota freed) to the "
+                                  "resume at 2 workers logged (kubelet's timestamp) (s)",
+    "reclaim_to_first_step_at_1_s": "elastic: the lender's job submitted (reclaim) to the "
+                                    "resume at 1 worker logged (s)",
     "fault_to_alert_s": "rank 1's lost GPU (its log's fault line) to GpufleetGpuXidHardware "
                         "firing in Prometheus, naming the node and GPU (s)",
 }  # fmt: skip

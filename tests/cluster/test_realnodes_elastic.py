@@ -11,6 +11,7 @@ spends none of maxRestarts. The timings are recorded for benchmarks/cluster_chao
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
@@ -24,6 +25,9 @@ import pytest
 from gpufleet.cluster.kinds import CLUSTER_QUEUES, LOCAL_QUEUES
 from gpufleet.cluster.resizes import resizes
 from gpufleet.devcluster import platform
+from gpufleet.errors import ClusterError, UserInputError
+from gpufleet.kube import ANNOTATION_RESIZES
+from tests.support.attacks import impersonating
 from tests.support.chart import CHART
 from tests.support.cli import cli_env, gpufleet_cmd
 from tests.support.devcluster import DevCluster
@@ -35,6 +39,7 @@ from tests.support.realnodes import (
     digests_in_logs,
     kept_logs_once_pods_are_gone,
     log_time,
+    pod_log,
     project_image,
     real_job,
     record,
@@ -177,10 +182,20 @@ def at_world(cluster: DevCluster, name: str, world: int) -> float | None:
     return log_time(cluster, re.compile(rf"resuming with {world}\b"), name)
 
 
+@pytest.fixture
+def cancelled(elastic_lab: DevCluster) -> Iterator[DevCluster]:
+    """The test's jobs cancelled whatever its outcome: one left running would hold a node's
+    GPUs from the tests after it."""
+    yield elastic_lab
+    for name, namespace in (("holder", LENDER), ("elastic", TENANT), ("reclaimer", LENDER)):
+        with contextlib.suppress(ClusterError, UserInputError):  # cancelled already: gone
+            elastic_lab.cancel(name, namespace)
+
+
 def test_an_elastic_job_grows_into_freed_quota_and_is_readmitted_smaller_with_exact_weights(
-    elastic_lab: DevCluster,
+    cancelled: DevCluster,
 ) -> None:
-    cluster, name = elastic_lab, "elastic"
+    cluster, name = cancelled, "elastic"
     local = reference(cluster.root)
     try:
         submit(cluster, product_job("holder", 20 * STEPS))
@@ -195,8 +210,12 @@ def test_an_elastic_job_grows_into_freed_quota_and_is_readmitted_smaller_with_ex
         poll_until(lambda: sized(cluster, name, 2), what="the job grown to 2", timeout=60)
         grown = poll_until(lambda: at_world(cluster, name, 2), what="the job at 2 workers",
                            timeout=240, interval=0.5)  # fmt: skip
+        # pod 0's log (its container's every try): the stop at 1 worker and the start at 2
+        before = "\n".join(
+            pod_log(cluster, p["metadata"]["name"]) for p in cluster.pods(TENANT, name)
+        )
         reclaimed = time.time()
-        submit(cluster, product_job("reclaimer", 500))
+        submit(cluster, product_job("reclaimer", 20 * STEPS))  # holds the node to the end
         poll_until(lambda: sized(cluster, name, 1), what="readmitted at 1", timeout=120,
                    interval=0.5)  # fmt: skip
         shrunk = poll_until(lambda: at_world(cluster, name, 1), timeout=240,
@@ -217,12 +236,63 @@ def test_an_elastic_job_grows_into_freed_quota_and_is_readmitted_smaller_with_ex
     assert digests_in_logs(cluster, name) == [expected]  # the last try's: bit for bit
     kept = kept_logs_once_pods_are_gone(cluster, name)
     assert [int(w) for w in RESIZED.findall(kept)] == [2, 1], kept[-3000:]
-    # each resize: a checkpoint at the stop, and the group again from that step
-    preempted = sorted(map(int, PREEMPTED.findall(kept)))
-    resumed = sorted(map(int, RESUMED.findall(kept)))
-    assert len(preempted) == 2 and resumed == preempted, kept[-3000:]
+    # each resize: a checkpoint at the stop, and the group again from that step (a membership
+    # change starts the try's log files over: the stop at 1 worker is in the pod's log only)
+    preempted = sorted(set(map(int, PREEMPTED.findall(before + kept))))
+    resumed = sorted(set(map(int, RESUMED.findall(before + kept))))
+    assert len(preempted) == 2 and resumed == preempted, (before + kept)[-3000:]
     record("elastic-grow-shrink", freed_to_first_step_at_2_s=grown - freed,
            reclaim_to_first_step_at_1_s=shrunk - reclaimed,
            steps_lost=sum(p - r for p, r in zip(preempted, resumed, strict=True)))  # fmt: skip
-    for done, namespace in ((name, TENANT), ("reclaimer", LENDER)):
-        cluster.cancel(done, namespace)
+
+
+def test_the_controllers_account_may_change_an_elastic_jobs_size_and_nothing_else(
+    elastic_lab: DevCluster,
+) -> None:
+    """As the chart's elastic controller (impersonated): an elastic Job's size within its range
+    and its history pass the policy; a size outside the range, its pods' image, a Job without
+    the elastic annotation, and what RBAC never gave (a Secret, a deletion) are refused."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from gpufleet.render import render
+    from gpufleet.spec import validate_training_job
+
+    doc = elastic_job("probe")
+    doc["spec"]["queue"] = "no-such-queue"  # Kueue leaves it suspended: nothing runs
+    (_, probe) = render(validate_training_job(doc), "job")
+    plain = copy.deepcopy(probe)
+    plain["metadata"]["name"] = "probe-plain"
+    del plain["metadata"]["annotations"]
+    admin = client.BatchV1Api(elastic_lab.api)
+    for obj in (probe, plain):
+        admin.create_namespaced_job(TENANT, obj)
+    controller = impersonating(elastic_lab, f"system:serviceaccount:{platform.NAMESPACE}:"
+                               f"{platform.RELEASE}-elastic", "system:serviceaccounts")  # fmt: skip
+    batch = client.BatchV1Api(controller)
+
+    def refused(name: str, body: dict[str, Any]) -> str:
+        with pytest.raises(ApiException) as info:
+            batch.patch_namespaced_job(name, TENANT, body)
+        return f"{info.value.status} {info.value.body}"
+
+    try:
+        size = {"spec": {"parallelism": 1, "completions": 1}}
+        history = {"metadata": {"annotations": {ANNOTATION_RESIZES: "[]"}}}
+        batch.patch_namespaced_job("probe", TENANT, {**size, **history})
+        assert "within the Job's node range" in refused(
+            "probe", {"spec": {"parallelism": 3, "completions": 3}})  # fmt: skip
+        image = {
+            "spec": {"template": {"spec": {"containers": [{"name": "worker", "image": "evil"}]}}}
+        }
+        assert "changes only a Job's size" in refused("probe", image)
+        assert "only an elastic Job" in refused("probe-plain", size)
+        with pytest.raises(ApiException) as forbidden:
+            client.CoreV1Api(controller).read_namespaced_secret("any", TENANT)
+        assert forbidden.value.status == 403
+        with pytest.raises(ApiException) as forbidden:
+            batch.delete_namespaced_job("probe", TENANT)
+        assert forbidden.value.status == 403
+    finally:
+        for name in ("probe", "probe-plain"):
+            admin.delete_namespaced_job(name, TENANT, propagation_policy="Background")

@@ -1,0 +1,272 @@
+"""Elastic jobs under churn on the 50-node design's GPUs (issue 56, item 4): the same stream of
+jobs, once elastic (range 1..N nodes, resized by gpufleet's elastic controller) and once at
+their fixed size N, on the local control plane with kwok nodes, the chart and the design's
+values (15 GPU nodes of 8 "H100": 120 GPUs; tenants llm, vision and inference in one cohort).
+
+kwok runs no containers, so the benchmark keeps the jobs' work: each job needs W node-seconds,
+gains one per Running pod per second, and pays each resize with the seconds a resize took on
+real nodes (a checkpoint and the group again: --resize-cost, from benchmarks/results/
+cluster-chaos-elastic_*); the benchmark deletes a job once its work is done. Meanwhile the
+inference tenant takes its lent GPUs back now and then (a reclaim). Every second it reads what
+Kueue holds: no ClusterQueue above its nominal quota plus borrowing limit, the cohort within its
+GPUs, and every job done by the end (none starved). It reports the GPUs held by running pods
+over the run (GPU-hours used against those available), the makespan and the job times.
+
+    python benchmarks/elastic_churn.py [--jobs 24] [--seed 1] [--resize-cost 20]
+
+Needs root, the built control plane (make controlplane) and helm (make tools). Writes
+benchmarks/results/elastic-churn_<hardware>_<date>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common import environment, write_results
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the tests' package: the design's cluster, as the tests start it
+from tests.support.devlab import design_installed  # noqa: E402
+from tests.support.specs import cluster_job  # noqa: E402
+
+from gpufleet.cluster.elastic import quotas  # noqa: E402
+from gpufleet.cluster.elastic_loop import one_round  # noqa: E402
+from gpufleet.cluster.kinds import CLUSTER_QUEUES  # noqa: E402
+from gpufleet.devcluster.kwok import RUN_FOR_A_DAY  # noqa: E402
+
+GPUS_PER_NODE, GPU_NODES = 8, 15
+TENANTS = ("llm", "vision")  # the training tenants; inference reclaims
+RECLAIMER = "inference"
+GPU = ("h100", "nvidia.com/gpu")
+
+
+@dataclass
+class Job:
+    """One job of the stream and what became of it."""
+
+    name: str
+    tenant: str
+    nodes: int
+    work: float  # node-seconds
+    arrives: float  # seconds after the start
+    done: float = 0.0
+    submitted: float | None = None
+    started: float | None = None
+    finished: float | None = None
+    size: int = 0
+    paused_until: float = 0.0
+    resizes: int = 0
+    sizes: list[int] = field(default_factory=list)
+
+
+def stream(count: int, seed: int) -> list[Job]:
+    """``count`` jobs: 2 to 4 nodes, 60 to 240 node-seconds of work, arriving over 3 minutes."""
+    rng = random.Random(seed)
+    return [Job(name=f"churn-{i:02d}", tenant=TENANTS[i % 2], nodes=rng.randint(2, 4),
+                work=float(rng.randint(60, 240)), arrives=rng.uniform(0, 180))
+            for i in range(count)]  # fmt: skip
+
+
+def job_objects(job: Job, elastic: bool) -> list[dict[str, Any]]:
+    """The rendered Indexed Job (elastic: minNodes 1), its pods kept Running by kwok."""
+    from gpufleet.render import render
+    from gpufleet.spec import validate_training_job
+
+    extra = {"minNodes": 1} if elastic else {}
+    doc = cluster_job(nodes=job.nodes, procsPerNode=1, queue=job.tenant, volumes=[],
+                      checkpoint={"dir": "s3://ckpt/churn"}, resources={"gpu": GPUS_PER_NODE},
+                      **extra)  # fmt: skip
+    doc["metadata"] = {"name": job.name, "namespace": job.tenant}
+    objects = render(validate_training_job(doc), "job")
+    template = objects[-1]["spec"]["template"]
+    template["metadata"].setdefault("annotations", {}).update(RUN_FOR_A_DAY)
+    return objects
+
+
+# The inference tenant's jobs: 3 nodes, its whole nominal 24 GPUs, 8 of which it lends while
+# idle: each takes them back from whoever borrows (Kueue's reclaimWithinCohort).
+RECLAIMS = ((60.0, 60.0), (200.0, 60.0))  # (at, for) seconds after the start
+
+
+def reclaim_job(index: int) -> Job:
+    return Job(name=f"reclaim-{index}", tenant=RECLAIMER, nodes=3, work=0.0, arrives=0.0)
+
+
+@dataclass
+class Run:
+    """One mode's run: its jobs, the GPUs held every second, what Kueue reserved."""
+
+    elastic: bool
+    jobs: list[Job]
+    held: list[int] = field(default_factory=list)  # GPUs of Running pods, each second
+    over_quota: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def running_pods(cluster: Any, job: Job) -> int:
+    pods = cluster.pods(job.tenant, job.name)
+    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running"
+               and not p["metadata"].get("deletionTimestamp"))  # fmt: skip
+
+
+def quota_problems(cluster: Any) -> list[str]:
+    """Each ClusterQueue holding more GPUs than its nominal plus borrowing limit, and the
+    cohort holding more than the nodes have."""
+    cqs = cluster.custom.list_cluster_custom_object(CLUSTER_QUEUES.group, CLUSTER_QUEUES.version,
+                                                    CLUSTER_QUEUES.plural)["items"]  # fmt: skip
+    problems, total = [], 0
+    for cq in cqs:
+        q = quotas(cq).get(GPU)
+        if q is None:
+            continue
+        total += int(q.used)
+        cap = q.nominal + (q.borrowing_limit if q.borrowing_limit is not None else q.used)
+        if q.used > cap:
+            problems.append(f"{cq['metadata']['name']} holds {q.used} > {cap}")
+    if total > GPUS_PER_NODE * GPU_NODES:
+        problems.append(f"the cohort holds {total} GPUs")
+    return problems
+
+
+def submit(cluster: Any, objects: list[dict[str, Any]], namespace: str) -> None:
+    from gpufleet.cluster import Cluster
+
+    Cluster(cluster.custom, cluster.core, namespace).submit(objects)
+
+
+def tick(cluster: Any, run: Run, now: float, resize_cost: float) -> None:
+    """One second of the run: each live job's work, its end, the GPUs held, the quota."""
+    held = 0
+    for job in run.jobs:
+        if job.submitted is None or job.finished is not None:
+            continue
+        size = running_pods(cluster, job)
+        held += size * GPUS_PER_NODE
+        if size and job.started is None:
+            job.started = now
+        if size != job.size:
+            if job.size and size:  # a resize: the group stops, checkpoints and starts again
+                job.resizes += 1
+                job.paused_until = now + resize_cost
+            job.size = size
+            job.sizes.append(size)
+        if now >= job.paused_until:
+            job.done += size
+        if job.done >= job.work:
+            job.finished = now
+            cluster.cancel(job.name, job.tenant)
+    run.held.append(held)
+    run.over_quota += quota_problems(cluster)
+
+
+def churn(cluster: Any, run: Run, resize_cost: float, limit: float) -> None:
+    """Submit the stream on time, resize (elastic runs: the controller's rounds, here in this
+    process), reclaim, and keep the work, every second, until every job is done."""
+    begun = time.monotonic()
+    reclaims = [(at, at + hold, reclaim_job(i)) for i, (at, hold) in enumerate(RECLAIMS)]
+    while any(j.finished is None for j in run.jobs):
+        now = time.monotonic() - begun
+        if now > limit:
+            raise SystemExit(f"not every job done after {limit:g} s: "
+                             f"{[j.name for j in run.jobs if j.finished is None]}")  # fmt: skip
+        for job in run.jobs:
+            if job.submitted is None and now >= job.arrives:
+                submit(cluster, job_objects(job, run.elastic), job.tenant)
+                job.submitted = now
+        for at, until, reclaimer in reclaims:
+            if reclaimer.submitted is None and now >= at:
+                submit(cluster, job_objects(reclaimer, False), RECLAIMER)
+                reclaimer.submitted = now
+            elif reclaimer.finished is None and now >= until:
+                cluster.cancel(reclaimer.name, RECLAIMER)
+                reclaimer.finished = now
+        if run.elastic:
+            one_round(cluster.custom)
+        tick(cluster, run, now, resize_cost)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - begun - now)))
+    run.seconds = time.monotonic() - begun
+
+
+def summary(run: Run) -> dict[str, Any]:
+    capacity = GPUS_PER_NODE * GPU_NODES
+    waits = [j.started - j.submitted for j in run.jobs if j.started is not None
+             and j.submitted is not None]  # fmt: skip
+    spans = [j.finished - j.submitted for j in run.jobs if j.finished is not None
+             and j.submitted is not None]  # fmt: skip
+    return {
+        "mode": "elastic" if run.elastic else "fixed",
+        "makespan_s": round(run.seconds, 1),
+        "gpu_hours_used": round(sum(run.held) / 3600, 3),
+        "utilization": round(sum(run.held) / (capacity * len(run.held)), 4),
+        "mean_wait_s": round(sum(waits) / len(waits), 1),
+        "max_wait_s": round(max(waits), 1),
+        "mean_completion_s": round(sum(spans) / len(spans), 1),
+        "resizes": sum(j.resizes for j in run.jobs),
+        "over_quota": run.over_quota,
+        "jobs": [{"name": j.name, "tenant": j.tenant, "nodes": j.nodes, "work": j.work,
+                  "sizes": j.sizes, "resizes": j.resizes} for j in run.jobs],
+    }  # fmt: skip
+
+
+@contextmanager
+def design() -> Iterator[Any]:
+    with tempfile.TemporaryDirectory(prefix="elastic-churn-") as root:
+        yield from design_installed(Path(root))
+
+
+def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    fixed, elastic = sorted(results, key=lambda r: r["mode"] == "elastic")
+    lines = [
+        "# Elastic jobs under churn: the 50-node design on kwok",
+        "",
+        f"`python benchmarks/elastic_churn.py --jobs {args.jobs} --seed {args.seed} "
+        f"--resize-cost {args.resize_cost:g}`: {args.jobs} jobs of 2 to 4 nodes x 8 GPUs "
+        f"(tenants llm and vision), the same stream twice: at their fixed size, and elastic "
+        f"(minNodes 1, gpufleet's elastic controller every second). The inference tenant "
+        f"reclaims its lent GPUs twice. {GPU_NODES} kwok GPU nodes ({GPU_NODES * GPUS_PER_NODE} "
+        f"GPUs); a resize costs {args.resize_cost:g} s of no progress.",
+        "",
+        "| mode | makespan (s) | GPU utilization | GPU-hours used | mean wait (s) | max wait (s) "
+        "| mean completion (s) | resizes | over quota |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in (fixed, elastic):
+        cells = [r["mode"], r["makespan_s"], f"{r['utilization']:.1%}", r["gpu_hours_used"],
+                 r["mean_wait_s"], r["max_wait_s"], r["mean_completion_s"], r["resizes"],
+                 len(r["over_quota"])]  # fmt: skip
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    ratio = elastic["utilization"] / fixed["utilization"]
+    lines += ["", f"Utilization elastic / fixed: **{ratio:.2f}**; every job done in both runs "
+              "(none starved); no ClusterQueue above its quota at any sample.", ""]  # fmt: skip
+    write_results("elastic-churn", lines, environment(), results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--resize-cost", type=float, default=20.0)
+    parser.add_argument("--limit", type=float, default=1800.0, help="seconds a run may take")
+    args = parser.parse_args()
+    results = []
+    with design() as cluster:
+        for elastic in (False, True):
+            run = Run(elastic, stream(args.jobs, args.seed))
+            churn(cluster, run, args.resize_cost, args.limit)
+            results.append(summary(run))
+            print(json.dumps({k: v for k, v in results[-1].items() if k != "jobs"}), flush=True)
+    write(results, args)
+
+
+if __name__ == "__main__":
+    main()
