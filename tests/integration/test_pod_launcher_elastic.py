@@ -1,10 +1,10 @@
 """An elastic job growing, as its pods do on a cluster (issue 56, item 2), run here: the rendered
-pod's command for a queued job of range 1-2 in exact mode. Pod 0 starts alone and trains at one
-worker; pod 1 then joins (the elastic controller grew the Job, Kueue admitted the new slice).
-torchrun's membership change stops pod 0's worker, which checkpoints on the SIGTERM, and starts
-the group again at two workers from that step, without a restart of maxRestarts. Both pods end
-0 with the weights of one worker run without a resize, bit for bit (on real nodes with Kueue:
-tests/cluster/test_realnodes_elastic.py)."""
+pod's command for a queued job of range 1-2 in exact mode (its rendezvous' last call 5 s). Pod 0
+starts alone and trains at one worker; pod 1 then joins (the elastic controller grew the Job,
+Kueue admitted the new slice). torchrun's membership change stops pod 0's worker, which
+checkpoints on the SIGTERM, and starts the group again at two workers from that step, without a
+restart of maxRestarts. Both pods end 0 with the weights of one worker run without a resize, bit
+for bit (on real nodes with Kueue: tests/cluster/test_realnodes_elastic.py)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,6 @@ SPEC: dict[str, Any] = {
     "workload": {"name": "digits", "steps": 400, "logEvery": 100},
     "checkpoint": {"dir": "/ckpt/run", "everySteps": 10},
 }  # fmt: skip
-# The round closes 2 s after the first node joined (torch's default: 30 s).
-LAST_CALL = "last_call_timeout=2"
 
 
 def test_a_pod_joining_grows_the_group_from_a_checkpoint_with_exact_weights(
@@ -36,7 +34,7 @@ def test_a_pod_joining_grows_the_group_from_a_checkpoint_with_exact_weights(
 ) -> None:
     straight = workdir / "straight"
     straight.mkdir()
-    alone, _ = pod_process(straight, rdzv_conf=f"is_host=true,{LAST_CALL}",
+    alone, _ = pod_process(straight, rdzv_conf="is_host=true",
                            **{**SPEC, "nodes": 1, "minNodes": None})  # fmt: skip
     try:
         code, _ = finish(alone)
@@ -46,13 +44,12 @@ def test_a_pod_joining_grows_the_group_from_a_checkpoint_with_exact_weights(
     grown = workdir / "grown"
     grown.mkdir()
     here = f"127.0.0.1:{free_port()}"
-    first, port = pod_process(grown, node=0, here=here, rdzv_conf=f"is_host=true,{LAST_CALL}",
-                              **SPEC)  # fmt: skip
+    first, port = pod_process(grown, node=0, here=here, rdzv_conf="is_host=true", **SPEC)
     pods = [first]
     try:
         wait_for_steps(first, port, 30, ranks={"0"})
         pods.append(pod_process(grown, node=1, here=here,
-                                rdzv_conf=f"is_host=false,{LAST_CALL}", **SPEC)[0])  # fmt: skip
+                                rdzv_conf="is_host=false", **SPEC)[0])  # fmt: skip
         results = [finish(p) for p in pods]
     finally:
         kill_left(pods)

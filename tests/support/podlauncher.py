@@ -49,8 +49,11 @@ def pod_process(
         sys.executable if a == "python" else a.replace(rdzv, here) for a in container["command"]
     ]
     assert command[1:3] == ["-m", "gpufleet.launch.pod"]
-    if rdzv_conf:
-        command.insert(3, f"--rdzv-conf={rdzv_conf}")
+    if rdzv_conf:  # beside the rendered one (an elastic job's last call), if any
+        rendered = [a for a in command if a.startswith("--rdzv-conf=")]
+        command = [a for a in command if a not in rendered]
+        command.insert(3, ",".join([*(a.split("=", 1)[1] for a in rendered), rdzv_conf]))
+        command[3] = f"--rdzv-conf={command[3]}"
     env = {e["name"]: e["value"] for e in container["env"]}
     assert (
         env["GPUFLEET_METRICS_PORT"] == str(port) and env["GPUFLEET_METRICS_ADDRESS"] == "0.0.0.0"

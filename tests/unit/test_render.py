@@ -16,6 +16,7 @@ from gpufleet.errors import UserInputError
 from gpufleet.kube import ANNOTATION_NODE_RANGE, KUEUE_ELASTIC_JOB
 from gpufleet.render import FRAMEWORK_TARGETS, TARGETS, check_restricted, pod_specs_in, render
 from gpufleet.render.checks import TRAINJOB_GRACE_PERIOD
+from gpufleet.render.job import ELASTIC_LAST_CALL_S
 from gpufleet.spec import validate_training_job
 from tests.support.k8s_schemas import validate_strictly
 from tests.support.paths import REPO
@@ -325,3 +326,5 @@ def test_a_queued_node_range_is_one_of_kueues_elastic_jobs() -> None:
                                                   ANNOTATION_NODE_RANGE: "2:4"}  # fmt: skip
     assert indexed["spec"]["parallelism"] == indexed["spec"]["completions"] == 4
     assert indexed["spec"]["suspend"] is True
+    (container,) = indexed["spec"]["template"]["spec"]["containers"]
+    assert f"--rdzv-conf=last_call_timeout={ELASTIC_LAST_CALL_S}" in container["command"]

@@ -16,6 +16,11 @@ from gpufleet.render.meta import labels, metadata
 from gpufleet.render.podspec import RDZV_PORT, WorkerPod, nnodes, pod_spec
 from gpufleet.spec import TrainingJob
 
+# How long torchrun's rendezvous waits for more nodes once minNodes joined (torch: 30 s). An
+# elastic job on Kueue runs exactly the pods of its admitted size, all created at once: a pod
+# later than this joins with a membership change, which at the start costs nothing trained.
+ELASTIC_LAST_CALL_S = 5
+
 
 def render_indexed_job(job: TrainingJob) -> list[Obj]:
     """The Service and the Indexed Job for ``job`` (raises UserInputError if it cannot run).
@@ -42,7 +47,8 @@ def render_indexed_job(job: TrainingJob) -> list[Obj]:
         },
     }
     hosts = [f"{name}-{i}.{name}" for i in range(job.spec.nodes)]
-    pod = pod_spec(job, WorkerPod(rdzv_host=hosts[0], env=tf_workers(job, hosts)))
+    conf = f"last_call_timeout={ELASTIC_LAST_CALL_S}" if elastic(job) else ""
+    pod = pod_spec(job, WorkerPod(rdzv_host=hosts[0], env=tf_workers(job, hosts), rdzv_conf=conf))
     pod["subdomain"] = name
     spec = indexed_job_spec(job, pod, backoff_limit=job.spec.max_restarts, on_preempted="Ignore")
     if job.spec.queue:

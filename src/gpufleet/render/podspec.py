@@ -75,6 +75,8 @@ class WorkerPod:
     worker: bool = True
     # Variables the target adds to every worker's (a TensorFlow job's worker addresses).
     env: tuple[tuple[str, str], ...] = ()
+    # torchrun's --rdzv-conf, where the target sets one (a Kueue elastic job's last call).
+    rdzv_conf: str = ""
 
 
 def scrape_annotations(port: int, *, tls: bool = False) -> dict[str, str]:
@@ -160,6 +162,7 @@ def torchrun_command(job: TrainingJob, where: WorkerPod) -> list[str]:
         f"--rdzv-endpoint={where.rdzv_host}:{RDZV_PORT}",
         f"--rdzv-id={job.metadata.name}",
         f"--max-restarts={s.max_restarts}",
+        *([f"--rdzv-conf={where.rdzv_conf}"] if where.rdzv_conf else []),
     ]
     return [*cmd, *worker_module_args(job)]
 
