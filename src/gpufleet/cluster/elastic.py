@@ -173,17 +173,18 @@ def available(name: str, key: tuple[str, str], cluster_queues: dict[str, Obj]) -
     return max(Decimal(0), free)
 
 
-def pods_that_fit(job: ElasticJob, cq: str, flavor: str, cluster_queues: dict[str, Obj]) -> int:
-    """How many more pods of ``job`` the free quota of ``flavor`` holds (every resource the
-    ClusterQueue covers; one it does not cover, Kueue does not admit)."""
-    covered = {r for (f, r) in quotas(cluster_queues[cq]) if f == flavor}
+def pods_that_fit(job: ElasticJob, cq: str, flavors: dict[str, str] | str,
+                  cluster_queues: dict[str, Obj]) -> int:  # fmt: skip
+    """How many more pods of ``job`` the free quota holds, each resource in its flavor
+    (``flavors``: resource -> flavor, as Kueue assigned them; or one flavor for all). A resource
+    the ClusterQueue does not cover there: none (Kueue would not admit it), but ``pods``."""
+    covered = set(quotas(cluster_queues[cq]))
     fits = []
     for resource, each in job.per_pod.items():
-        if each <= 0:
+        flavor = flavors if isinstance(flavors, str) else flavors.get(resource, "")
+        if each <= 0 or (resource == "pods" and (flavor, resource) not in covered):
             continue
-        if resource not in covered:
-            if resource == "pods":
-                continue  # a queue that does not count pods
+        if (flavor, resource) not in covered:
             return 0
         fits.append(int(available(cq, (flavor, resource), cluster_queues) // each))
     return min(fits, default=0)
@@ -196,10 +197,10 @@ def _workloads_of(job: ElasticJob, workloads: list[Obj]) -> list[Obj]:
             and not _true(_conditions(w), "Finished")]  # fmt: skip
 
 
-def _admitted_flavor(workload: Obj) -> str | None:
+def _admitted_flavors(workload: Obj) -> dict[str, str]:
+    """The flavor Kueue assigned each resource of the workload's (first) pod set."""
     assignments = ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments")
-    flavors = (assignments or [{}])[0].get("flavors") or {}
-    return next(iter(flavors.values()), None)
+    return dict((assignments or [{}])[0].get("flavors") or {})
 
 
 def cohort_cause(cq: str, cluster_queues: dict[str, Obj]) -> str:
@@ -240,8 +241,8 @@ def decide(job: ElasticJob, workloads: list[Obj], local_queues: dict[tuple[str, 
     admitted = [w for w in mine if _true(_conditions(w), "Admitted")]
     suspended = bool((job.obj.get("spec") or {}).get("suspend"))
     if admitted and not suspended and len(admitted) == len(mine) and job.size < job.high:
-        flavor = _admitted_flavor(admitted[-1])
-        more = pods_that_fit(job, cq, flavor, cluster_queues) if flavor else 0
+        flavors = _admitted_flavors(admitted[-1])  # a new slice keeps its flavors
+        more = pods_that_fit(job, cq, flavors, cluster_queues) if flavors else 0
         new = min(job.high, job.size + more)
         if new > job.size:
             return Resize(job.namespace, job.name, job.size, new, cohort_cause(cq, cluster_queues))
