@@ -250,8 +250,9 @@ def test_the_controllers_account_may_change_an_elastic_jobs_size_and_nothing_els
     elastic_lab: DevCluster,
 ) -> None:
     """As the chart's elastic controller (impersonated): an elastic Job's size within its range
-    and its history pass the policy; a size outside the range, its pods' image, a Job without
-    the elastic annotation, and what RBAC never gave (a Secret, a deletion) are refused."""
+    and its history pass the policy; a size outside the range, its pod template, its
+    suspension, a Job without the elastic annotation, and what RBAC never gave (a Secret, a
+    deletion) are refused."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -282,10 +283,10 @@ def test_the_controllers_account_may_change_an_elastic_jobs_size_and_nothing_els
         batch.patch_namespaced_job("probe", TENANT, {**size, **history})
         assert "within the Job's node range" in refused(
             "probe", {"spec": {"parallelism": 3, "completions": 3}})  # fmt: skip
-        image = {
-            "spec": {"template": {"spec": {"containers": [{"name": "worker", "image": "evil"}]}}}
-        }
-        assert "changes only a Job's size" in refused("probe", image)
+        # what the API server lets a suspended Job change, and the policy does not
+        template = {"spec": {"template": {"metadata": {"annotations": {"x": "y"}}}}}
+        assert "changes only a Job's size" in refused("probe", template)
+        assert "changes only a Job's size" in refused("probe", {"spec": {"suspend": False}})
         assert "only an elastic Job" in refused("probe-plain", size)
         with pytest.raises(ApiException) as forbidden:
             client.CoreV1Api(controller).read_namespaced_secret("any", TENANT)
