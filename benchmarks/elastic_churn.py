@@ -221,7 +221,8 @@ def summary(run: Run) -> dict[str, Any]:
 @contextmanager
 def design() -> Iterator[Any]:
     with tempfile.TemporaryDirectory(prefix="elastic-churn-") as root:
-        yield from design_installed(Path(root))
+        with design_installed(Path(root)) as cluster:
+            yield cluster
 
 
 def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
