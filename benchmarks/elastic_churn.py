@@ -220,9 +220,11 @@ def summary(run: Run) -> dict[str, Any]:
 
 @contextmanager
 def design() -> Iterator[Any]:
-    with tempfile.TemporaryDirectory(prefix="elastic-churn-") as root:
-        with design_installed(Path(root)) as cluster:
-            yield cluster
+    with (
+        tempfile.TemporaryDirectory(prefix="elastic-churn-") as root,
+        design_installed(Path(root)) as cluster,
+    ):
+        yield cluster
 
 
 def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
