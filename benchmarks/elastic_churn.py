@@ -36,7 +36,9 @@ from common import environment, write_results
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the tests' package: the design's cluster, as the tests start it
-from tests.support.devlab import design_installed  # noqa: E402
+from tests.support.chart import expected_namespaces  # noqa: E402
+from tests.support.devcluster import CHART, start, stop  # noqa: E402
+from tests.support.devlab import DESIGN_VALUES, PODS_READY_TIMEOUT_S  # noqa: E402
 from tests.support.specs import cluster_job  # noqa: E402
 
 from gpufleet.cluster.elastic import quotas  # noqa: E402
@@ -220,11 +222,31 @@ def summary(run: Run) -> dict[str, Any]:
 
 @contextmanager
 def design() -> Iterator[Any]:
-    with (
-        tempfile.TemporaryDirectory(prefix="elastic-churn-") as root,
-        design_installed(Path(root)) as cluster,
-    ):
-        yield cluster
+    """The design's cluster as the tests start it (tests/support/devlab.py), with its 15 GPU
+    nodes (the tests' has 4 a flavor), and its chart."""
+    with tempfile.TemporaryDirectory(prefix="elastic-churn-") as root:
+        cluster = start(Path(root), nodes=GPU_NODES, gpus=GPUS_PER_NODE, values=DESIGN_VALUES,
+                        without=("mpi-operator",),
+                        extra=("--pods-ready-timeout", f"{PODS_READY_TIMEOUT_S}s"))  # fmt: skip
+        try:
+            for namespace in expected_namespaces(DESIGN_VALUES):
+                cluster.ensure_namespace(namespace)
+            cluster.helm(
+                "install",
+                "onprem",
+                str(CHART),
+                "-f",
+                str(DESIGN_VALUES),
+                "-n",
+                "gpufleet-system",
+                "--create-namespace",
+                "--wait",
+                "--timeout",
+                "180s",
+            )
+            yield cluster
+        finally:
+            stop(cluster)
 
 
 def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
