@@ -43,7 +43,8 @@ from tests.support.specs import cluster_job  # noqa: E402
 
 from gpufleet.cluster.elastic import quotas  # noqa: E402
 from gpufleet.cluster.elastic_loop import one_round  # noqa: E402
-from gpufleet.cluster.kinds import CLUSTER_QUEUES  # noqa: E402
+from gpufleet.cluster.kinds import CLUSTER_QUEUES, WORKLOADS  # noqa: E402
+from gpufleet.cluster.queues import quantity  # noqa: E402
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY  # noqa: E402
 
 GPUS_PER_NODE, GPU_NODES = 8, 15
@@ -122,22 +123,46 @@ def running_pods(cluster: Any, job: Job) -> int:
 
 
 def quota_problems(cluster: Any) -> list[str]:
-    """Each ClusterQueue holding more GPUs than its nominal plus borrowing limit, and the
-    cohort holding more than the nodes have."""
+    """Each ClusterQueue holding more GPUs than its nominal quota plus borrowing limit, and
+    the admitted Workloads (one list: one snapshot) holding more than the nodes have. A slice
+    that an admitted one replaces is not counted: Kueue marks it Finished an update later, and
+    the new slice holds its pods too."""
     cqs = cluster.custom.list_cluster_custom_object(CLUSTER_QUEUES.group, CLUSTER_QUEUES.version,
                                                     CLUSTER_QUEUES.plural)["items"]  # fmt: skip
-    problems, total = [], 0
+    problems = []
     for cq in cqs:
         q = quotas(cq).get(GPU)
-        if q is None:
-            continue
-        total += int(q.used)
-        cap = q.nominal + (q.borrowing_limit if q.borrowing_limit is not None else q.used)
-        if q.used > cap:
-            problems.append(f"{cq['metadata']['name']} holds {q.used} > {cap}")
+        if (
+            q is not None
+            and q.borrowing_limit is not None
+            and q.used > q.nominal + q.borrowing_limit
+        ):
+            problems.append(f"{cq['metadata']['name']} holds {q.used}")
+    workloads = cluster.custom.list_cluster_custom_object(WORKLOADS.group, WORKLOADS.version,
+                                                          WORKLOADS.plural)["items"]  # fmt: skip
+    held = [w for w in workloads if reserved(w)]
+    replaced = {(w["metadata"].get("annotations") or {}).get(REPLACES) for w in held}
+    total = sum(
+        gpus_of(w)
+        for w in held
+        if f"{w['metadata']['namespace']}/{w['metadata']['name']}" not in replaced
+    )
     if total > GPUS_PER_NODE * GPU_NODES:
-        problems.append(f"the cohort holds {total} GPUs")
+        problems.append(f"admitted Workloads hold {total} GPUs")
     return problems
+
+
+REPLACES = "kueue.x-k8s.io/workload-slice-replacement-for"  # <namespace>/<old slice>
+
+
+def reserved(workload: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in workload.get("status", {}).get("conditions", [])}
+    return conditions.get("QuotaReserved") == "True" and conditions.get("Finished") != "True"
+
+
+def gpus_of(workload: dict[str, Any]) -> int:
+    assignments = workload["status"].get("admission", {}).get("podSetAssignments") or []
+    return sum(int(quantity(a.get("resourceUsage", {}).get(GPU[1], "0"))) for a in assignments)
 
 
 def submit(cluster: Any, objects: list[dict[str, Any]], namespace: str) -> None:
@@ -146,23 +171,31 @@ def submit(cluster: Any, objects: list[dict[str, Any]], namespace: str) -> None:
     Cluster(cluster.custom, cluster.core, namespace).submit(objects)
 
 
+def parallelism(cluster: Any, job: Job) -> int:
+    """The Job's size now (the controller's resizes change it)."""
+    found = cluster.typed("BatchV1Api").read_namespaced_job(job.name, job.tenant)
+    return int(found.spec.parallelism or 0)
+
+
 def tick(cluster: Any, run: Run, now: float, resize_cost: float) -> None:
-    """One second of the run: each live job's work, its end, the GPUs held, the quota."""
+    """One second of the run: each live job's work (a group trains only with all its pods
+    Running, and not while a resize's checkpoint and restart take), its end, the GPUs held
+    (by Running pods), the quota."""
     held = 0
     for job in run.jobs:
         if job.submitted is None or job.finished is not None:
             continue
-        size = running_pods(cluster, job)
-        held += size * GPUS_PER_NODE
-        if size and job.started is None:
+        running, size = running_pods(cluster, job), parallelism(cluster, job)
+        held += running * GPUS_PER_NODE
+        if running and job.started is None:
             job.started = now
         if size != job.size:
-            if job.size and size:  # a resize: the group stops, checkpoints and starts again
+            if job.started is not None:  # a resize: checkpoint, the group again
                 job.resizes += 1
                 job.paused_until = now + resize_cost
             job.size = size
             job.sizes.append(size)
-        if now >= job.paused_until:
+        if running == size and now >= job.paused_until:
             job.done += size
         if job.done >= job.work:
             job.finished = now
