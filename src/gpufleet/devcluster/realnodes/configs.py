@@ -20,6 +20,8 @@ CLUSTER_DOMAIN = "cluster.local"
 DNS_SERVICE = "kube-dns"  # its name in every kubeadm cluster, CoreDNS or kube-dns
 KUBELET_PORT = 10250
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+# The free disk below which a node reports DiskPressure and evicts (its kubelet's evictionHard).
+EVICTION_DISK_FREE = "1Gi"
 
 
 @dataclass(frozen=True)
@@ -147,10 +149,15 @@ def kubelet_config(
         "failSwapOn": False,
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
+        # Disk thresholds as amounts, not shares: the nodes share the host's disk, and a share of
+        # what it reports (a thin-provisioned 252 GB here, ~92 GB usable) put the threshold at
+        # 5 GB: a host with less free marked every node DiskPressure, and each pod of the suite
+        # waited for its timeout (a CI run past its 90 minutes). kind sets 0 %; 1 GiB still
+        # evicts before the disk is full.
         "evictionHard": {
             "memory.available": "100Mi",
-            "nodefs.available": "2%",
-            "imagefs.available": "2%",
+            "nodefs.available": EVICTION_DISK_FREE,
+            "imagefs.available": EVICTION_DISK_FREE,
         },
         "evictionPressureTransitionPeriod": "30s",
         "registerWithTaints": taints,
