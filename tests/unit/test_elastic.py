@@ -19,6 +19,7 @@ from gpufleet.cluster.elastic import (
     patch,
     plan,
     pod_requests,
+    settled,
 )
 from gpufleet.cluster.resizes import (
     KEPT_RESIZES,
@@ -131,6 +132,20 @@ def test_no_job_grows_while_a_slice_of_it_waits_or_it_is_suspended() -> None:
     assert decided([job(1, suspend=True)], [ADMITTED], research=4, product=0) == []
     done = workload("w0", ("Finished", ""))  # the slice it replaced: not counted
     assert len(decided([job(1)], [ADMITTED, done], research=4, product=0)) == 1
+
+
+def test_no_job_grows_before_its_pods_are_ready_or_in_a_topology_flavor() -> None:
+    starting = workload("w1", ("Admitted", ""), admission=ADMITTED["status"]["admission"])
+    starting["status"]["conditions"].append({"type": "PodsReady", "status": "False"})
+    assert decided([job(1)], [starting], research=4, product=0) == []  # within its timeout
+    ready = workload("w1", ("Admitted", ""), ("PodsReady", ""),
+                     admission=ADMITTED["status"]["admission"])  # fmt: skip
+    assert len(decided([job(1)], [ready], research=4, product=0)) == 1
+    topology = {"levels": ["kubernetes.io/hostname"], "domains": [{"values": ["n0"], "count": 1}]}
+    placed = {"podSetAssignments": [{"flavors": {GPU[1]: GPU[0]}, "topologyAssignment": topology}]}
+    racked = workload("w1", ("Admitted", ""), ("PodsReady", ""), admission=placed)
+    assert decided([job(1)], [racked], research=4, product=0) == []  # kueue 0.19.2's TAS ungater
+    assert settled(ready) and not settled(racked) and not settled(starting)
 
 
 def test_an_evicted_job_waits_for_readmission_at_the_size_that_fits() -> None:

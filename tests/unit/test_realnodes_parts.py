@@ -56,7 +56,8 @@ def test_kubelet_config_allows_cgroup_v1_keeps_images_and_listens_on_the_node() 
     assert doc["cgroupRoot"] == "/gpufleet/n0"
     assert doc["imageGCHighThresholdPercent"] == 100  # no registry to pull a removed image
     # an amount, not a share of the host's (thin-provisioned) disk: not DiskPressure at 4 GB free
-    assert doc["evictionHard"]["nodefs.available"] == doc["evictionHard"]["imagefs.available"] == "1Gi"
+    disk = doc["evictionHard"]
+    assert disk["nodefs.available"] == disk["imagefs.available"] == "1Gi"
     assert doc["authentication"]["anonymous"]["enabled"] is False
     assert doc["address"] == network.node_ip(0) and doc["clusterDNS"] == [network.HOST_IP]
 

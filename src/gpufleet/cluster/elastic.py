@@ -7,7 +7,8 @@ grows a job when quota frees (kueue#9891), and a preemption evicts the whole Wor
 then waits to be admitted again at the size it last had. gpufleet's controller closes both:
 
 - **grow**: a running job below ``spec.nodes`` grows to the largest size the free quota of its
-  ClusterQueue (and what it may borrow in its cohort) holds, once no slice of it is pending;
+  ClusterQueue (and what it may borrow in its cohort) holds, once no slice of it is pending and
+  all its pods are Ready (Kueue's PodsReady), and never in a topology-aware flavor (``settled``);
 - **readmit smaller**: a job that waits, suspended (never admitted, or evicted), at a size that
   does not fit is set to the largest size that does, at least ``spec.minNodes``, so that Kueue
   admits it at once instead of after the whole size frees.
@@ -203,6 +204,24 @@ def _admitted_flavors(workload: Obj) -> dict[str, str]:
     return dict((assignments or [{}])[0].get("flavors") or {})
 
 
+def settled(workload: Obj) -> bool:
+    """Whether an admitted slice may grow: its pods all Ready, not placed by topology.
+
+    - PodsReady not False: a slice whose pods are not all Ready is within waitForPodsReady's
+      timeout, and a scale-up is a new Workload whose clock starts again; a job grown while
+      it starts is evicted whole when the new clock runs out (seen: the churn benchmark's
+      jobs thrashed). Kueue keeps the condition only with waitForPodsReady on.
+    - No topologyAssignment: Kueue 0.19.2's TAS ungater expects the new pods under the new
+      slice's name but sees them under the first slice's (their template's workload
+      annotation, which a running Job cannot change: tas/topology_ungater.go), so the pods
+      that its first pass misses stay gated until the whole job is evicted."""
+    ready = next((c for c in _conditions(workload) if c.get("type") == "PodsReady"), None)
+    if ready is not None and ready.get("status") == "False":
+        return False
+    assignments = ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments")
+    return not any(a.get("topologyAssignment") for a in assignments or [])
+
+
 def cohort_cause(cq: str, cluster_queues: dict[str, Obj]) -> str:
     cohort = (cluster_queues[cq].get("spec") or {}).get("cohortName")
     return f"quota freed in cohort {cohort}" if cohort else f"quota freed in {cq}"
@@ -240,7 +259,8 @@ def decide(job: ElasticJob, workloads: list[Obj], local_queues: dict[tuple[str, 
     mine = _workloads_of(job, workloads)
     admitted = [w for w in mine if _true(_conditions(w), "Admitted")]
     suspended = bool((job.obj.get("spec") or {}).get("suspend"))
-    if admitted and not suspended and len(admitted) == len(mine) and job.size < job.high:
+    grows = admitted and len(admitted) == len(mine) and all(map(settled, admitted))
+    if grows and not suspended and job.size < job.high:
         flavors = _admitted_flavors(admitted[-1])  # a new slice keeps its flavors
         more = pods_that_fit(job, cq, flavors, cluster_queues) if flavors else 0
         new = min(job.high, job.size + more)
