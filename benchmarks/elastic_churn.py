@@ -12,7 +12,7 @@ Kueue holds: no ClusterQueue above its nominal quota plus borrowing limit, the c
 GPUs, and every job done by the end (none starved). It reports the GPUs held by running pods
 over the run (GPU-hours used against those available), the makespan and the job times.
 
-    python benchmarks/elastic_churn.py [--jobs 24] [--seed 1] [--resize-cost 20]
+    python benchmarks/elastic_churn.py [--jobs 24] [--seed 1] [--resize-cost 20] [--racks]
 
 Needs root, the built control plane (make controlplane) and helm (make tools). Writes
 benchmarks/results/elastic-churn_<hardware>_<date>.{json,md}.
@@ -254,9 +254,10 @@ def summary(run: Run) -> dict[str, Any]:
 
 
 @contextmanager
-def design() -> Iterator[Any]:
+def design(racks: bool) -> Iterator[Any]:
     """The design's cluster as the tests start it (tests/support/devlab.py), with its 15 GPU
-    nodes (the tests' has 4 a flavor), and its chart."""
+    nodes (the tests' has 4 a flavor), and its chart; without its rack topology unless
+    ``racks``: the controller grows no job in a topology-aware flavor (elastic.settled)."""
     with tempfile.TemporaryDirectory(prefix="elastic-churn-") as root:
         cluster = start(Path(root), nodes=GPU_NODES, gpus=GPUS_PER_NODE, values=DESIGN_VALUES,
                         without=("mpi-operator",),
@@ -276,6 +277,7 @@ def design() -> Iterator[Any]:
                 "--wait",
                 "--timeout",
                 "180s",
+                *(() if racks else ("--set", "kueue.topology.enabled=false")),
             )
             yield cluster
         finally:
@@ -288,7 +290,9 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         "# Elastic jobs under churn: the 50-node design on kwok",
         "",
         f"`python benchmarks/elastic_churn.py --jobs {args.jobs} --seed {args.seed} "
-        f"--resize-cost {args.resize_cost:g}`: {args.jobs} jobs of 2 to 4 nodes x 8 GPUs "
+        f"--resize-cost {args.resize_cost:g}{' --racks' if args.racks else ''}`: "
+        f"{'the design with' if args.racks else 'the design without'} its rack topology; "
+        f"{args.jobs} jobs of 2 to 4 nodes x 8 GPUs "
         f"(tenants llm and vision), the same stream twice: at their fixed size, and elastic "
         f"(minNodes 1, gpufleet's elastic controller every second). The inference tenant "
         f"reclaims its lent GPUs twice. {GPU_NODES} kwok GPU nodes ({GPU_NODES * GPUS_PER_NODE} "
@@ -315,9 +319,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--resize-cost", type=float, default=20.0)
     parser.add_argument("--limit", type=float, default=1800.0, help="seconds a run may take")
+    parser.add_argument("--racks", action="store_true",
+                        help="keep the design's rack topology (Kueue TAS): no job grows there")
     args = parser.parse_args()
     results = []
-    with design() as cluster:
+    with design(args.racks) as cluster:
         for elastic in (False, True):
             run = Run(elastic, stream(args.jobs, args.seed))
             churn(cluster, run, args.resize_cost, args.limit)
