@@ -319,8 +319,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--resize-cost", type=float, default=20.0)
     parser.add_argument("--limit", type=float, default=1800.0, help="seconds a run may take")
-    parser.add_argument("--racks", action="store_true",
-                        help="keep the design's rack topology (Kueue TAS): no job grows there")
+    parser.add_argument(
+        "--racks",
+        action="store_true",
+        help="keep the design's rack topology (Kueue TAS): no job grows there",
+    )
     args = parser.parse_args()
     results = []
     with design(args.racks) as cluster:

@@ -27,6 +27,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 
 
+@pytest.fixture(autouse=True)
+def without_the_lab() -> None:
+    """These tests install the chart themselves, into the namespaces the lab's chart owns: a
+    module using the shared ``lab`` that sorts before this one left it installed."""
+    from tests.support.sharing import held_now
+
+    assert "lab" not in held_now(), (
+        "the lab's chart is installed: the modules using the `lab` fixture sort after "
+        "test_devcluster_platform.py (tests/cluster/conftest.py)"
+    )
+
+
 def values_of(path: Path) -> dict[str, Any]:
     return dict(yaml.safe_load(path.read_text()))
 

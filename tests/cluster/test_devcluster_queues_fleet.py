@@ -56,8 +56,10 @@ def fleet(lab: DevCluster) -> Iterator[DevCluster]:
 
     # An earlier module's cancelled jobs' workloads and pods, while they are being deleted,
     # still count in Kueue's usage and in the GPUs the fleet page shows each tenant holding.
-    poll_until(lambda: not leftovers(lab), what="no workload or pod left from earlier modules",
-               timeout=90)  # fmt: skip
+    try:
+        poll_until(lambda: not leftovers(lab), what="no workload or pod left", timeout=90)
+    except pytest.fail.Exception:
+        pytest.fail(f"left from earlier modules after 90 s: {leftovers(lab)}")
     try:
         for name, (ns, nodes, gpus, target) in JOBS.items():  # the 4-GPU job first, Running
             submit_annotated(lab, queued_job(name, ns, nodes=nodes, gpus=gpus), target,

@@ -137,7 +137,22 @@ def start(cluster: DevCluster, where: str, name: str, want: dict[str, Any]) -> N
         "restartPolicy": "Never", "containers": [container], "tolerations": [GPU_NODES],
         "securityContext": POD_SECURITY, "automountServiceAccountToken": False,
     }}  # fmt: skip
-    cluster.core.create_namespaced_pod(where, pod)
+
+    def created() -> bool | None:
+        """Kueue's pod webhook (mpod.kb.io) reads namespaces from its informer's cache: a
+        namespace created a moment ago may not be there yet (404 "Namespace ... not found")."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            cluster.core.create_namespaced_pod(where, pod)
+        except ApiException as e:
+            said = str(e.body)
+            if e.status == 404 and "Namespace" in said and where in said and "not found" in said:
+                return None
+            raise
+        return True
+
+    poll_until(created, what=f"the probe pod created in {where}", timeout=30, interval=0.5)
 
 
 def running(cluster: DevCluster, where: str, name: str) -> dict[str, Any] | None:

@@ -46,6 +46,11 @@ def release(name: str) -> None:
         stack.close()
 
 
+def held_now() -> set[str]:
+    """The shared fixtures up now."""
+    return set(_open)
+
+
 def last_users(items: list[Any]) -> dict[str, str]:
     """Each fixture name's last test in ``items`` (the order they run in)."""
     last: dict[str, str] = {}

@@ -1,7 +1,7 @@
 """The elastic controller's loop over the API (gpufleet.cluster.elastic_loop), on the recorded-
 objects stand-in: a round patches the Job it decided on with the resourceVersion it read, a Job
 changed since (409) is left for the next round, and a refused read is one line while the loop
-goes on. Against the real API server and Kueue: tests/cluster/test_devcluster_elastic.py."""
+goes on. Against the real API server and Kueue: tests/cluster/test_devcluster_queues_elastic.py."""
 
 from __future__ import annotations
 

@@ -40,6 +40,21 @@ def admitted_size(lab: DevCluster, name: str) -> int | None:
     return None
 
 
+def left(lab: DevCluster) -> list[str]:
+    """This module's jobs' pods and Workloads, while any is there."""
+    names = ("stretch", "holder", "reclaimer")
+    found = []
+    for namespace in ("research", "product"):
+        pods = lab.core.list_namespaced_pod(namespace).items
+        found += [p.metadata.name for p in pods if p.metadata.name.startswith(names)]
+        found += [
+            w["metadata"]["name"]
+            for w in lab.workloads(namespace)
+            if any(o["name"] in names for o in w["metadata"].get("ownerReferences") or [])
+        ]
+    return found
+
+
 def rounds_until(lab: DevCluster, what: str, done: Any) -> Any:
     """The controller's rounds, here, until ``done()``."""
     return poll_until(lambda: (one_round(lab.custom), done())[1], what=what, timeout=90,
@@ -87,3 +102,5 @@ def test_an_elastic_job_on_kueue_is_sized_to_the_quota_that_frees_and_is_left(
                                 ("reclaimer", "product")):  # fmt: skip
             with contextlib.suppress(ClusterError, UserInputError):  # cancelled already
                 lab.cancel(name, namespace)
+        # gone before the next module: its pods and Workloads would count in Kueue's usage
+        poll_until(lambda: not left(lab), what="the jobs' pods and Workloads gone", timeout=120)
