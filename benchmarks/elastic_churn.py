@@ -308,8 +308,12 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                  len(r["over_quota"])]  # fmt: skip
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     ratio = elastic["utilization"] / fixed["utilization"]
+    over = {r["mode"]: sorted(set(r["over_quota"])) for r in (fixed, elastic) if r["over_quota"]}
+    quota = ("no ClusterQueue above its quota at any sample" if not over else
+             "samples above a quota (ClusterQueue status): " + "; ".join(
+                 f"{mode}: {', '.join(seen)}" for mode, seen in over.items()))  # fmt: skip
     lines += ["", f"Utilization elastic / fixed: **{ratio:.2f}**; every job done in both runs "
-              "(none starved); no ClusterQueue above its quota at any sample.", ""]  # fmt: skip
+              f"(none starved); {quota}.", ""]  # fmt: skip
     write_results("elastic-churn", lines, environment(), results)
 
 
