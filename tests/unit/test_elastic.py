@@ -14,6 +14,7 @@ import pytest
 from gpufleet.cluster.elastic import (
     Resize,
     available,
+    demand,
     elastic_job,
     eviction_cause,
     patch,
@@ -162,6 +163,38 @@ def test_a_job_never_admitted_starts_at_the_size_that_fits() -> None:
     waiting = workload("w1", ("QuotaReserved", "")) | {"status": {"conditions": []}}
     (resize,) = decided([job(2, suspend=True)], [waiting], research=2, product=6)
     assert (resize.new, resize.cause) == (1, "admitted at the size that fits")
+
+
+def waiting(namespace: str, queue: str, pods: int, gpu: int) -> Obj:
+    """Another job's Workload, waiting for quota in ``queue``."""
+    template = {"spec": {"containers": [{"name": "w", "resources": {
+        "requests": {"nvidia.com/gpu": str(gpu)}}}]}}  # fmt: skip
+    return {"metadata": {"name": f"other-{pods}x{gpu}", "namespace": namespace,
+                         "ownerReferences": [{"uid": "u-other"}]},
+            "spec": {"queueName": queue, "podSets": [{"name": "main", "count": pods,
+                                                      "template": template}]},
+            "status": {"conditions": [{"type": "QuotaReserved", "status": "False"}]}}  # fmt: skip
+
+
+def test_no_job_grows_while_a_workload_its_cohort_could_admit_waits() -> None:
+    product_queue = [{"metadata": {"name": "product", "namespace": "product"},
+                      "spec": {"clusterQueue": "product"}}]  # fmt: skip
+    queues = LOCAL_QUEUES + product_queue
+
+    def grows(other: Obj, **research_queue: int) -> bool:
+        cqs = list(lab(0, 6).values())
+        if research_queue:  # research alone, outside the cohort
+            cqs = [cq("research", 8, 0, cohort=None), cq("product", 6, 6)]
+        return bool(plan([job(1)], [ADMITTED, other], queues, cqs))
+
+    assert not grows(waiting("product", "product", 2, 4))  # product waits for 8: it comes first
+    assert not grows(waiting("research", "research", 1, 2))
+    assert grows(waiting("product", "product", 3, 4))  # 12 > product's 6 + the 4 it may borrow
+    assert grows(waiting("product", "product", 1, 4), alone=1)  # another cohort's wait
+    assert grows(waiting("product", "nowhere", 1, 4))  # no LocalQueue: Kueue holds it inactive
+    inactive = waiting("product", "product", 1, 4) | {"spec": {"active": False}}
+    assert grows(inactive)
+    assert demand(waiting("product", "product", 3, 4)) == {"pods": 3, "nvidia.com/gpu": 12}
 
 
 def test_one_grow_per_cohort_a_round_and_only_elastic_unfinished_jobs() -> None:

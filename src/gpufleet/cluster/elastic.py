@@ -9,6 +9,8 @@ then waits to be admitted again at the size it last had. gpufleet's controller c
 - **grow**: a running job below ``spec.nodes`` grows to the largest size the free quota of its
   ClusterQueue (and what it may borrow in its cohort) holds, once no slice of it is pending and
   all its pods are Ready (Kueue's PodsReady), and never in a topology-aware flavor (``settled``);
+  only into idle quota: while a workload that its cohort could ever admit waits there, that
+  workload comes first (``waiting_pools``), as Kueue's queue would have it;
 - **readmit smaller**: a job that waits, suspended (never admitted, or evicted), at a size that
   does not fit is set to the largest size that does, at least ``spec.minNodes``, so that Kueue
   admits it at once instead of after the whole size frees.
@@ -28,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
-from gpufleet.cluster.queues import quantity
+from gpufleet.cluster.queues import pending, quantity
 from gpufleet.cluster.resizes import KEPT_RESIZES, node_range, resizes
 from gpufleet.cluster.status import PREEMPTOR
 from gpufleet.kube import (
@@ -222,6 +224,48 @@ def settled(workload: Obj) -> bool:
     return not any(a.get("topologyAssignment") for a in assignments or [])
 
 
+def _pool(cq: str, cluster_queues: dict[str, Obj]) -> str:
+    """Where ``cq`` shares quota: its cohort, or itself."""
+    return str((cluster_queues[cq].get("spec") or {}).get("cohortName") or cq)
+
+
+def demand(workload: Obj) -> dict[str, Decimal]:
+    """What the whole Workload asks for: each pod set's count times one pod's requests."""
+    total: dict[str, Decimal] = {}
+    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+        for name, each in pod_requests(pod_set.get("template") or {}).items():
+            total[name] = total.get(name, Decimal(0)) + each * int(pod_set.get("count") or 1)
+    return total
+
+
+def admissible(asked: dict[str, Decimal], cq: str, cluster_queues: dict[str, Obj]) -> bool:
+    """Whether ``cq`` could admit ``asked`` with its cohort idle: in one of its flavors, each
+    resource within what it may use then (its borrowingLimit, the cohort's lendable quota)."""
+    idle = {name: {**q, "status": {}} for name, q in cluster_queues.items()}
+    covered = set(quotas(idle[cq]))
+    return any(
+        all(amount <= 0 or (resource == "pods" and (flavor, resource) not in covered)
+            or ((flavor, resource) in covered and amount <= available(cq, (flavor, resource), idle))
+            for resource, amount in asked.items())
+        for flavor in flavor_order(idle[cq])
+    )  # fmt: skip
+
+
+def waiting_pools(workloads: list[Obj], local_queues: dict[tuple[str, str], Obj],
+                  cluster_queues: dict[str, Obj]) -> set[str]:  # fmt: skip
+    """The cohorts (or lone ClusterQueues) where a Workload waits for quota that they could
+    ever give it: no job grows there. One that asks for more than its cohort holds waits for
+    ever, and does not stop the others growing."""
+    pools = set()
+    for workload in filter(pending, workloads):
+        lq = local_queues.get((workload["metadata"].get("namespace", ""),
+                               (workload.get("spec") or {}).get("queueName", "")))  # fmt: skip
+        cq = ((lq or {}).get("spec") or {}).get("clusterQueue")
+        if cq in cluster_queues and admissible(demand(workload), cq, cluster_queues):
+            pools.add(_pool(cq, cluster_queues))
+    return pools
+
+
 def cohort_cause(cq: str, cluster_queues: dict[str, Obj]) -> str:
     cohort = (cluster_queues[cq].get("spec") or {}).get("cohortName")
     return f"quota freed in cohort {cohort}" if cohort else f"quota freed in {cq}"
@@ -278,18 +322,18 @@ def decide(job: ElasticJob, workloads: list[Obj], local_queues: dict[tuple[str, 
 def plan(jobs: list[Obj], workloads: list[Obj], local_queues: list[Obj],
          cluster_queues: list[Obj]) -> list[Resize]:  # fmt: skip
     """Every resize the elastic Jobs among ``jobs`` need now. Quota taken by one resize is
-    not seen by the next until Kueue admits it: one grow per ClusterQueue's cohort a round."""
+    not seen by the next until Kueue admits it: one grow per ClusterQueue's cohort a round,
+    and none in a cohort where a workload waits."""
     lqs = {(q["metadata"]["namespace"], q["metadata"]["name"]): q for q in local_queues}
     cqs = {q["metadata"]["name"]: q for q in cluster_queues}
     out: list[Resize] = []
-    busy: set[str] = set()
+    busy = waiting_pools(workloads, lqs, cqs)  # shrinks only: who waits comes first
     for job in sorted(filter(None, map(elastic_job, jobs)),
                       key=lambda j: j.obj["metadata"].get("creationTimestamp") or ""):  # fmt: skip
         resize = decide(job, workloads, lqs, cqs)
         if resize is None:
             continue
-        cq = str(lqs[(job.namespace, job.queue)]["spec"]["clusterQueue"])
-        pool = str((cqs[cq].get("spec") or {}).get("cohortName") or cq)
+        pool = _pool(str(lqs[(job.namespace, job.queue)]["spec"]["clusterQueue"]), cqs)
         if resize.new > resize.old and pool in busy:
             continue
         busy.add(pool)
