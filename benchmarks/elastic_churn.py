@@ -8,11 +8,16 @@ gains one per Running pod per second, and pays each resize with the seconds a re
 real nodes (a checkpoint and the group again: --resize-cost, from benchmarks/results/
 cluster-chaos-elastic_*); the benchmark deletes a job once its work is done. Meanwhile the
 inference tenant takes its lent GPUs back now and then (a reclaim). Every second it reads what
-Kueue holds: no ClusterQueue above its nominal quota plus borrowing limit, the cohort within its
-GPUs, and every job done by the end (none starved). It reports the GPUs held by running pods
-over the run (GPU-hours used against those available), the makespan and the job times.
+each tenant's Running pods hold (never above its ClusterQueue's nominal quota plus borrowing
+limit), what Kueue's status says each ClusterQueue holds (the same bound), the admitted
+Workloads (within the cohort's GPUs), Kueue's PodsReadyTimeout evictions, and that every job is
+done by the end (none starved). Work and GPUs held count by the clock, not by the sample: a
+slow sample (the elastic run reads more) weighs what it lasted. It reports the GPUs held by
+running pods over the run (GPU-hours used against those available), the makespan and the job
+times.
 
     python benchmarks/elastic_churn.py [--jobs 24] [--seed 1] [--resize-cost 20] [--racks]
+        [--pods-ready-timeout 15]
 
 Needs root, the built control plane (make controlplane) and helm (make tools). Writes
 benchmarks/results/elastic-churn_<hardware>_<date>.{json,md}.
@@ -107,12 +112,14 @@ def reclaim_job(index: int) -> Job:
 
 @dataclass
 class Run:
-    """One mode's run: its jobs, the GPUs held every second, what Kueue reserved."""
+    """One mode's run: its jobs, the GPU-seconds held, what went above quota."""
 
     elastic: bool
     jobs: list[Job]
-    held: list[int] = field(default_factory=list)  # GPUs of Running pods, each second
-    over_quota: list[str] = field(default_factory=list)
+    gpu_seconds: float = 0.0  # GPUs of Running pods, by the clock
+    over_quota: list[str] = field(default_factory=list)  # tenants' Running pods
+    status_over: list[str] = field(default_factory=list)  # Kueue's ClusterQueue status
+    timeouts: set[str] = field(default_factory=set)  # PodsReadyTimeout evictions
     seconds: float = 0.0
 
 
@@ -122,22 +129,22 @@ def running_pods(cluster: Any, job: Job) -> int:
                and not p["metadata"].get("deletionTimestamp"))  # fmt: skip
 
 
-def quota_problems(cluster: Any) -> list[str]:
-    """Each ClusterQueue holding more GPUs than its nominal quota plus borrowing limit, and
-    the admitted Workloads (one list: one snapshot) holding more than the nodes have. A slice
-    that an admitted one replaces is not counted: Kueue marks it Finished an update later, and
-    the new slice holds its pods too."""
+def quota_problems(cluster: Any, run: Run, pods_hold: dict[str, int]) -> None:
+    """Record each tenant whose Running pods (``pods_hold``: GPUs) exceed its ClusterQueue's
+    nominal quota plus borrowing limit, each ClusterQueue whose status says so, the admitted
+    Workloads (one list: one snapshot) holding more than the nodes have, and PodsReadyTimeout
+    evictions. A slice that an admitted one replaces is not counted: Kueue marks it Finished an
+    update later, and the new slice holds its pods too."""
     cqs = cluster.custom.list_cluster_custom_object(CLUSTER_QUEUES.group, CLUSTER_QUEUES.version,
                                                     CLUSTER_QUEUES.plural)["items"]  # fmt: skip
-    problems = []
     for cq in cqs:
-        q = quotas(cq).get(GPU)
-        if (
-            q is not None
-            and q.borrowing_limit is not None
-            and q.used > q.nominal + q.borrowing_limit
-        ):
-            problems.append(f"{cq['metadata']['name']} holds {q.used}")
+        name, q = cq["metadata"]["name"], quotas(cq).get(GPU)
+        if q is None or q.borrowing_limit is None:
+            continue
+        if pods_hold.get(name, 0) > q.nominal + q.borrowing_limit:
+            run.over_quota.append(f"{name}'s pods hold {pods_hold[name]}")
+        if q.used > q.nominal + q.borrowing_limit:
+            run.status_over.append(f"{name} holds {q.used}")
     workloads = cluster.custom.list_cluster_custom_object(WORKLOADS.group, WORKLOADS.version,
                                                           WORKLOADS.plural)["items"]  # fmt: skip
     held = [w for w in workloads if reserved(w)]
@@ -148,8 +155,13 @@ def quota_problems(cluster: Any) -> list[str]:
         if f"{w['metadata']['namespace']}/{w['metadata']['name']}" not in replaced
     )
     if total > GPUS_PER_NODE * GPU_NODES:
-        problems.append(f"admitted Workloads hold {total} GPUs")
-    return problems
+        run.over_quota.append(f"admitted Workloads hold {total} GPUs")
+    run.timeouts |= {
+        f"{w['metadata']['name']}@{c.get('lastTransitionTime')}"
+        for w in workloads
+        for c in (w.get("status") or {}).get("conditions") or []
+        if c.get("type") == "Evicted" and c.get("reason") == "PodsReadyTimeout"
+    }
 
 
 REPLACES = "kueue.x-k8s.io/workload-slice-replacement-for"  # <namespace>/<old slice>
@@ -177,16 +189,17 @@ def parallelism(cluster: Any, job: Job) -> int:
     return int(found.spec.parallelism or 0)
 
 
-def tick(cluster: Any, run: Run, now: float, resize_cost: float) -> None:
-    """One second of the run: each live job's work (a group trains only with all its pods
-    Running, and not while a resize's checkpoint and restart take), its end, the GPUs held
-    (by Running pods), the quota."""
-    held = 0
+def tick(cluster: Any, run: Run, now: float, elapsed: float, resize_cost: float) -> None:
+    """The ``elapsed`` seconds since the last sample: each live job's work (a group trains only
+    with all its pods Running, and not while a resize's checkpoint and restart take), its end,
+    the GPUs held (by Running pods), the quota."""
+    held, by_tenant = 0, {}
     for job in run.jobs:
         if job.submitted is None or job.finished is not None:
             continue
         running, size = running_pods(cluster, job), parallelism(cluster, job)
         held += running * GPUS_PER_NODE
+        by_tenant[job.tenant] = by_tenant.get(job.tenant, 0) + running * GPUS_PER_NODE
         if running and job.started is None:
             job.started = now
         if size != job.size:
@@ -196,18 +209,18 @@ def tick(cluster: Any, run: Run, now: float, resize_cost: float) -> None:
             job.size = size
             job.sizes.append(size)
         if running == size and now >= job.paused_until:
-            job.done += size
+            job.done += size * elapsed
         if job.done >= job.work:
             job.finished = now
             cluster.cancel(job.name, job.tenant)
-    run.held.append(held)
-    run.over_quota += quota_problems(cluster)
+    run.gpu_seconds += held * elapsed
+    quota_problems(cluster, run, by_tenant)
 
 
 def churn(cluster: Any, run: Run, resize_cost: float, limit: float) -> None:
     """Submit the stream on time, resize (elastic runs: the controller's rounds, here in this
     process), reclaim, and keep the work, every second, until every job is done."""
-    begun = time.monotonic()
+    begun = last = time.monotonic()
     reclaims = [(at, at + hold, reclaim_job(i)) for i, (at, hold) in enumerate(RECLAIMS)]
     while any(j.finished is None for j in run.jobs):
         now = time.monotonic() - begun
@@ -227,7 +240,8 @@ def churn(cluster: Any, run: Run, resize_cost: float, limit: float) -> None:
                 reclaimer.finished = now
         if run.elastic:
             one_round(cluster.custom)
-        tick(cluster, run, now, resize_cost)
+        tick(cluster, run, now, time.monotonic() - last, resize_cost)
+        last = time.monotonic()
         time.sleep(max(0.0, 1.0 - (time.monotonic() - begun - now)))
     run.seconds = time.monotonic() - begun
 
@@ -241,27 +255,29 @@ def summary(run: Run) -> dict[str, Any]:
     return {
         "mode": "elastic" if run.elastic else "fixed",
         "makespan_s": round(run.seconds, 1),
-        "gpu_hours_used": round(sum(run.held) / 3600, 3),
-        "utilization": round(sum(run.held) / (capacity * len(run.held)), 4),
+        "gpu_hours_used": round(run.gpu_seconds / 3600, 3),
+        "utilization": round(run.gpu_seconds / (capacity * run.seconds), 4),
         "mean_wait_s": round(sum(waits) / len(waits), 1),
         "max_wait_s": round(max(waits), 1),
         "mean_completion_s": round(sum(spans) / len(spans), 1),
         "resizes": sum(j.resizes for j in run.jobs),
         "over_quota": run.over_quota,
+        "status_over_quota": run.status_over,
+        "pods_ready_timeouts": len(run.timeouts),
         "jobs": [{"name": j.name, "tenant": j.tenant, "nodes": j.nodes, "work": j.work,
                   "sizes": j.sizes, "resizes": j.resizes} for j in run.jobs],
     }  # fmt: skip
 
 
 @contextmanager
-def design(racks: bool) -> Iterator[Any]:
+def design(racks: bool, pods_ready_s: float) -> Iterator[Any]:
     """The design's cluster as the tests start it (tests/support/devlab.py), with its 15 GPU
     nodes (the tests' has 4 a flavor), and its chart; without its rack topology unless
     ``racks``: the controller grows no job in a topology-aware flavor (elastic.settled)."""
     with tempfile.TemporaryDirectory(prefix="elastic-churn-") as root:
         cluster = start(Path(root), nodes=GPU_NODES, gpus=GPUS_PER_NODE, values=DESIGN_VALUES,
                         without=("mpi-operator",),
-                        extra=("--pods-ready-timeout", f"{PODS_READY_TIMEOUT_S}s"))  # fmt: skip
+                        extra=("--pods-ready-timeout", f"{pods_ready_s:g}s"))  # fmt: skip
         try:
             for namespace in expected_namespaces(DESIGN_VALUES):
                 cluster.ensure_namespace(namespace)
@@ -284,13 +300,22 @@ def design(racks: bool) -> Iterator[Any]:
             stop(cluster)
 
 
+def seen(results: list[dict[str, Any]], key: str, what: str) -> str:
+    """``what`` each mode saw at any sample under ``key``, or that none did."""
+    found = {r["mode"]: sorted(set(r[key])) for r in results if r[key]}
+    if not found:
+        return f"no {what} at any sample"
+    return f"{what}: " + "; ".join(f"{mode}: {', '.join(v)}" for mode, v in found.items())
+
+
 def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     fixed, elastic = sorted(results, key=lambda r: r["mode"] == "elastic")
     lines = [
         "# Elastic jobs under churn: the 50-node design on kwok",
         "",
         f"`python benchmarks/elastic_churn.py --jobs {args.jobs} --seed {args.seed} "
-        f"--resize-cost {args.resize_cost:g}{' --racks' if args.racks else ''}`: "
+        f"--resize-cost {args.resize_cost:g}{' --racks' if args.racks else ''} "
+        f"--pods-ready-timeout {args.pods_ready_timeout:g}`: "
         f"{'the design with' if args.racks else 'the design without'} its rack topology; "
         f"{args.jobs} jobs of 2 to 4 nodes x 8 GPUs "
         f"(tenants llm and vision), the same stream twice: at their fixed size, and elastic "
@@ -299,21 +324,21 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         f"GPUs); a resize costs {args.resize_cost:g} s of no progress.",
         "",
         "| mode | makespan (s) | GPU utilization | GPU-hours used | mean wait (s) | max wait (s) "
-        "| mean completion (s) | resizes | over quota |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| mean completion (s) | resizes | PodsReady timeouts | pods above quota "
+        "| status above quota |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in (fixed, elastic):
         cells = [r["mode"], r["makespan_s"], f"{r['utilization']:.1%}", r["gpu_hours_used"],
                  r["mean_wait_s"], r["max_wait_s"], r["mean_completion_s"], r["resizes"],
-                 len(r["over_quota"])]  # fmt: skip
+                 r["pods_ready_timeouts"], len(r["over_quota"]),
+                 len(r["status_over_quota"])]  # fmt: skip
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     ratio = elastic["utilization"] / fixed["utilization"]
-    over = {r["mode"]: sorted(set(r["over_quota"])) for r in (fixed, elastic) if r["over_quota"]}
-    quota = ("no ClusterQueue above its quota at any sample" if not over else
-             "samples above a quota (ClusterQueue status): " + "; ".join(
-                 f"{mode}: {', '.join(seen)}" for mode, seen in over.items()))  # fmt: skip
     lines += ["", f"Utilization elastic / fixed: **{ratio:.2f}**; every job done in both runs "
-              f"(none starved); {quota}.", ""]  # fmt: skip
+              f"(none starved); {seen(results, 'over_quota', 'tenants running pods above quota')}"
+              f"; {seen(results, 'status_over_quota', 'Kueue status above quota')}.",
+              ""]  # fmt: skip
     write_results("elastic-churn", lines, environment(), results)
 
 
@@ -324,13 +349,20 @@ def main() -> None:
     parser.add_argument("--resize-cost", type=float, default=20.0)
     parser.add_argument("--limit", type=float, default=1800.0, help="seconds a run may take")
     parser.add_argument(
+        "--pods-ready-timeout",
+        type=float,
+        default=PODS_READY_TIMEOUT_S,
+        help="Kueue's waitForPodsReady timeout (s); the tests' value by default, which a "
+        "2-core host under this churn overruns: a longer one keeps its evictions out",
+    )
+    parser.add_argument(
         "--racks",
         action="store_true",
         help="keep the design's rack topology (Kueue TAS): no job grows there",
     )
     args = parser.parse_args()
     results = []
-    with design(args.racks) as cluster:
+    with design(args.racks, args.pods_ready_timeout) as cluster:
         for elastic in (False, True):
             run = Run(elastic, stream(args.jobs, args.seed))
             churn(cluster, run, args.resize_cost, args.limit)
