@@ -21,10 +21,12 @@ from gpufleet.devcluster.kwok import RUN_FOR_A_DAY
 from gpufleet.errors import ClusterError, UserInputError
 from tests.cluster.test_devcluster_queues import submit_annotated
 from tests.support.devcluster import DevCluster, condition, needs_controlplane
-from tests.support.devlab import queued_job
+from tests.support.devlab import queued_job, tenant_leftovers
 from tests.support.procs import poll_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.controlplane, needs_controlplane]
+
+NAMES = ("stretch", "holder", "reclaimer")  # this module's jobs
 
 
 def job(lab: DevCluster, name: str) -> dict[str, Any]:
@@ -38,21 +40,6 @@ def admitted_size(lab: DevCluster, name: str) -> int | None:
         if name in owners and condition(wl, "Admitted") and not condition(wl, "Finished"):
             return int(wl["spec"]["podSets"][0]["count"])
     return None
-
-
-def left(lab: DevCluster) -> list[str]:
-    """This module's jobs' pods and Workloads, while any is there."""
-    names = ("stretch", "holder", "reclaimer")
-    found = []
-    for namespace in ("research", "product"):
-        pods = lab.core.list_namespaced_pod(namespace).items
-        found += [p.metadata.name for p in pods if p.metadata.name.startswith(names)]
-        found += [
-            w["metadata"]["name"]
-            for w in lab.workloads(namespace)
-            if any(o["name"] in names for o in w["metadata"].get("ownerReferences") or [])
-        ]
-    return found
 
 
 def rounds_until(lab: DevCluster, what: str, done: Any) -> Any:
@@ -103,4 +90,8 @@ def test_an_elastic_job_on_kueue_is_sized_to_the_quota_that_frees_and_is_left(
             with contextlib.suppress(ClusterError, UserInputError):  # cancelled already
                 lab.cancel(name, namespace)
         # gone before the next module: its pods and Workloads would count in Kueue's usage
-        poll_until(lambda: not left(lab), what="the jobs' pods and Workloads gone", timeout=120)
+        poll_until(
+            lambda: not tenant_leftovers(lab, NAMES),
+            what="the jobs' pods and Workloads gone",
+            timeout=120,
+        )

@@ -35,7 +35,7 @@ from tests.support.devcluster import (
     tenant_user,
     workload_of,
 )
-from tests.support.devlab import queued_job
+from tests.support.devlab import queued_job, tenant_leftovers
 from tests.support.procs import poll_until
 from tests.support.serving import parsed, service
 
@@ -57,9 +57,9 @@ def fleet(lab: DevCluster) -> Iterator[DevCluster]:
     # An earlier module's cancelled jobs' workloads and pods, while they are being deleted,
     # still count in Kueue's usage and in the GPUs the fleet page shows each tenant holding.
     try:
-        poll_until(lambda: not leftovers(lab), what="no workload or pod left", timeout=90)
+        poll_until(lambda: not tenant_leftovers(lab), what="no workload or pod left", timeout=90)
     except pytest.fail.Exception:
-        pytest.fail(f"left from earlier modules after 90 s: {leftovers(lab)}")
+        pytest.fail(f"left from earlier modules after 90 s: {tenant_leftovers(lab)}")
     try:
         for name, (ns, nodes, gpus, target) in JOBS.items():  # the 4-GPU job first, Running
             submit_annotated(lab, queued_job(name, ns, nodes=nodes, gpus=gpus), target,
@@ -83,19 +83,6 @@ def fleet(lab: DevCluster) -> Iterator[DevCluster]:
         for name, ns in [(n, j[0]) for n, j in JOBS.items()] + [("served", "product")]:
             with contextlib.suppress(UserInputError):  # not made: the set-up failed before
                 lab.cancel(name, ns)
-
-
-def leftovers(lab: DevCluster) -> list[str]:
-    """The tenants' workloads and pods: name, phase, and whether they are being deleted."""
-    out = [f"{ns}/{w['metadata']['name']} (Workload)" for ns in ("research", "product")
-           for w in lab.workloads(ns)]  # fmt: skip
-    for pod in (
-        lab.core.list_namespaced_pod("research").items
-        + lab.core.list_namespaced_pod("product").items
-    ):
-        gone = " deleting" if pod.metadata.deletion_timestamp else ""
-        out.append(f"{pod.metadata.namespace}/{pod.metadata.name} {pod.status.phase}{gone}")
-    return out
 
 
 def test_the_admin_sees_every_job_saying_what_status_says(fleet: DevCluster) -> None:
@@ -200,7 +187,7 @@ def test_the_dashboards_jobs_and_queues_in_a_browser(fleet: DevCluster) -> None:
         page.locator("#tenants").wait_for()
         held = {t: page.locator(f'#tenants tr[data-tenant="{t}/NVIDIA-A30"] td').last.inner_text()
                 for t in ("research", "product")}  # fmt: skip
-        held_by = leftovers(fleet)  # what holds them, should the count be wrong
+        held_by = tenant_leftovers(fleet)  # what holds them, should the count be wrong
         assert held == {"research": "4", "product": "1"}, held_by  # holds's 4, other's 1
         screenshot(page, "fleet")
         page.click("header a[href='/serving']")

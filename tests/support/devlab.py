@@ -77,6 +77,24 @@ def lab_installed(devcluster: DevCluster) -> Iterator[DevCluster]:
                    timeout=120, interval=1, what="the lab release to be gone")  # fmt: skip
 
 
+def tenant_leftovers(lab: DevCluster, owners: tuple[str, ...] = ()) -> list[str]:
+    """The lab tenants' Workloads and pods (only those of the jobs ``owners`` names, if any):
+    name, phase, and whether they are being deleted. Until they are gone, they count in
+    Kueue's usage and in the GPUs the fleet page shows each tenant holding."""
+    out = []
+    for ns in ("research", "product"):
+        for w in lab.workloads(ns):
+            owned = [o["name"] for o in w["metadata"].get("ownerReferences") or []]
+            if not owners or set(owned) & set(owners):
+                out.append(f"{ns}/{w['metadata']['name']} (Workload)")
+        for pod in lab.core.list_namespaced_pod(ns).items:
+            if owners and not pod.metadata.name.startswith(owners):
+                continue
+            gone = " deleting" if pod.metadata.deletion_timestamp else ""
+            out.append(f"{ns}/{pod.metadata.name} {pod.status.phase}{gone}")
+    return out
+
+
 def queued_job(name: str, tenant: str, nodes: int, gpus: int, target: str | None = None,
                **spec: Any) -> dict[str, Any]:  # fmt: skip
     """A queued digits job of ``tenant``, its checkpoints in S3; for a TensorFlow or Ray

@@ -176,14 +176,14 @@ def available(name: str, key: tuple[str, str], cluster_queues: dict[str, Obj]) -
     return max(Decimal(0), free)
 
 
-def pods_that_fit(job: ElasticJob, cq: str, flavors: dict[str, str] | str,
+def pods_that_fit(per_pod: dict[str, Decimal], cq: str, flavors: dict[str, str] | str,
                   cluster_queues: dict[str, Obj]) -> int:  # fmt: skip
-    """How many more pods of ``job`` the free quota holds, each resource in its flavor
+    """How many more pods asking ``per_pod`` the free quota holds, each resource in its flavor
     (``flavors``: resource -> flavor, as Kueue assigned them; or one flavor for all). A resource
     the ClusterQueue does not cover there: none (Kueue would not admit it), but ``pods``."""
     covered = set(quotas(cluster_queues[cq]))
     fits = []
-    for resource, each in job.per_pod.items():
+    for resource, each in per_pod.items():
         flavor = flavors if isinstance(flavors, str) else flavors.get(resource, "")
         if each <= 0 or (resource == "pods" and (flavor, resource) not in covered):
             continue
@@ -238,17 +238,9 @@ def demand(workload: Obj) -> dict[str, Decimal]:
     return total
 
 
-def admissible(asked: dict[str, Decimal], cq: str, cluster_queues: dict[str, Obj]) -> bool:
-    """Whether ``cq`` could admit ``asked`` with its cohort idle: in one of its flavors, each
-    resource within what it may use then (its borrowingLimit, the cohort's lendable quota)."""
-    idle = {name: {**q, "status": {}} for name, q in cluster_queues.items()}
-    covered = set(quotas(idle[cq]))
-    return any(
-        all(amount <= 0 or (resource == "pods" and (flavor, resource) not in covered)
-            or ((flavor, resource) in covered and amount <= available(cq, (flavor, resource), idle))
-            for resource, amount in asked.items())
-        for flavor in flavor_order(idle[cq])
-    )  # fmt: skip
+def idle(cluster_queues: dict[str, Obj]) -> dict[str, Obj]:
+    """The ClusterQueues as if nothing held any of their quota."""
+    return {name: {**q, "status": {}} for name, q in cluster_queues.items()}
 
 
 def waiting_pools(workloads: list[Obj], local_queues: dict[tuple[str, str], Obj],
@@ -256,12 +248,13 @@ def waiting_pools(workloads: list[Obj], local_queues: dict[tuple[str, str], Obj]
     """The cohorts (or lone ClusterQueues) where a Workload waits for quota that they could
     ever give it: no job grows there. One that asks for more than its cohort holds waits for
     ever, and does not stop the others growing."""
-    pools = set()
+    pools, empty = set(), idle(cluster_queues)
     for workload in filter(pending, workloads):
         lq = local_queues.get((workload["metadata"].get("namespace", ""),
                                (workload.get("spec") or {}).get("queueName", "")))  # fmt: skip
         cq = ((lq or {}).get("spec") or {}).get("clusterQueue")
-        if cq in cluster_queues and admissible(demand(workload), cq, cluster_queues):
+        if cq in cluster_queues and any(pods_that_fit(demand(workload), cq, flavor, empty)
+                                        for flavor in flavor_order(empty[cq])):  # fmt: skip
             pools.add(_pool(cq, cluster_queues))
     return pools
 
@@ -306,12 +299,12 @@ def decide(job: ElasticJob, workloads: list[Obj], local_queues: dict[tuple[str, 
     grows = admitted and len(admitted) == len(mine) and all(map(settled, admitted))
     if grows and not suspended and job.size < job.high:
         flavors = _admitted_flavors(admitted[-1])  # a new slice keeps its flavors
-        more = pods_that_fit(job, cq, flavors, cluster_queues) if flavors else 0
+        more = pods_that_fit(job.per_pod, cq, flavors, cluster_queues) if flavors else 0
         new = min(job.high, job.size + more)
         if new > job.size:
             return Resize(job.namespace, job.name, job.size, new, cohort_cause(cq, cluster_queues))
     if suspended and not admitted and mine:
-        fit = max((pods_that_fit(job, cq, f, cluster_queues) for f in flavor_order(
+        fit = max((pods_that_fit(job.per_pod, cq, f, cluster_queues) for f in flavor_order(
             cluster_queues[cq])), default=0)  # fmt: skip
         new = min(job.size, fit)
         if job.low <= new < job.size:
