@@ -34,6 +34,10 @@ API_CLASSES = ("CustomObjectsApi", "CoreV1Api", "AppsV1Api", "PolicyV1Api", "Aut
 
 
 REASONS = {403: "Forbidden", 404: "NotFound", 409: "AlreadyExists"}
+# The API server's words for an update with an older resourceVersion (apiserver's
+# storage.NewConflictError, seen on the local control plane).
+CONFLICTED = ('Operation cannot be fulfilled on {} "{}": the object has been modified; please '
+              "apply your changes to the latest version and try again")  # fmt: skip
 
 
 def _terms(selector: str | None) -> list[tuple[str, str]]:
@@ -216,7 +220,11 @@ class FakeKube:
         obj = self._get((group, version, namespace, plural, name))
         given = (body.get("metadata") or {}).get("resourceVersion")
         if given is not None and given != obj["metadata"].get("resourceVersion"):
-            raise k8s.ApiException(status=409, reason=REASONS[409])
+            exc = k8s.ApiException(status=409, reason="Conflict")
+            said = CONFLICTED.format(f"{plural}.{group}", name)
+            exc.body = json.dumps({"kind": "Status", "status": "Failure", "reason": "Conflict",
+                                   "code": 409, "message": said})  # fmt: skip
+            raise exc
         _merge(obj, body)
         obj["metadata"]["resourceVersion"] = str(
             int(obj["metadata"].get("resourceVersion") or 0) + 1

@@ -6,6 +6,7 @@ read or did not find."""
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -74,6 +75,24 @@ def test_the_servers_words_are_one_line(body: str, want: str) -> None:
     assert server_message(exception(422, body)) == want
     assert str(to_cluster_error(exception(422, body), "create Job a")) == (
         f"create Job a: rejected as invalid: {want}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "want"),
+    [
+        ("AlreadyExists", "already exists (gpufleet cancel it first)"),
+        ("Conflict", "changed since it was read (a newer version is stored; read it again)"),
+    ],
+)
+def test_a_409_says_whether_the_object_exists_or_changed_since_it_was_read(
+    reason: str, want: str
+) -> None:
+    """Both are HTTP 409; the Status's reason tells a create of a taken name from an update
+    with an older resourceVersion."""
+    body = json.dumps({"kind": "Status", "reason": reason, "message": "m"})
+    assert str(to_cluster_error(exception(409, body, "Conflict"), "patch Job a")) == (
+        f"patch Job a: {want}: m"
     )
 
 

@@ -70,7 +70,9 @@ def test_a_job_changed_since_it_was_read_waits_for_the_next_round(
     monkeypatch.setattr(kube, "list_cluster_custom_object", stale)
     assert one_round(kube.api("CustomObjectsApi"), NOW) == []
     assert stored(kube)["spec"]["parallelism"] == 1
-    assert "resize Job research/e: " in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert said.startswith("gpufleet elastic: resize Job research/e: changed since it was"), said
+    assert "already exists" not in said and "the object has been modified" in said
 
 
 class _Twice(threading.Event):

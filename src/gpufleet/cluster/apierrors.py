@@ -17,6 +17,9 @@ REASONS = {
     409: "already exists (gpufleet cancel it first)",
     422: "rejected as invalid",
 }
+# A 409 whose Status says Conflict, not AlreadyExists: an update that carried an older
+# resourceVersion than the stored object's (Kubernetes' optimistic concurrency).
+CONFLICT = "changed since it was read (a newer version is stored; read it again)"
 
 
 @cache
@@ -38,15 +41,20 @@ def status_code(exc: Exception) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def status_field(exc: Exception, field: str) -> str:
+    """A field of the API server's Status body (``message``, ``reason``), or ""."""
+    body = getattr(exc, "body", "") or ""
+    try:
+        return str(json.loads(body).get(field, "") or "") if body else ""
+    except (ValueError, AttributeError):
+        return ""
+
+
 def server_message(exc: Exception) -> str:
     """The API server's own words: the ``message`` of its Status body (one line), else the
     body or reason as given."""
     body = getattr(exc, "body", "") or ""
-    try:
-        message = json.loads(body).get("message", "") if body else ""
-    except (ValueError, AttributeError):
-        message = ""
-    text = str(message or body or getattr(exc, "reason", "") or "")
+    text = str(status_field(exc, "message") or body or getattr(exc, "reason", "") or "")
     return " ".join(text.split())[:500]
 
 
@@ -59,4 +67,6 @@ def to_cluster_error(exc: Exception, doing: str) -> ClusterError:
     what = REASONS.get(code, f"HTTP {code}")
     if code == 403 and " cannot " in detail:
         what = "forbidden (RBAC)"
+    if code == 409 and status_field(exc, "reason") == "Conflict":
+        what = CONFLICT
     return ClusterError(f"{doing}: {what}: {detail}" if detail else f"{doing}: {what}")
