@@ -7,6 +7,7 @@ activation checkpointing and gradient accumulation resumes bit-exactly after a c
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ RESIZE_WORKLOAD = {"name": "synthetic", "steps": STEPS, "batchSize": 16, "logEve
 # |loss after resize - loss straight| / loss. Bitwise equality is impossible: the world size
 # changes the order in which gradients are summed. Measured: at most 2e-7 (fp32).
 RESIZE_RTOL = 1e-5
+NAME = "elastic"
 
 
 def resize_job(name: str, strategy: str, procs: int, **spec: Any) -> dict[str, Any]:
@@ -53,24 +55,49 @@ def straight_runs(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return get
 
 
+@pytest.fixture(scope="module")
+def failed_at_25(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A job of (strategy, world size) that failed at step 25 (its checkpoint of step 20, its
+    sample log), made on first use; each test resumes its own copy (copied_into), so that
+    several resizes from one size pay for its first run once."""
+    made: dict[tuple[str, int], Path] = {}
+
+    def get(strategy: str, procs: int) -> Path:
+        if (strategy, procs) not in made:
+            where = tmp_path_factory.mktemp(f"failed-{strategy}-{procs}")
+            spec = write_spec(where, resize_job(NAME, strategy, procs, maxRestarts=0))
+            env = {**cli_env(), "GPUFLEET_SAMPLE_LOG": str(where / "samples"),
+                   "GPUFLEET_FAULTS": "exit@step=25,rank=0"}  # fmt: skip
+            failed = run_cli("run", str(spec), "-o", "json", cwd=where, env=env)
+            assert failed.returncode == 1, failed.stderr[-2000:]
+            made[strategy, procs] = where
+        return made[strategy, procs]
+
+    return get
+
+
+def copied_into(workdir: Path, failed: Path) -> Path:
+    """The failed job's spec, checkpoints and sample log in ``workdir``; its spec's path."""
+    shutil.copytree(failed, workdir, dirs_exist_ok=True)
+    return workdir / "job.yaml"
+
+
 @pytest.mark.parametrize(
     ("strategy", "first", "second"),
-    [("ddp", 2, 1), ("ddp", 1, 2), ("fsdp", 2, 1), ("fsdp", 2, 4), ("fsdp", 1, 2)],
-    ids=["ddp-2to1", "ddp-1to2", "fsdp-2to1", "fsdp-2to4", "fsdp-1to2"],
+    [("ddp", 2, 1), ("fsdp", 2, 1), ("fsdp", 2, 4), ("fsdp", 1, 2)],
+    ids=["ddp-2to1", "fsdp-2to1", "fsdp-2to4", "fsdp-1to2"],
 )
 def test_resume_at_another_world_size(
-    workdir: Path, straight_runs: Any, strategy: str, first: int, second: int
+    workdir: Path, straight_runs: Any, failed_at_25: Any, strategy: str, first: int, second: int
 ) -> None:
     """Elastic resume: DCP reshards model and optimizer, every step after the resize trains on
     the samples it would have (the sample-id log), and the loss matches an uninterrupted run
-    at the same global batch."""
+    at the same global batch. (DDP's growth, 1 to 2 and 2 to 4, is test_exact_world_sizes'
+    resized job's: the same reshard and data position, with its digest.)"""
     straight, straight_samples = straight_runs(strategy, first)
     env = cli_env()
     env["GPUFLEET_SAMPLE_LOG"] = str(workdir / "samples")
-    spec = write_spec(workdir, resize_job("elastic", strategy, first, maxRestarts=0))
-    failed = run_cli("run", str(spec), "-o", "json", cwd=workdir,
-                     env={**env, "GPUFLEET_FAULTS": "exit@step=25,rank=0"})  # fmt: skip
-    assert failed.returncode == 1, failed.stderr[-2000:]
+    spec = copied_into(workdir, failed_at_25(strategy, first))
     again = run_cli("run", str(spec), "--set", f"spec.procsPerNode={second}", "-o", "json",
                     cwd=workdir, env=env)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
@@ -93,18 +120,18 @@ def test_resume_at_another_world_size(
         assert len(ids) == len(set(ids)), f"a sample twice in epoch {epoch}"
 
 
-def test_a_world_size_the_global_batch_cannot_split_is_refused(workdir: Path) -> None:
-    spec = write_spec(workdir, resize_job("odd", "fsdp", 2, maxRestarts=0))
-    env = {**cli_env(), "GPUFLEET_FAULTS": "exit@step=25,rank=0"}
-    assert run_cli("run", str(spec), cwd=workdir, env=env).returncode == 1
-    ckpts = workdir / ".gpufleet/runs/odd/checkpoints"
+def test_a_world_size_the_global_batch_cannot_split_is_refused(
+    workdir: Path, failed_at_25: Any
+) -> None:
+    spec = copied_into(workdir, failed_at_25("fsdp", 2))
+    ckpts = workdir / f".gpufleet/runs/{NAME}/checkpoints"
     before = sorted(ckpts.iterdir())
     proc = run_cli("run", str(spec), "--set", "spec.procsPerNode=3", cwd=workdir)
     assert proc.returncode == 2, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last == (
-        "job odd failed: the checkpoint of step 20 (written by 2 workers) trains with a global "
-        "batch of 32 samples per step, which 3 workers x 1 micro-batch cannot split evenly: "
+        f"job {NAME} failed: the checkpoint of step 20 (written by 2 workers) trains with a "
+        "global batch of 32 samples per step, which 3 workers x 1 micro-batch cannot split evenly: "
         "resume with a world size among 1, 2, 4, 8, 16, 32"
     )
     assert sorted(ckpts.iterdir()) == before  # nothing written, nothing set aside

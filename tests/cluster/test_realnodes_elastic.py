@@ -29,6 +29,7 @@ from gpufleet.errors import ClusterError, UserInputError
 from gpufleet.kube import ANNOTATION_RESIZES
 from tests.support.attacks import impersonating
 from tests.support.chart import CHART
+from tests.support.claims import shared_claim
 from tests.support.cli import cli_env, gpufleet_cmd
 from tests.support.devcluster import DevCluster
 from tests.support.procs import poll_until
@@ -43,7 +44,6 @@ from tests.support.realnodes import (
     project_image,
     real_job,
     record,
-    shared_claim,
     submit,
 )
 from tests.support.specs import digits_job, write_spec

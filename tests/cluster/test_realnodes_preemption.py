@@ -3,7 +3,9 @@ product's idle GPUs (8 = its 6 + 2 lent) and trains on both real nodes; product 
 that needs its GPUs back; Kueue evicts the borrower (reclaimWithinCohort). The kubelet sends
 SIGTERM, both ranks checkpoint at the same step and their pods exit 75; the job is requeued
 without spending maxRestarts, admitted again once product's job is done, resumes from that
-checkpoint and ends with the weights of the same job run here without interruption.
+checkpoint and ends with the weights of the same job run here without interruption. A JobSet
+here; an Indexed Job's preemption is test_realnodes_elastic's (an elastic Job reclaimed the
+same way, readmitted, no restart spent, the uninterrupted digest).
 
 The timings (eviction to pods gone, readmission to the resumed first step, steps lost) are
 recorded where $GPUFLEET_RECORD names a file (benchmarks/cluster_chaos.py)."""
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.support.browser import chromium, dashboard, missing, screenshot
+from tests.support.claims import shared_claim
 from tests.support.devcluster import BoundPods, DevCluster, condition, workload_of
 from tests.support.procs import poll_until
 from tests.support.realnodes import (
@@ -32,7 +35,6 @@ from tests.support.realnodes import (
     log_time,
     real_job,
     record,
-    shared_claim,
     submit,
 )
 from tests.support.references import LONG, WORKLOAD, local_digest
@@ -42,6 +44,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.controlplane, pytest.mark.realnodes,
 
 LENDER_TENANT = "product"  # the chart's lab values: lends research 2 of its 6 GPUs
 STEPS, EVERY = LONG
+TARGET = "jobset"
 PREEMPTED = re.compile(r"gpufleet: preempted at step (\d+)")
 RESUMED = re.compile(r"gpufleet: resumed from step (\d+)")
 
@@ -81,14 +84,10 @@ def since(cond: dict[str, Any] | None) -> float | None:
     return datetime.fromisoformat(cond["lastTransitionTime"].replace("Z", "+00:00")).timestamp()
 
 
-def restarts_spent(cluster: DevCluster, name: str, target: str) -> int:
-    """What the job's controller counted against spec.maxRestarts: a Job's failed pods, a
-    JobSet's restarts that count towards its maximum (a free restart, its rule for exit 75,
-    counts in status.restarts only; it happens when a child Job sees its pods exit 75 before
-    the suspension reaches it)."""
-    if target == "job":
-        job = cluster.typed("BatchV1Api").read_namespaced_job_status(name, TENANT).status
-        return int(job.failed or 0)
+def restarts_spent(cluster: DevCluster, name: str) -> int:
+    """What the JobSet's controller counted against spec.maxRestarts: its restarts that count
+    towards its maximum (a free restart, its rule for exit 75, counts in status.restarts only;
+    it happens when a child Job sees its pods exit 75 before the suspension reaches it)."""
     return int(jobset_status(cluster, name).get("restartsCountTowardsMax") or 0)
 
 
@@ -113,16 +112,15 @@ def ended(pods: dict[str, dict[str, Any]], first: set[str], logs: str) -> str:
     return "\n".join([*said, logs[-4000:]])
 
 
-@pytest.mark.parametrize("target", ["job", "jobset"])
 def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
-    reallab: DevCluster, lender_claim: str, target: str
+    reallab: DevCluster, lender_claim: str
 ) -> None:
-    name, lender = f"borrower-{target}", f"lender-{target}"
+    name, lender = f"borrower-{TARGET}", f"lender-{TARGET}"
     doc = real_job(name, 2, 1)
     doc["spec"].update(resources={"gpu": 4}, maxRestarts=1)  # both nodes' 4: 2 borrowed
     doc["spec"]["workload"] = {**WORKLOAD, "steps": STEPS, "logEvery": 100}
     doc["spec"]["checkpoint"]["everySteps"] = EVERY
-    submit(reallab, doc, target)
+    submit(reallab, doc, TARGET)
     with BoundPods(reallab, TENANT, name) as seen:
         poll_until(lambda: checkpoints(reallab, name), what="the borrower's first checkpoint",
                    timeout=300, interval=0.5)  # fmt: skip
@@ -149,11 +147,10 @@ def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
     # the checkpoint), which cost nothing of maxRestarts
     codes = exit_codes({n: p for n, p in seen.pods.items() if n in first})
     assert codes == {n: [75] for n in first}, ended(seen.pods, first, logs)
-    assert restarts_spent(reallab, name, target) == 0
+    assert restarts_spent(reallab, name) == 0
     local = local_digest(reallab.root, 2, 1, STEPS, EVERY)
     assert digests_in_logs(reallab, name) == [local]
-    # the page while its pods are there (one target: a JobSet's page reads the same)
-    shown = the_page_shows_the_preemption(reallab, name) if target == "job" else None
+    shown = the_page_shows_the_preemption(reallab, name)  # while its pods are there
     kept = kept_logs_once_pods_are_gone(reallab, name)
     (preempted,) = map(int, PREEMPTED.findall(kept))
     (resumed,) = map(int, RESUMED.findall(kept))
@@ -165,12 +162,12 @@ def test_a_borrower_preempted_by_kueue_resumes_with_the_uninterrupted_weights(
     assert re.search(rf"gpufleet: {preempted} steps; state digest", kept), kept[-3000:]
     assert len(DIGEST.findall(kept)) == 2 and local in DIGEST.findall(kept), kept[-3000:]
     record(
-        f"kueue-preemption-{target}",
+        f"kueue-preemption-{TARGET}",
         evicted_to_pods_gone_s=t_gone - t_evicted,
         readmitted_to_resumed_s=resumed_at - t_admitted,
         steps_lost=preempted - resumed,
         preempted_at_step=preempted,
-        free_restarts=free_restarts(reallab, name, target),
+        free_restarts=int(jobset_status(reallab, name).get("restarts") or 0),
     )
     for job, ns in ((name, TENANT), (lender, LENDER_TENANT)):
         assert reallab.cancel(job, ns)
@@ -200,10 +197,3 @@ def the_page_shows_the_preemption(cluster: DevCluster, name: str) -> int | None:
         assert resumed, logs[-3000:]
         screenshot(page, "job-preempted")
     return int(resumed.group(1))
-
-
-def free_restarts(cluster: DevCluster, name: str, target: str) -> int:
-    """The restarts a JobSet made that cost nothing (0 for a Job)."""
-    if target == "job":
-        return 0
-    return int(jobset_status(cluster, name).get("restarts") or 0)

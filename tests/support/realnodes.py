@@ -34,7 +34,6 @@ from gpufleet.devcluster.realnodes.host import (
     undo_orphan,
 )
 from gpufleet.devcluster.realnodes.images import image_cache, names_in
-from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
 from gpufleet.devcluster.state import DEFAULT_DIR, State
 from gpufleet.launch.shim import WORKER_NAME
 from tests.support import devcluster, references
@@ -164,19 +163,6 @@ TENANT = "research"
 # The page's claim for checkpoints (its group "platform" creates it): its name has one home.
 CLAIM_FILE = REPO / "examples" / "local-cluster" / "checkpoints-claim.yaml"
 CLAIM = yaml.safe_load(CLAIM_FILE.read_text())["metadata"]["name"]
-
-
-def shared_claim(
-    cluster: devcluster.DevCluster, name: str, volume: str | None = None, namespace: str = ""
-) -> None:
-    """A ReadWriteMany claim in the tenant (or ``namespace``) on the real nodes' shared storage
-    class; bound to ``volume`` at once when given (the class binds others when a pod first uses
-    them)."""
-    spec = {"accessModes": ["ReadWriteMany"], "storageClassName": STORAGE_CLASS,
-            "resources": {"requests": {"storage": "1Gi"}}}  # fmt: skip
-    cluster.core.create_namespaced_persistent_volume_claim(namespace or TENANT, {
-        "metadata": {"name": name}, "spec": {**spec, **({"volumeName": volume} if volume else {})},
-    })  # fmt: skip
 
 
 def session_lab(cluster: devcluster.DevCluster) -> Iterator[devcluster.DevCluster]:

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.devcluster.realnodes.storage import STORAGE_CLASS
+from tests.support.claims import shared_claim
 from tests.support.devcluster import DevCluster
-from tests.support.realnodes import TENANT, project_image, shared_claim
+from tests.support.realnodes import TENANT, project_image
 
 MODEL = "digits"
 
