@@ -148,30 +148,44 @@ sbom() {
 # Write the archive next to its final name, then move it there and point the link at it. Layers
 # are zstd-compressed (containerd >= 1.5 reads them): as fast to write as gzip here and ~10%
 # smaller; uncompressed ones were slower to write and to import (benchmarks/results/image-build_*).
+# buildah pushes into a layout seeded with the layers that the flavor's last archive (and the
+# own flavor's base) holds, so it compresses and writes only the new ones, and
+# scripts/oci_archive.py packs the archive, taking the held ones from there: after a change in
+# src/, the few small layers above torch's, not all 3.4 GB again.
 export_archive() {
   local flavor=$1 key=$2 out
   out=$(archive_path "$flavor" "$key")
-  rm -f "$out.tmp"
-  buildah push --quiet --compression-format zstd "$(image_name "$flavor" "$key")" \
-    "oci-archive:$out.tmp:$(image_name "$flavor" "$key")"
   if [ "$flavor" = own ] && [ ! -f "$(own_base_archive)" ]; then  # written once
-    buildah push --quiet --compression-format zstd "$(own_base)" \
-      "oci-archive:$(own_base_archive).tmp:$(own_base)"
-    mv "$(own_base_archive).tmp" "$(own_base_archive)"
+    pack_archive "$(own_base)" "$(own_base_archive)"
   fi
-  mv "$out.tmp" "$out"
+  if [ "$flavor" = own ]; then
+    pack_archive "$(image_name "$flavor" "$key")" "$out" "$IMAGE_CACHE/gpufleet-own.tar" \
+      "$(own_base_archive)"
+  else
+    pack_archive "$(image_name "$flavor" "$key")" "$out" "$IMAGE_CACHE/gpufleet-$flavor.tar"
+  fi
   ln -sfn "$(basename "$out")" "$IMAGE_CACHE/gpufleet-$flavor.tar"
+}
+
+# pack_archive IMAGE OUT [ARCHIVE...]: IMAGE's archive at OUT, reusing the ARCHIVEs' layers.
+pack_archive() {
+  local image=$1 out=$2 layout
+  shift 2
+  layout="$out.layout.tmp"
+  rm -rf "$layout" "$out.tmp"
+  python3 scripts/oci_archive.py seed "$layout" "$@"
+  buildah push --quiet --compression-format zstd "$image" "oci:$layout:$image"
+  python3 scripts/oci_archive.py pack "$layout" "$image" "$out.tmp" "$@"
+  rm -rf "$layout"
+  mv "$out.tmp" "$out"
 }
 
 # Keep one archive and one image (with its build stage) per flavor; drop what a build that
 # was stopped left behind (untagged images with the Dockerfile's vendor label). Layers that the
 # current image shares stay: they are the cache of the next build.
 prune() {
-  local flavor=$1 key=$2 keep ref id
-  keep=$(basename "$(archive_path "$flavor" "$key")")
-  for f in "$IMAGE_CACHE/gpufleet-$flavor"-*.tar "$IMAGE_CACHE/gpufleet-$flavor"-*.tar.tmp; do
-    if [ -f "$f" ] && [ "$(basename "$f")" != "$keep" ]; then rm -f "$f"; fi
-  done
+  local flavor=$1 key=$2 ref id
+  prune_archives "$flavor" "$key" "$(readlink "$IMAGE_CACHE/gpufleet-$flavor.tar" || true)"
   for f in "$IMAGE_CACHE/gpufleet-$flavor"-*.json "$IMAGE_CACHE/gpufleet-$flavor"-*.json.tmp; do
     if [ -f "$f" ] && [[ "$(basename "$f")" != "gpufleet-$flavor-$key".* ]]; then rm -f "$f"; fi
   done
@@ -202,6 +216,19 @@ prune() {
     # shellcheck disable=SC2086  # one ID a word
     buildah rmi $id >/dev/null 2>&1 || break
   done
+}
+
+# The flavor's archives but this build's and LAST (the link's target until this build's archive
+# is written: its layers are reused); and what a stopped export left.
+prune_archives() {
+  local flavor=$1 keep last=${3:-} f
+  keep=$(basename "$(archive_path "$flavor" "$2")")
+  for f in "$IMAGE_CACHE/gpufleet-$flavor"-*.tar "$IMAGE_CACHE/gpufleet-$flavor"-*.tar.tmp; do
+    if [ -f "$f" ] && [ "$(basename "$f")" != "$keep" ] && [ "$(basename "$f")" != "$last" ]; then
+      rm -f "$f"
+    fi
+  done
+  rm -rf "$IMAGE_CACHE"/*.layout.tmp
 }
 
 report() {
@@ -239,8 +266,8 @@ main() {
   SECONDS=0
   build "$flavor" "$key"
   echo "build: ${SECONDS} s" && SECONDS=0
-  # The other builds go before this one's archive is written: both archives at once (3.5 GB
-  # each) is what a tight disk cannot hold.
+  # The other builds go before this one's archive is written, but the last archive, whose
+  # layers it takes (scripts/oci_archive.py): that and the new one are what a tight disk holds.
   prune "$flavor" "$key"
   echo "prune: ${SECONDS} s" && SECONDS=0
   if [ "$flavor" != own ]; then
@@ -248,6 +275,7 @@ main() {
     echo "sbom: ${SECONDS} s" && SECONDS=0
   fi
   export_archive "$flavor" "$key"
+  prune_archives "$flavor" "$key"
   echo "export: ${SECONDS} s"
   report "$flavor" "$key"
 }

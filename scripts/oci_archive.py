@@ -1,0 +1,160 @@
+"""An image's OCI archive whose layers an earlier archive holds are taken from there instead of
+compressed again (scripts/build-image.sh, export_archive):
+
+    python3 scripts/oci_archive.py seed LAYOUT [ARCHIVE...]
+    buildah push --compression-format zstd IMAGE oci:LAYOUT:IMAGE
+    python3 scripts/oci_archive.py pack LAYOUT IMAGE OUT [ARCHIVE...]
+
+Why by hand: buildah 1.28's containers/image (5.23) compresses every layer again for an OCI
+destination, even into a layout that holds them compressed (benchmarks/results/image-build_*):
+torch's 4.9 GB layer, minutes of a build, for each change of one file in src/. What it does
+skip is a layer whose own digest (its diff ID, the uncompressed one) its layout holds: so the
+layout is seeded with an empty stand-in for each layer the earlier archives hold (their
+manifests' layers beside their configs' diff_ids), the push compresses and writes only the
+others, and pack puts the held layers in from those archives, compressed as they are there.
+containerd checks each blob's digest as it imports the archive, and each layer's diff ID as it
+unpacks it. Standard library only: it runs before the project's environment exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REF_NAME = "org.opencontainers.image.ref.name"
+LAYER = "application/vnd.oci.image.layer.v1.tar"  # uncompressed; "+zstd", "+gzip" compressed
+COPY_BUFFER = 1 << 20
+
+
+@dataclass(frozen=True)
+class Held:
+    """A compressed layer in an earlier archive: where it is and what it is."""
+
+    archive: Path
+    media_type: str
+    digest: str
+    size: int
+
+
+def _blob(digest: str) -> str:
+    algorithm, hexits = digest.split(":", 1)
+    return f"blobs/{algorithm}/{hexits}"
+
+
+def _json_member(tar: tarfile.TarFile, name: str) -> Any:
+    member = tar.extractfile(name)
+    if member is None:
+        raise KeyError(name)
+    return json.load(member)
+
+
+def held_layers(archives: list[Path]) -> dict[str, Held]:
+    """Each compressed layer of the archives' images, by its diff ID; an archive that is missing
+    (a first build) or unreadable (said) adds nothing: its layers are compressed again."""
+    held: dict[str, Held] = {}
+    for archive in filter(Path.is_file, archives):
+        try:
+            with tarfile.open(archive) as tar:
+                for entry in _json_member(tar, "index.json").get("manifests", []):
+                    manifest = _json_member(tar, _blob(entry["digest"]))
+                    config = _json_member(tar, _blob(manifest["config"]["digest"]))
+                    pairs = zip(config["rootfs"]["diff_ids"], manifest["layers"], strict=True)
+                    for diff_id, layer in pairs:
+                        if layer["mediaType"].startswith(LAYER + "+"):
+                            held[diff_id] = Held(archive, layer["mediaType"], layer["digest"],
+                                                 layer["size"])  # fmt: skip
+        except (OSError, KeyError, ValueError, tarfile.TarError) as exc:
+            print(f"oci_archive: {archive}: nothing reused ({exc!r})", file=sys.stderr)
+    return held
+
+
+def seed(layout: Path, archives: list[Path]) -> int:
+    """An empty layout with a stand-in blob for each held layer; how many."""
+    blobs = layout / "blobs" / "sha256"
+    blobs.mkdir(parents=True, exist_ok=True)
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    (layout / "index.json").write_text('{"schemaVersion": 2, "manifests": []}')
+    held = held_layers(archives)
+    for diff_id in held:
+        (layout / _blob(diff_id)).touch()
+    return len(held)
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _copy_held(out: tarfile.TarFile, layer: Held) -> None:
+    with tarfile.open(layer.archive) as tar:
+        member = tar.getmember(_blob(layer.digest))
+        if member.size != layer.size:
+            raise ValueError(f"{layer.archive}: {layer.digest} is {member.size} bytes")
+        info = tarfile.TarInfo(member.name)
+        info.size = member.size
+        out.addfile(info, tar.extractfile(member))
+
+
+def pack(layout: Path, name: str, out: Path, archives: list[Path]) -> tuple[int, int]:
+    """The layout's image ``name`` as the archive ``out``: each layer pushed as a stand-in taken
+    from the archive that holds it, the others as pushed. (reused, pushed)."""
+    index = json.loads((layout / "index.json").read_text())
+    entry = next(m for m in index["manifests"] if m.get("annotations", {}).get(REF_NAME) == name)
+    manifest = json.loads((layout / _blob(entry["digest"])).read_bytes())
+    config_bytes = (layout / _blob(manifest["config"]["digest"])).read_bytes()
+    diff_ids = json.loads(config_bytes)["rootfs"]["diff_ids"]
+    held = held_layers(archives)
+    blobs: dict[str, Held | Path] = {}  # by digest: a layer may repeat
+    layers: list[dict[str, Any]] = []
+    for diff_id, layer in zip(diff_ids, manifest["layers"], strict=True):
+        found = held.get(diff_id) if layer["digest"] == diff_id else None
+        if found is not None:
+            layer = {**layer, "mediaType": found.media_type, "digest": found.digest,
+                     "size": found.size}  # fmt: skip
+            blobs[found.digest] = found
+        else:
+            path = layout / _blob(layer["digest"])
+            size = path.stat().st_size
+            if size == 0 or size != layer["size"]:  # a stand-in no archive holds: not pushed
+                raise ValueError(f"{name}: {layer['digest']} in {layout} is not as pushed")
+            blobs[layer["digest"]] = path
+        layers.append(layer)
+    manifest_bytes = json.dumps({**manifest, "layers": layers}, separators=(",", ":")).encode()
+    manifest_digest = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+    entry = {**entry, "digest": manifest_digest, "size": len(manifest_bytes)}
+    with tarfile.open(out, "w", copybufsize=COPY_BUFFER) as tar:
+        _add_bytes(tar, "oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+        for digest, source in blobs.items():
+            if isinstance(source, Held):
+                _copy_held(tar, source)
+            else:
+                tar.add(source, _blob(digest))
+        _add_bytes(tar, _blob(manifest["config"]["digest"]), config_bytes)
+        _add_bytes(tar, _blob(manifest_digest), manifest_bytes)
+        _add_bytes(tar, "index.json", json.dumps({**index, "manifests": [entry]}).encode())
+    reused = sum(isinstance(source, Held) for source in blobs.values())
+    return reused, len(blobs) - reused
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "seed":
+        count = seed(Path(argv[1]), [Path(a) for a in argv[2:]])
+        print(f"layers held by earlier archives: {count}")
+        return 0
+    if len(argv) >= 4 and argv[0] == "pack":
+        reused, new = pack(Path(argv[1]), argv[2], Path(argv[3]), [Path(a) for a in argv[4:]])
+        print(f"layers: {reused} from earlier archives, {new} pushed")
+        return 0
+    print(__doc__.split("\n\n")[1], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
