@@ -81,7 +81,7 @@ PYTEST_WORKERS ?= auto
 # PYTEST_ARGS: which tests (default: all), e.g. make measured PYTEST_ARGS=tests/unit
 PYTEST_ARGS ?=
 # The images are for the real-node tests, which need root (they skip otherwise): gpufleet's, and a
-# team's own with gpufleet added (docs/images.md; ~2.5 min after a change in src/). Built as root
+# team's own with gpufleet added (docs/images.md; ~2 min after a change in src/). Built as root
 # only, beside the control plane (`tools` has installed what both need): from cold, their
 # downloads and disk work overlap the Go builds' CPU; no-ops when nothing changed. Log follows.
 IMAGE_LOG := .tools/image-build.log
