@@ -4,25 +4,17 @@ renumbers a changed function's mutants) is reported rather than trusted."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from types import ModuleType
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import script_module
 
 
 @pytest.fixture(scope="module")
 def ms() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mutation_score", REPO / "scripts" /
-                                                  "mutation_score.py")  # fmt: skip
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["mutation_score"] = module
-    spec.loader.exec_module(module)
-    return module
+    return script_module("mutation_score")
 
 
 def test_a_timeout_is_killed_and_an_equivalent_is_out_of_the_count(ms: ModuleType) -> None:

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import json
-import sys
 import tarfile
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import script_module
 
 NAME = "localhost/gpufleet:cpu-0123456789ab"
 REF_NAME = "org.opencontainers.image.ref.name"
@@ -24,14 +22,7 @@ LAYER = "application/vnd.oci.image.layer.v1.tar"
 
 @pytest.fixture(scope="module")
 def oa() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "oci_archive", REPO / "scripts" / "oci_archive.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["oci_archive"] = module
-    spec.loader.exec_module(module)
-    return module
+    return script_module("oci_archive")
 
 
 def _digest(data: bytes) -> str:
