@@ -9,7 +9,7 @@ src/gpufleet/__init__.py: a new image key, so `scripts/build-image.sh FLAVOR` bu
 after any change in src/ (its own lines give the build, SBOM and export seconds); then the
 baseline's push of that image, timed; then this checkout's image is built again, so that the
 cache holds it as before. Needs root and the flavor's image built once (make image).
-Writes benchmarks/results/image-export_<hardware>_<date>.{md,json}.
+Writes benchmarks/results/image-export-<flavor>_<hardware>_<date>.{md,json}.
 
     python benchmarks/image_export.py [--flavor cpu] [--runs 1]
 """

@@ -156,7 +156,7 @@ export_archive() {
   local flavor=$1 key=$2 out
   out=$(archive_path "$flavor" "$key")
   if [ "$flavor" = own ] && [ ! -f "$(own_base_archive)" ]; then  # written once
-    pack_archive "$(own_base)" "$(own_base_archive)"
+    pack_archive "$(own_base)" "$(own_base_archive)" "$IMAGE_CACHE/gpufleet-own.tar"
   fi
   if [ "$flavor" = own ]; then
     pack_archive "$(image_name "$flavor" "$key")" "$out" "$IMAGE_CACHE/gpufleet-own.tar" \
@@ -198,7 +198,7 @@ prune() {
       esac
     done
   if [ "$flavor" = own ]; then  # and older stand-ins
-    for f in "$IMAGE_CACHE"/gpufleet-ownbase-*.tar; do
+    for f in "$IMAGE_CACHE"/gpufleet-ownbase-*.tar "$IMAGE_CACHE"/gpufleet-ownbase-*.tar.tmp; do
       if [ -f "$f" ] && [ "$f" != "$(own_base_archive)" ]; then rm -f "$f"; fi
     done
     buildah images --noheading --format '{{.Name}}:{{.Tag}}' --filter "reference=$IMAGE_REPO" |
@@ -246,6 +246,8 @@ up_to_date() {
   if [ "$flavor" != own ]; then
     for suffix in "${SBOM_FORMATS[@]}"; do [ -f "$(sbom_path "$flavor" "$key" "$suffix")" ] || return 1; done
   fi
+  # The link names it, even where a build stopped between writing the archive and linking it.
+  ln -sfn "$(basename "$(archive_path "$flavor" "$key")")" "$IMAGE_CACHE/gpufleet-$flavor.tar"
   echo "up to date: $(archive_path "$flavor" "$key") ($(image_name "$flavor" "$key"))"
 }
 

@@ -56,22 +56,28 @@ def _json_member(tar: tarfile.TarFile, name: str) -> Any:
 
 def held_layers(archives: list[Path]) -> dict[str, Held]:
     """Each compressed layer of the archives' images, by its diff ID; an archive that is missing
-    (a first build) or unreadable (said) adds nothing: its layers are compressed again."""
+    (a first build) or unreadable in part (said) adds nothing: its layers are compressed again."""
     held: dict[str, Held] = {}
     for archive in filter(Path.is_file, archives):
         try:
-            with tarfile.open(archive) as tar:
-                for entry in _json_member(tar, "index.json").get("manifests", []):
-                    manifest = _json_member(tar, _blob(entry["digest"]))
-                    config = _json_member(tar, _blob(manifest["config"]["digest"]))
-                    pairs = zip(config["rootfs"]["diff_ids"], manifest["layers"], strict=True)
-                    for diff_id, layer in pairs:
-                        if layer["mediaType"].startswith(LAYER + "+"):
-                            held[diff_id] = Held(archive, layer["mediaType"], layer["digest"],
-                                                 layer["size"])  # fmt: skip
+            held |= _layers_of(archive)
         except (OSError, KeyError, ValueError, tarfile.TarError) as exc:
             print(f"oci_archive: {archive}: nothing reused ({exc!r})", file=sys.stderr)
     return held
+
+
+def _layers_of(archive: Path) -> dict[str, Held]:
+    found: dict[str, Held] = {}
+    with tarfile.open(archive) as tar:
+        for entry in _json_member(tar, "index.json").get("manifests", []):
+            manifest = _json_member(tar, _blob(entry["digest"]))
+            config = _json_member(tar, _blob(manifest["config"]["digest"]))
+            pairs = zip(config["rootfs"]["diff_ids"], manifest["layers"], strict=True)
+            for diff_id, layer in pairs:
+                if layer["mediaType"].startswith(LAYER + "+"):
+                    found[diff_id] = Held(archive, layer["mediaType"], layer["digest"],
+                                          layer["size"])  # fmt: skip
+    return found
 
 
 def seed(layout: Path, archives: list[Path]) -> int:
@@ -92,14 +98,31 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+class _Hashing:
+    """A blob read as tarfile.addfile reads it, hashed on the way."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.sha256 = raw, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        chunk: bytes = self.raw.read(size)
+        self.sha256.update(chunk)
+        return chunk
+
+
 def _copy_held(out: tarfile.TarFile, layer: Held) -> None:
+    """The held blob into ``out``, checked against its digest on the way: a damaged one would
+    otherwise pass on to every archive after it (containerd finds it only at import)."""
     with tarfile.open(layer.archive) as tar:
         member = tar.getmember(_blob(layer.digest))
         if member.size != layer.size:
             raise ValueError(f"{layer.archive}: {layer.digest} is {member.size} bytes")
         info = tarfile.TarInfo(member.name)
         info.size = member.size
-        out.addfile(info, tar.extractfile(member))
+        blob = _Hashing(tar.extractfile(member))
+        out.addfile(info, blob)
+        if "sha256:" + blob.sha256.hexdigest() != layer.digest:
+            raise ValueError(f"{layer.archive}: {layer.digest} is damaged (its sha256 differs)")
 
 
 def pack(layout: Path, name: str, out: Path, archives: list[Path]) -> tuple[int, int]:
@@ -134,8 +157,9 @@ def pack(layout: Path, name: str, out: Path, archives: list[Path]) -> tuple[int,
         for digest, source in blobs.items():
             if isinstance(source, Held):
                 _copy_held(tar, source)
-            else:
+            else:  # and out of the layout at once: the disk holds each blob once
                 tar.add(source, _blob(digest))
+                source.unlink()
         _add_bytes(tar, _blob(manifest["config"]["digest"]), config_bytes)
         _add_bytes(tar, _blob(manifest_digest), manifest_bytes)
         _add_bytes(tar, "index.json", json.dumps({**index, "manifests": [entry]}).encode())

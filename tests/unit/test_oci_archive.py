@@ -63,12 +63,15 @@ def contents(archive: Path) -> dict[str, bytes]:
     each layer decompressed, checked against its diff ID."""
     with tarfile.open(archive) as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+        assert len(tar.getnames()) == len(files), "a member written twice"
     for name, data in files.items():
         if name.startswith("blobs/sha256/"):
             assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1]
     (entry,) = json.loads(files["index.json"])["manifests"]
     assert entry["annotations"][REF_NAME] == NAME
-    manifest = json.loads(files["blobs/sha256/" + entry["digest"].split(":")[1]])
+    manifest_bytes = files["blobs/sha256/" + entry["digest"].split(":")[1]]
+    assert entry["size"] == len(manifest_bytes)
+    manifest = json.loads(manifest_bytes)
     config = json.loads(files["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
     for layer, diff_id in zip(manifest["layers"], config["rootfs"]["diff_ids"], strict=True):
         assert layer["mediaType"] == LAYER + "+gzip"
@@ -118,3 +121,24 @@ def test_an_unreadable_archive_is_said_and_a_stand_in_it_left_refused(
     with pytest.raises(ValueError, match=r"in .* is not as pushed"):
         oa.pack(tmp_path / "layout", NAME, tmp_path / "b.tar", [tmp_path / "a.tar"])
     assert f"{tmp_path / 'a.tar'}: nothing reused" in capsys.readouterr().err
+
+
+def test_the_own_image_takes_its_bases_layers_and_a_damaged_one_is_refused(
+    oa: ModuleType, tmp_path: Path
+) -> None:
+    torch, gpufleet = b"torch 2.8" * 9000, b"gpufleet" * 100
+    pushed(tmp_path / "base", [torch])  # the stand-in for a team's image: another archive
+    oa.pack(tmp_path / "base", NAME, tmp_path / "base.tar", [])
+    oa.seed(tmp_path / "own", [tmp_path / "last-own.tar", tmp_path / "base.tar"])
+    pushed(tmp_path / "own", [torch, gpufleet])
+    assert oa.pack(tmp_path / "own", NAME, tmp_path / "own.tar", [tmp_path / "base.tar"]) == (1, 1)
+    contents(tmp_path / "own.tar")
+    # The base archive's torch layer damaged in place (same size): the next pack refuses it.
+    data = bytearray((tmp_path / "base.tar").read_bytes())
+    at = data.index(gzip.compress(torch, mtime=0)[-64:])
+    data[at] ^= 0xFF
+    (tmp_path / "base.tar").write_bytes(bytes(data))
+    oa.seed(tmp_path / "again", [tmp_path / "base.tar"])
+    pushed(tmp_path / "again", [torch, gpufleet])
+    with pytest.raises(ValueError, match="is damaged"):
+        oa.pack(tmp_path / "again", NAME, tmp_path / "bad.tar", [tmp_path / "base.tar"])
