@@ -86,7 +86,7 @@ def report(flavor: str, runs: list[dict[str, dict[str, float]]]) -> list[str]:
         "of the same image to an OCI archive, every layer compressed again (the export before "
         "scripts/oci_archive.py), timed in the same run.",
         "",
-        "| run | build (s) | SBOM (s) | export now (s) | export before (s) | ratio | "
+        "| run | build (s) | SBOM (s) | export now (s) | export before (s) | before / now | "
         "script in all (s) | its CPU (s) | before: CPU (s) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
