@@ -26,6 +26,8 @@ from pathlib import Path
 
 from common import environment, machine_busy, write_results
 
+from gpufleet.devcluster.realnodes.images import image_cache, names_in
+
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("build", "prune", "sbom", "export")
 
@@ -45,12 +47,9 @@ def build(checkout: Path, flavor: str) -> dict[str, float]:
 
 
 def image_of(flavor: str) -> str:
-    """The image of the flavor's newest archive (its link), as build-image.sh names it."""
-    out = subprocess.run(["bash", "-c", f"source scripts/image-lib.sh && readlink -f "
-                          f'"$IMAGE_CACHE/gpufleet-{flavor}.tar"'], cwd=REPO,
-                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    key = Path(out).name.removeprefix(f"gpufleet-{flavor}-").removesuffix(".tar")
-    return f"localhost/gpufleet:{flavor}-{key}"
+    """The image of the flavor's newest archive (its link), as its index names it."""
+    (name,) = names_in(image_cache() / f"gpufleet-{flavor}.tar")
+    return name
 
 
 def baseline(image: str, where: Path) -> dict[str, float]:

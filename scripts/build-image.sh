@@ -153,18 +153,20 @@ sbom() {
 # scripts/oci_archive.py packs the archive, taking the held ones from there: after a change in
 # src/, the few small layers above torch's, not all 3.4 GB again.
 export_archive() {
-  local flavor=$1 key=$2 out
-  out=$(archive_path "$flavor" "$key")
-  if [ "$flavor" = own ] && [ ! -f "$(own_base_archive)" ]; then  # written once
-    pack_archive "$(own_base)" "$(own_base_archive)" "$IMAGE_CACHE/gpufleet-own.tar"
+  local flavor=$1 key=$2 held=("$IMAGE_CACHE/gpufleet-$1.tar")
+  if [ "$flavor" = own ]; then  # the base's archive, written once, holds its layers too
+    if [ ! -f "$(own_base_archive)" ]; then
+      pack_archive "$(own_base)" "$(own_base_archive)" "${held[@]}"
+    fi
+    held+=("$(own_base_archive)")
   fi
-  if [ "$flavor" = own ]; then
-    pack_archive "$(image_name "$flavor" "$key")" "$out" "$IMAGE_CACHE/gpufleet-own.tar" \
-      "$(own_base_archive)"
-  else
-    pack_archive "$(image_name "$flavor" "$key")" "$out" "$IMAGE_CACHE/gpufleet-$flavor.tar"
-  fi
-  ln -sfn "$(basename "$out")" "$IMAGE_CACHE/gpufleet-$flavor.tar"
+  pack_archive "$(image_name "$flavor" "$key")" "$(archive_path "$flavor" "$key")" "${held[@]}"
+  link_archive "$flavor" "$key"
+}
+
+# gpufleet-<flavor>.tar: the link to the flavor's newest archive.
+link_archive() {
+  ln -sfn "$(basename "$(archive_path "$1" "$2")")" "$IMAGE_CACHE/gpufleet-$1.tar"
 }
 
 # pack_archive IMAGE OUT [ARCHIVE...]: IMAGE's archive at OUT, reusing the ARCHIVEs' layers.
@@ -198,7 +200,7 @@ prune() {
       esac
     done
   if [ "$flavor" = own ]; then  # and older stand-ins
-    for f in "$IMAGE_CACHE"/gpufleet-ownbase-*.tar "$IMAGE_CACHE"/gpufleet-ownbase-*.tar.tmp; do
+    for f in "$IMAGE_CACHE"/gpufleet-ownbase-*.tar{,.tmp}; do
       if [ -f "$f" ] && [ "$f" != "$(own_base_archive)" ]; then rm -f "$f"; fi
     done
     buildah images --noheading --format '{{.Name}}:{{.Tag}}' --filter "reference=$IMAGE_REPO" |
@@ -247,7 +249,7 @@ up_to_date() {
     for suffix in "${SBOM_FORMATS[@]}"; do [ -f "$(sbom_path "$flavor" "$key" "$suffix")" ] || return 1; done
   fi
   # The link names it, even where a build stopped between writing the archive and linking it.
-  ln -sfn "$(basename "$(archive_path "$flavor" "$key")")" "$IMAGE_CACHE/gpufleet-$flavor.tar"
+  link_archive "$flavor" "$key"
   echo "up to date: $(archive_path "$flavor" "$key") ($(image_name "$flavor" "$key"))"
 }
 

@@ -18,6 +18,7 @@ unpacks it. Standard library only: it runs before the project's environment exis
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -30,6 +31,7 @@ from typing import Any
 REF_NAME = "org.opencontainers.image.ref.name"
 LAYER = "application/vnd.oci.image.layer.v1.tar"  # uncompressed; "+zstd", "+gzip" compressed
 COPY_BUFFER = 1 << 20
+OCI_LAYOUT = b'{"imageLayoutVersion": "1.0.0"}'  # the layout's version file, in both
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def seed(layout: Path, archives: list[Path]) -> int:
     """An empty layout with a stand-in blob for each held layer; how many."""
     blobs = layout / "blobs" / "sha256"
     blobs.mkdir(parents=True, exist_ok=True)
-    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    (layout / "oci-layout").write_bytes(OCI_LAYOUT)
     (layout / "index.json").write_text('{"schemaVersion": 2, "manifests": []}')
     held = held_layers(archives)
     for diff_id in held:
@@ -110,19 +112,19 @@ class _Hashing:
         return chunk
 
 
-def _copy_held(out: tarfile.TarFile, layer: Held) -> None:
-    """The held blob into ``out``, checked against its digest on the way: a damaged one would
-    otherwise pass on to every archive after it (containerd finds it only at import)."""
-    with tarfile.open(layer.archive) as tar:
-        member = tar.getmember(_blob(layer.digest))
-        if member.size != layer.size:
-            raise ValueError(f"{layer.archive}: {layer.digest} is {member.size} bytes")
-        info = tarfile.TarInfo(member.name)
-        info.size = member.size
-        blob = _Hashing(tar.extractfile(member))
-        out.addfile(info, blob)
-        if "sha256:" + blob.sha256.hexdigest() != layer.digest:
-            raise ValueError(f"{layer.archive}: {layer.digest} is damaged (its sha256 differs)")
+def _copy_held(out: tarfile.TarFile, layer: Held, source: tarfile.TarFile) -> None:
+    """The held blob from its archive (open as ``source``) into ``out``, checked against its
+    digest on the way: a damaged one would otherwise pass on to every archive after it
+    (containerd finds it only at import)."""
+    member = source.getmember(_blob(layer.digest))
+    if member.size != layer.size:
+        raise ValueError(f"{layer.archive}: {layer.digest} is {member.size} bytes")
+    info = tarfile.TarInfo(member.name)
+    info.size = member.size
+    blob = _Hashing(source.extractfile(member))
+    out.addfile(info, blob)
+    if "sha256:" + blob.sha256.hexdigest() != layer.digest:
+        raise ValueError(f"{layer.archive}: {layer.digest} is damaged (its sha256 differs)")
 
 
 def pack(layout: Path, name: str, out: Path, archives: list[Path]) -> tuple[int, int]:
@@ -152,11 +154,13 @@ def pack(layout: Path, name: str, out: Path, archives: list[Path]) -> tuple[int,
     manifest_bytes = json.dumps({**manifest, "layers": layers}, separators=(",", ":")).encode()
     manifest_digest = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
     entry = {**entry, "digest": manifest_digest, "size": len(manifest_bytes)}
-    with tarfile.open(out, "w", copybufsize=COPY_BUFFER) as tar:
-        _add_bytes(tar, "oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+    with contextlib.ExitStack() as opened, tarfile.open(out, "w", copybufsize=COPY_BUFFER) as tar:
+        sources = {a: opened.enter_context(tarfile.open(a))  # each read once: its members listed
+                   for a in {b.archive for b in blobs.values() if isinstance(b, Held)}}  # fmt: skip
+        _add_bytes(tar, "oci-layout", OCI_LAYOUT)
         for digest, source in blobs.items():
             if isinstance(source, Held):
-                _copy_held(tar, source)
+                _copy_held(tar, source, sources[source.archive])
             else:  # and out of the layout at once: the disk holds each blob once
                 tar.add(source, _blob(digest))
                 source.unlink()
