@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from gpufleet.cluster.elastic import demand, quotas
 from gpufleet.cluster.elastic_loop import one_round, run
+from gpufleet.cluster.kinds import CLUSTER_QUEUES
 from gpufleet.cluster.resizes import resizes
 from gpufleet.devcluster.kwok import RUN_FOR_A_DAY
 from gpufleet.errors import ClusterError, UserInputError
@@ -42,6 +44,26 @@ def admitted_size(lab: DevCluster, name: str) -> int | None:
     return None
 
 
+def counted_as_kueue_reserved(lab: DevCluster, name: str) -> bool:
+    """Whether what the controller counts for the job's admitted slice (its ``demand``:
+    Kueue's resourceUsage, LimitRange defaults included) is what Kueue reserved for it in
+    research's ClusterQueue, where it is alone, resource by resource (the ClusterQueue's
+    status follows the admission)."""
+    slices = [
+        w
+        for w in lab.workloads("research")
+        if condition(w, "Admitted")
+        and not condition(w, "Finished")
+        and name in [o["name"] for o in w["metadata"].get("ownerReferences") or []]
+    ]
+    queue = lab.custom.get_cluster_custom_object(
+        CLUSTER_QUEUES.group, CLUSTER_QUEUES.version, CLUSTER_QUEUES.plural, "research"
+    )
+    reserved = {res: q.used for (_, res), q in quotas(queue).items() if q.used}
+    counted = demand(slices[0]) if len(slices) == 1 else {}
+    return bool(reserved) and reserved == {res: counted.get(res) for res in reserved}
+
+
 def rounds_until(lab: DevCluster, what: str, done: Any) -> Any:
     """The controller's rounds, here, until ``done()``."""
     return poll_until(lambda: (one_round(lab.custom), done())[1], what=what, timeout=90,
@@ -63,6 +85,8 @@ def test_an_elastic_job_on_kueue_is_sized_to_the_quota_that_frees_and_is_left(
         done = lab.gpufleet("elastic-controller", "--once")
         assert done.returncode == 0, done.stderr[-2000:]
         rounds_until(lab, "admitted at 1", lambda: admitted_size(lab, "stretch") == 1)
+        poll_until(lambda: counted_as_kueue_reserved(lab, "stretch"), timeout=30,
+                   what="the controller's count of the job to be Kueue's reservation")  # fmt: skip
         assert lab.cancel("holder", "product")
         stop = threading.Event()
         loop = threading.Thread(target=run, args=(lab.custom, stop, 0.5), daemon=True)

@@ -259,3 +259,33 @@ def test_what_kueue_counts_for_a_pod_and_the_node_range() -> None:
     assert [node_range(t) for t in ("1:2", "3:3", "2:1", "0:2", "x")] == [
         (1, 2), (3, 3), None, None, None]  # fmt: skip
     assert elastic_job(job(1)) is not None
+
+
+def solo(gpu: tuple[int, int], cpu: tuple[int, int]) -> Obj:
+    """A ClusterQueue outside any cohort covering GPUs and CPUs: (nominal, used) of each."""
+    pairs = list(zip((GPU[1], "cpu"), (gpu, cpu), strict=True))
+    resources = [{"name": n, "nominalQuota": q[0]} for n, q in pairs]
+    group = {"coveredResources": [n for n, _ in pairs],
+             "flavors": [{"name": GPU[0], "resources": resources}]}  # fmt: skip
+    used = [{"name": n, "total": str(q[1])} for n, q in pairs]
+    return {"metadata": {"name": "research"}, "spec": {"resourceGroups": [group]},
+            "status": {"flavorsReservation": [{"name": GPU[0], "resources": used}]}}  # fmt: skip
+
+
+def test_a_pod_counts_what_kueue_counts_the_limitranges_defaults_included() -> None:
+    """The namespace's LimitRange gives each pod a CPU its spec does not ask for: Kueue counts
+    it (its admission's resourceUsage; status.resourceRequests while it waits), and so does
+    the controller, which would grow the job past the free CPUs otherwise."""
+    flavors = {GPU[1]: GPU[0], "cpu": GPU[0]}
+    usage = {"flavors": flavors, "count": 1, "resourceUsage": {GPU[1]: "2", "cpu": "1"}}
+    admitted = workload("w1", ("Admitted", ""), admission={"podSetAssignments": [usage]})
+    grown = plan([job(1, "1:4", gpu=2)], [admitted], LOCAL_QUEUES, [solo((8, 2), (2, 1))])
+    assert [r.new for r in grown] == [2]  # one CPU free; its template alone would grow it to 4
+    asked = {"resources": {GPU[1]: "4", "cpu": "2", "pods": "2"}, "name": "main"}
+    evicted = workload("w1", ("Evicted", PREEMPTED_BY_LENDER), resourceRequests=[asked])
+    evicted["spec"] = {"podSets": [{"name": "main", "count": 2}]}
+    shrunk = plan([job(2, gpu=2, suspend=True)], [evicted], LOCAL_QUEUES, [solo((8, 0), (1, 0))])
+    assert [(r.old, r.new) for r in shrunk] == [(2, 1)]  # 2 pods by GPUs, 1 by CPUs
+    assert demand(evicted) == {GPU[1]: 4, "cpu": 2, "pods": 2}
+    assert demand(admitted | {"spec": {"podSets": [{"name": "main", "count": 3}]}}) == {
+        GPU[1]: 2, "cpu": 1, "pods": 1}  # the admission's count, not the spec's  # fmt: skip

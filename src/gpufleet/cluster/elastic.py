@@ -81,8 +81,9 @@ def _conditions(obj: Obj) -> list[Obj]:
 
 
 def pod_requests(template: Obj) -> dict[str, Decimal]:
-    """What Kueue counts for one pod of ``template``: its containers' requests summed (limits
-    where a request is missing, as Kubernetes defaults them), and one ``pods``."""
+    """One pod of ``template`` as its spec asks: its containers' requests summed (limits where
+    a request is missing, as Kubernetes defaults them), and one ``pods``. What Kueue counts
+    may be more (``counted``)."""
     total: dict[str, Decimal] = {"pods": Decimal(1)}
     for container in (template.get("spec") or {}).get("containers") or []:
         resources = container.get("resources") or {}
@@ -90,6 +91,32 @@ def pod_requests(template: Obj) -> dict[str, Decimal]:
         for name, value in asked.items():
             total[name] = total.get(name, Decimal(0)) + quantity(value)
     return total
+
+
+def counted(workload: Obj) -> list[tuple[int, dict[str, Decimal]]]:
+    """Each pod set of ``workload`` as Kueue counts it against quota: (pods, one pod's
+    resources). Kueue adds the namespace's LimitRange defaults and the RuntimeClass's overhead
+    to what the pod spec asks (workload.AdjustResources) and records the totals: the
+    admission's ``resourceUsage`` once admitted, else ``status.resourceRequests`` once it was
+    considered. The templates (``pod_requests``) only before either."""
+    status = workload.get("status") or {}
+    sets = (workload.get("spec") or {}).get("podSets") or []
+    counts = {s.get("name", "main"): int(s.get("count") or 1) for s in sets}
+    assigned = (status.get("admission") or {}).get("podSetAssignments") or []
+    if any(a.get("resourceUsage") for a in assigned):
+        return [_each(a["resourceUsage"], a.get("count") or counts.get(a.get("name", "main"), 1))
+                for a in assigned if a.get("resourceUsage")]  # fmt: skip
+    asked = [r for r in status.get("resourceRequests") or [] if r.get("resources")]
+    if asked:
+        return [_each(r["resources"], counts.get(r.get("name", "main"), 1)) for r in asked]
+    return [(int(s.get("count") or 1), pod_requests(s.get("template") or {})) for s in sets]
+
+
+def _each(total: Obj, pods: int) -> tuple[int, dict[str, Decimal]]:
+    """(pods, one pod's share of ``total``, with its one ``pods``)."""
+    pods = max(int(pods), 1)
+    share = {name: quantity(value) / pods for name, value in total.items()}
+    return pods, {**share, "pods": Decimal(1)}
 
 
 def elastic_job(job: Obj) -> ElasticJob | None:
@@ -230,12 +257,20 @@ def _pool(cq: str, cluster_queues: dict[str, Obj]) -> str:
 
 
 def demand(workload: Obj) -> dict[str, Decimal]:
-    """What the whole Workload asks for: each pod set's count times one pod's requests."""
+    """What the whole Workload holds or asks for, as Kueue counts it (``counted``)."""
     total: dict[str, Decimal] = {}
-    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
-        for name, each in pod_requests(pod_set.get("template") or {}).items():
-            total[name] = total.get(name, Decimal(0)) + each * int(pod_set.get("count") or 1)
+    for pods, each in counted(workload):
+        for name, value in each.items():
+            total[name] = total.get(name, Decimal(0)) + value * pods
     return total
+
+
+def per_pod(job: ElasticJob, slices: list[Obj]) -> dict[str, Decimal]:
+    """One pod of ``job`` as Kueue counts it: its newest slice's first pod set (``counted``),
+    or its template's requests while it has no slice."""
+    newest = max(slices, key=lambda w: w["metadata"].get("creationTimestamp") or "", default=None)
+    sets = counted(newest) if newest is not None else []
+    return sets[0][1] if sets else job.per_pod
 
 
 def idle(cluster_queues: dict[str, Obj]) -> dict[str, Obj]:
@@ -299,12 +334,12 @@ def decide(job: ElasticJob, workloads: list[Obj], local_queues: dict[tuple[str, 
     grows = admitted and len(admitted) == len(mine) and all(map(settled, admitted))
     if grows and not suspended and job.size < job.high:
         flavors = _admitted_flavors(admitted[-1])  # a new slice keeps its flavors
-        more = pods_that_fit(job.per_pod, cq, flavors, cluster_queues) if flavors else 0
+        more = pods_that_fit(per_pod(job, mine), cq, flavors, cluster_queues) if flavors else 0
         new = min(job.high, job.size + more)
         if new > job.size:
             return Resize(job.namespace, job.name, job.size, new, cohort_cause(cq, cluster_queues))
     if suspended and not admitted and mine:
-        fit = max((pods_that_fit(job.per_pod, cq, f, cluster_queues) for f in flavor_order(
+        fit = max((pods_that_fit(per_pod(job, mine), cq, f, cluster_queues) for f in flavor_order(
             cluster_queues[cq])), default=0)  # fmt: skip
         new = min(job.size, fit)
         if job.low <= new < job.size:
