@@ -1,10 +1,12 @@
 """An elastic job growing, as its pods do on a cluster (issue 56, item 2), run here: the rendered
 pod's command for a queued job of range 1-2 in exact mode (its rendezvous' last call 5 s). Pod 0
-starts alone and trains at one worker; pod 1 then joins (the elastic controller grew the Job,
-Kueue admitted the new slice). torchrun's membership change stops pod 0's worker, which
-checkpoints on the SIGTERM, and starts the group again at two workers from that step, without a
-restart of maxRestarts. Both pods end 0 with the weights of one worker run without a resize, bit
-for bit (on real nodes with Kueue: tests/cluster/test_realnodes_elastic.py)."""
+starts alone, trains at one worker and, once it reported step 30, holds at step 31 (a ``pause``
+fault: on a fast host it would end its 400 steps before pod 1's Python has started); pod 1 then
+joins (the elastic controller grew the Job, Kueue admitted the new slice). torchrun's membership
+change stops pod 0's worker: the SIGTERM ends its pause, it checkpoints at the next step, and the
+group starts again at two workers from that step, without a restart of maxRestarts. Both pods end
+0 with the weights of one worker run without a resize, bit for bit (on real nodes with Kueue:
+tests/cluster/test_realnodes_elastic.py)."""
 
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ def test_a_pod_joining_grows_the_group_from_a_checkpoint_with_exact_weights(
     grown = workdir / "grown"
     grown.mkdir()
     here = f"127.0.0.1:{free_port()}"
-    first, port = pod_process(grown, node=0, here=here, rdzv_conf="is_host=true", **SPEC)
+    first, port = pod_process(grown, node=0, here=here, rdzv_conf="is_host=true",
+                              faults="pause@step=31", **SPEC)  # fmt: skip
     pods = [first]
     try:
         wait_for_steps(first, port, 30, ranks={"0"})

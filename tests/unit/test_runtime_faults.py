@@ -1,7 +1,7 @@
-"""Faults, injected and survived: GPUFLEET_FAULTS firing in a real process (kill, exit, hang,
-a lost device), and the storage refusing a checkpoint save (ENOSPC, a failed rename, a name
-collision), each with its documented outcome: the one clear error, the torn directory gone, the
-earlier checkpoint still loadable."""
+"""Faults, injected and survived: GPUFLEET_FAULTS's points, ranks and restarts (in a real process:
+test_fault_processes.py), and the storage refusing a checkpoint save (ENOSPC, a failed rename, a
+name collision), each with its documented outcome: the one clear error, the torn directory gone,
+the earlier checkpoint still loadable."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ import errno
 import importlib
 import os
 import secrets
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,53 +77,6 @@ def test_a_nan_fault_without_poison_does_nothing_and_the_next_fault_still_fires(
     ]
     faults.maybe_fire("step", 24)  # no fault there: returns
     assert capsys.readouterr().err == ""
-
-
-def child(fault: str) -> subprocess.Popen[str]:
-    """A process that fires the faults of ``step`` 7 on rank 0, then says it survived."""
-    env = {**os.environ, faults.ENV_FAULTS: fault, "RANK": "0"}
-    env.pop("TORCHELASTIC_RESTART_COUNT", None)
-    code = "from gpufleet.runtime import faults; faults.maybe_fire('step', 7); print('survived')"
-    return subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-
-
-@pytest.mark.parametrize(("fault", "code"), [("kill@step=7", -signal.SIGKILL), ("exit@step=7", 1)])
-def test_kill_and_exit_faults_end_the_process_as_a_crash_would(fault: str, code: int) -> None:
-    proc = child(fault)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == code and "survived" not in out
-    action = fault.split("@")[0]
-    assert f"gpufleet-fault: {action} at step=7 on rank 0" in err
-
-
-def test_a_fault_of_another_restart_does_not_fire() -> None:
-    proc = child("kill@step=7,restart=1")
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0 and out == "survived\n"
-
-
-def test_a_hang_fault_keeps_the_process_alive_and_silent() -> None:
-    proc = child("hang@step=7")
-    try:
-        assert proc.stderr is not None
-        assert proc.stderr.readline() == "gpufleet-fault: hang at step=7 on rank 0\n"
-        assert proc.poll() is None  # alive, making no progress
-    finally:
-        proc.kill()
-        out, _ = proc.communicate(timeout=60)
-    assert "survived" not in out
-
-
-@pytest.mark.gpu
-def test_a_lost_device_on_a_gpu_is_a_real_sticky_cuda_error() -> None:
-    """In a process of its own: the error poisons that process's CUDA context for good."""
-    code = ("import torch; from gpufleet.runtime.faults import lost_device; "
-            "torch.zeros(1, device='cuda'); e = lost_device(); "
-            "print(isinstance(e, RuntimeError), 'device-side assert' in str(e))")  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert proc.stdout == "True True\n", proc.stderr[-2000:]
 
 
 # ---- the storage refusing a checkpoint ----------------------------------------------------

@@ -3,7 +3,9 @@
 ``GPUFLEET_FAULTS="kill@step=7,rank=1;hang@checkpoint_written=10"`` - each entry is
 ``action@point=N`` with optional ``rank=R`` (default 0) and ``restart=K`` (default 0: only the
 first attempt, so the restarted group can get past the point). Actions: ``kill`` (SIGKILL
-itself), ``hang`` (stop making progress), ``exit`` (exit code 1), ``nan`` (fill a weight of
+itself), ``hang`` (stop making progress), ``pause`` (stop until a signal the process handles
+comes, its SIGTERM or SIGINT: a preemption, or torchelastic stopping the group to let a node
+in; its handler runs and the process goes on), ``exit`` (exit code 1), ``nan`` (fill a weight of
 this rank with NaN, as a bad batch or a too-large learning rate would; only where the caller
 passes ``poison``), ``slow`` (a measurement reads 100 times slower, as on a host busy while it
 measured; where the caller asks ``active``), ``device`` (raise what PyTorch raises when the
@@ -19,13 +21,16 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from types import FrameType
+from typing import Any
 
 ENV_FAULTS = "GPUFLEET_FAULTS"
-_ACTIONS = ("kill", "hang", "exit", "nan", "slow", "device")
+_ACTIONS = ("kill", "hang", "pause", "exit", "nan", "slow", "device")
 _POINTS = ("step", "batch", "checkpoint_written", "calibrate")
 SLOWDOWN = 100.0  # what ``slow`` divides a measured rate by
 # What a CUDA call raises once the device is lost (a GPU that fell off the bus, NVIDIA's XID
@@ -105,7 +110,7 @@ def lost_device() -> RuntimeError:
     process recovers)."""
     import torch
 
-    # Run on a GPU only: tests/unit/test_runtime_faults.py::test_a_lost_device_on_a_gpu_is_a_real_*
+    # Run on a GPU only: tests/unit/test_fault_processes.py::test_a_lost_device_on_a_gpu_is_a_real_*
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
     if cuda:  # pragma: no cover - GPU only
         try:
@@ -130,8 +135,11 @@ def maybe_fire(point: str, step: int, poison: Callable[[], None] | None = None) 
     """Fire the faults configured for this point, step, rank and restart (no-op normally)."""
     for f in _here(point, step):
         rank = int(os.environ.get("RANK", "0"))
-        print(f"gpufleet-fault: {f.action} at {point}={step} on rank {rank}", file=sys.stderr)
-        sys.stderr.flush()
+        said = f"gpufleet-fault: {f.action} at {point}={step} on rank {rank}"
+        if f.action == "pause":
+            _pause(said)
+            continue
+        print(said, file=sys.stderr, flush=True)
         if f.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif f.action == "exit":
@@ -143,3 +151,30 @@ def maybe_fire(point: str, step: int, poison: Callable[[], None] | None = None) 
         elif f.action == "hang":
             while True:  # a hung rank: alive, holding its peers in the next collective
                 time.sleep(3600)
+
+
+def _pause(said: str) -> None:
+    """Say ``said``, then wait until a signal whose handler is Python's (the preemption
+    guard's SIGTERM and SIGINT) has come, and its handler ran. The handlers are wrapped before
+    it is said, so that a signal sent once it is said is never missed."""
+    came = threading.Event()
+    handlers = (signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT))
+    wrapped: dict[int, Callable[[int, FrameType | None], Any]] = {
+        sig: handler
+        for sig, handler in zip((signal.SIGTERM, signal.SIGINT), handlers, strict=True)
+        if callable(handler)
+    }
+
+    def noted(signum: int, frame: FrameType | None) -> None:
+        came.set()
+        wrapped[signum](signum, frame)
+
+    for sig in wrapped:
+        signal.signal(sig, noted)
+    try:
+        print(said, file=sys.stderr, flush=True)
+        while not came.wait(0.1):  # a signal's handler runs between these waits
+            pass
+    finally:
+        for sig, handler in wrapped.items():
+            signal.signal(sig, handler)
