@@ -18,12 +18,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import environment, environment_section, result_path
+from suite_durations import Test
 
 
-def tests_of(path: Path) -> dict[str, dict[str, Any]]:
-    """A suite-durations result's tests by id."""
+def read(path: Path) -> tuple[dict[str, str], dict[str, Test]]:
+    """A suite-durations result: the host it ran on (its environment), and its tests by id
+    (suite_durations.Test, as it wrote them)."""
     doc = json.loads(path.read_text())
-    return {t["test_id"]: t for t in doc["tests"]}
+    return doc["environment"], {t["test_id"]: Test(**t) for t in doc["tests"]}
 
 
 def part(test_id: str) -> str:
@@ -32,12 +34,7 @@ def part(test_id: str) -> str:
     return parts[1] if len(parts) > 2 else parts[0]
 
 
-def cpu(test: dict[str, Any]) -> float:
-    return float(sum((test.get("cpu") or {}).values()))
-
-
-def factors(reference: dict[str, dict[str, Any]],
-            other: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:  # fmt: skip
+def factors(reference: dict[str, Test], other: dict[str, Test]) -> list[dict[str, Any]]:
     """Per test directory, then all: the shared tests' count, CPU and wall seconds on each
     host, and the ratios other / reference."""
     shared = sorted(set(reference) & set(other))
@@ -47,8 +44,8 @@ def factors(reference: dict[str, dict[str, Any]],
         ids = [t for t in shared if name in ("all", part(t))]
         hosts = (reference, other)
         row = {"part": name, "tests": len(ids),
-               "cpu": [sum(cpu(h[t]) for t in ids) for h in hosts],
-               "wall": [sum(float(h[t]["seconds"]) for t in ids) for h in hosts]}  # fmt: skip
+               "cpu": [sum(h[t].cpu_seconds for t in ids) for h in hosts],
+               "wall": [sum(h[t].seconds for t in ids) for h in hosts]}  # fmt: skip
         for kind in ("cpu", "wall"):
             ref, oth = row[kind]
             row[f"{kind}_ratio"] = round(oth / ref, 2) if ref else None
@@ -73,8 +70,9 @@ def main() -> None:
     parser.add_argument("other", type=Path, help="a suite-durations JSON of another")
     parser.add_argument("-o", "--output", type=Path, help="path without suffix (.md, .json)")
     args = parser.parse_args()
-    rows = factors(tests_of(args.reference), tests_of(args.other))
-    hosts = [json.loads(p.read_text())["environment"] for p in (args.reference, args.other)]
+    (ref_host, reference), (other_host, other) = read(args.reference), read(args.other)
+    rows = factors(reference, other)
+    hosts = [ref_host, other_host]
     lines = ["# The same tests on two hosts", "",
              *[f"- {which}: `{p.name}` ({h.get('cpu')}, commit {h.get('commit')})"
                for which, p, h in zip(("reference", "other"), (args.reference, args.other),

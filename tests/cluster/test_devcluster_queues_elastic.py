@@ -35,13 +35,21 @@ def job(lab: DevCluster, name: str) -> dict[str, Any]:
     return lab.as_dict(lab.typed("BatchV1Api").read_namespaced_job(name, "research"))
 
 
+def admitted_slices(lab: DevCluster, name: str) -> list[dict[str, Any]]:
+    """The job's admitted, unfinished Workloads (slices)."""
+    return [
+        wl
+        for wl in lab.workloads("research")
+        if condition(wl, "Admitted")
+        and not condition(wl, "Finished")
+        and name in [o["name"] for o in wl["metadata"].get("ownerReferences") or []]
+    ]
+
+
 def admitted_size(lab: DevCluster, name: str) -> int | None:
-    """The pod count of the job's admitted, unfinished Workload (slice), if any."""
-    for wl in lab.workloads("research"):
-        owners = [o["name"] for o in wl["metadata"].get("ownerReferences") or []]
-        if name in owners and condition(wl, "Admitted") and not condition(wl, "Finished"):
-            return int(wl["spec"]["podSets"][0]["count"])
-    return None
+    """The pod count of the job's admitted slice, if any."""
+    slices = admitted_slices(lab, name)
+    return int(slices[0]["spec"]["podSets"][0]["count"]) if slices else None
 
 
 def counted_as_kueue_reserved(lab: DevCluster, name: str) -> bool:
@@ -49,13 +57,7 @@ def counted_as_kueue_reserved(lab: DevCluster, name: str) -> bool:
     Kueue's resourceUsage, LimitRange defaults included) is what Kueue reserved for it in
     research's ClusterQueue, where it is alone, resource by resource (the ClusterQueue's
     status follows the admission)."""
-    slices = [
-        w
-        for w in lab.workloads("research")
-        if condition(w, "Admitted")
-        and not condition(w, "Finished")
-        and name in [o["name"] for o in w["metadata"].get("ownerReferences") or []]
-    ]
+    slices = admitted_slices(lab, name)
     queue = lab.custom.get_cluster_custom_object(
         CLUSTER_QUEUES.group, CLUSTER_QUEUES.version, CLUSTER_QUEUES.plural, "research"
     )

@@ -44,7 +44,7 @@ def test_the_shared_tests_ratio_per_directory_and_in_all(tmp_path: Path) -> None
             "tests.unit.test_x::test_new": (9.0, 9.0),
         },
     )
-    rows = host_factor.factors(host_factor.tests_of(reference), host_factor.tests_of(other))
+    rows = host_factor.factors(host_factor.read(reference)[1], host_factor.read(other)[1])
     by_part = {r["part"]: r for r in rows}
     assert list(by_part) == ["cluster", "unit", "all"]
     assert by_part["unit"]["tests"] == 2 and by_part["unit"]["cpu"] == [2.0, 4.0]
